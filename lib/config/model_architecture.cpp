@@ -1,0 +1,207 @@
+#include "config/model_architecture.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.hpp"
+
+namespace dyncp::config {
+
+namespace {
+
+using nlohmann::json;
+
+template <typename T>
+void read_field(const json& object, const char* name, T& out, const std::string& file) {
+  const auto it = object.find(name);
+  if (it == object.end() || it->is_null()) return;
+  try {
+    out = it->get<T>();
+  } catch (const json::exception&) {
+    core::throw_data_error(file, std::string("field '") + name + "' has the wrong type: " +
+                                     it->dump());
+  }
+}
+
+const std::vector<std::string> known_model_types = {"qwen3_moe", "qwen3_next", "qwen3_5_moe",
+                                                    "qwen3_5_moe_text"};
+
+}  // namespace
+
+bool ModelArchitecture::is_moe_layer(std::int64_t layer) const {
+  if (num_experts <= 0) return false;
+  if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end())
+    return false;
+  return decoder_sparse_step > 0 && (layer + 1) % decoder_sparse_step == 0;
+}
+
+LayerMixer ModelArchitecture::mixer_of_layer(std::int64_t layer) const {
+  if (layer_types.empty()) return LayerMixer::full_attention;
+  return layer_types.at(static_cast<std::size_t>(layer));
+}
+
+std::int64_t ModelArchitecture::rotary_dim() const {
+  const auto dim = static_cast<std::int64_t>(static_cast<double>(head_dim) * partial_rotary_factor);
+  return dim - dim % 2;
+}
+
+void ModelArchitecture::resolve() {
+  if (head_dim == 0 && num_attention_heads > 0) head_dim = hidden_size / num_attention_heads;
+  if (is_hybrid() && layer_types.empty() && full_attention_interval > 0) {
+    for (std::int64_t i = 0; i < num_hidden_layers; ++i) {
+      layer_types.push_back((i + 1) % full_attention_interval == 0 ? LayerMixer::full_attention
+                                                                   : LayerMixer::linear_attention);
+    }
+  }
+  if (model_type == "qwen3_5_moe" || model_type == "qwen3_5_moe_text") {
+    norm_topk_prob = true;  // Qwen3.5 always renormalises the top-k weights
+    decoder_sparse_step = 1;
+    mlp_only_layers.clear();
+  }
+}
+
+ModelArchitecture load_hf_model_config(const std::string& path) {
+  std::filesystem::path file = path;
+  if (std::filesystem::is_directory(file)) file /= "config.json";
+  const std::string name = file.string();
+  std::ifstream in(file);
+  if (!in) core::throw_data_error(name, "cannot open the model config (expected an HF config.json)");
+  json root;
+  try {
+    root = json::parse(in);
+  } catch (const json::parse_error& error) {
+    core::throw_data_error(name, std::string("invalid JSON: ") + error.what());
+  }
+  if (!root.is_object()) core::throw_data_error(name, "expected a JSON object");
+
+  ModelArchitecture arch;
+  read_field(root, "model_type", arch.model_type, name);
+  const json* fields = &root;
+  if (root.contains("text_config") && root["text_config"].is_object()) {
+    fields = &root["text_config"];
+    std::string inner_type;
+    read_field(*fields, "model_type", inner_type, name);
+    if (!inner_type.empty()) arch.model_type = inner_type;
+  }
+  if (std::find(known_model_types.begin(), known_model_types.end(), arch.model_type) ==
+      known_model_types.end()) {
+    core::throw_data_error(name, "model_type '" + arch.model_type +
+                                     "' is not supported; expected one of qwen3_moe, qwen3_next, "
+                                     "qwen3_5_moe, qwen3_5_moe_text");
+  }
+  const json& f = *fields;
+  read_field(f, "vocab_size", arch.vocab_size, name);
+  read_field(f, "hidden_size", arch.hidden_size, name);
+  read_field(f, "intermediate_size", arch.intermediate_size, name);
+  read_field(f, "num_hidden_layers", arch.num_hidden_layers, name);
+  read_field(f, "num_attention_heads", arch.num_attention_heads, name);
+  read_field(f, "num_key_value_heads", arch.num_key_value_heads, name);
+  read_field(f, "head_dim", arch.head_dim, name);
+  read_field(f, "max_position_embeddings", arch.max_position_embeddings, name);
+  read_field(f, "rms_norm_eps", arch.rms_norm_eps, name);
+  read_field(f, "rope_theta", arch.rope_theta, name);
+  read_field(f, "partial_rotary_factor", arch.partial_rotary_factor, name);
+  if (f.contains("rope_parameters") && f["rope_parameters"].is_object()) {
+    read_field(f["rope_parameters"], "rope_theta", arch.rope_theta, name);
+    read_field(f["rope_parameters"], "partial_rotary_factor", arch.partial_rotary_factor, name);
+  }
+  read_field(f, "attention_bias", arch.attention_bias, name);
+  read_field(root, "tie_word_embeddings", arch.tie_word_embeddings, name);
+  read_field(f, "tie_word_embeddings", arch.tie_word_embeddings, name);
+  read_field(f, "hidden_act", arch.hidden_act, name);
+  read_field(f, "num_experts", arch.num_experts, name);
+  read_field(f, "num_local_experts", arch.num_experts, name);
+  read_field(f, "num_experts_per_tok", arch.num_experts_per_tok, name);
+  read_field(f, "moe_intermediate_size", arch.moe_intermediate_size, name);
+  read_field(f, "decoder_sparse_step", arch.decoder_sparse_step, name);
+  read_field(f, "mlp_only_layers", arch.mlp_only_layers, name);
+  read_field(f, "norm_topk_prob", arch.norm_topk_prob, name);
+  read_field(f, "router_aux_loss_coef", arch.router_aux_loss_coef, name);
+  read_field(f, "shared_expert_intermediate_size", arch.shared_expert_intermediate_size, name);
+  read_field(f, "full_attention_interval", arch.full_attention_interval, name);
+  read_field(f, "linear_num_key_heads", arch.linear_num_key_heads, name);
+  read_field(f, "linear_num_value_heads", arch.linear_num_value_heads, name);
+  read_field(f, "linear_key_head_dim", arch.linear_key_head_dim, name);
+  read_field(f, "linear_value_head_dim", arch.linear_value_head_dim, name);
+  read_field(f, "linear_conv_kernel_dim", arch.linear_conv_kernel_dim, name);
+  read_field(f, "bos_token_id", arch.bos_token_id, name);
+  read_field(f, "eos_token_id", arch.eos_token_id, name);
+  if (f.contains("layer_types") && f["layer_types"].is_array()) {
+    for (const auto& entry : f["layer_types"]) {
+      const std::string type = entry.is_string() ? entry.get<std::string>() : entry.dump();
+      if (type == "full_attention") {
+        arch.layer_types.push_back(LayerMixer::full_attention);
+      } else if (type == "linear_attention") {
+        arch.layer_types.push_back(LayerMixer::linear_attention);
+      } else {
+        core::throw_data_error(name, "layer_types entry '" + type +
+                                         "' is not one of full_attention, linear_attention");
+      }
+    }
+  }
+  if (!arch.is_hybrid()) arch.partial_rotary_factor = 1.0;
+  arch.resolve();
+  if (!arch.layer_types.empty() &&
+      static_cast<std::int64_t>(arch.layer_types.size()) != arch.num_hidden_layers) {
+    core::throw_data_error(name, "layer_types has " + std::to_string(arch.layer_types.size()) +
+                                     " entries but num_hidden_layers is " +
+                                     std::to_string(arch.num_hidden_layers));
+  }
+  return arch;
+}
+
+std::string to_hf_config_json(const ModelArchitecture& arch) {
+  json out;
+  const bool hybrid = arch.is_hybrid();
+  out["model_type"] = arch.model_type == "qwen3_5_moe" ? "qwen3_5_moe_text" : arch.model_type;
+  if (arch.model_type == "qwen3_moe") {
+    out["architectures"] = {"Qwen3MoeForCausalLM"};
+  } else if (arch.model_type == "qwen3_next") {
+    out["architectures"] = {"Qwen3NextForCausalLM"};
+  } else {
+    out["architectures"] = {"Qwen3_5MoeForCausalLM"};
+  }
+  out["vocab_size"] = arch.vocab_size;
+  out["hidden_size"] = arch.hidden_size;
+  out["intermediate_size"] = arch.intermediate_size;
+  out["num_hidden_layers"] = arch.num_hidden_layers;
+  out["num_attention_heads"] = arch.num_attention_heads;
+  out["num_key_value_heads"] = arch.num_key_value_heads;
+  out["head_dim"] = arch.head_dim;
+  out["max_position_embeddings"] = arch.max_position_embeddings;
+  out["rms_norm_eps"] = arch.rms_norm_eps;
+  out["rope_theta"] = arch.rope_theta;
+  out["attention_bias"] = arch.attention_bias;
+  out["tie_word_embeddings"] = arch.tie_word_embeddings;
+  out["hidden_act"] = arch.hidden_act;
+  out["num_experts"] = arch.num_experts;
+  out["num_experts_per_tok"] = arch.num_experts_per_tok;
+  out["moe_intermediate_size"] = arch.moe_intermediate_size;
+  out["decoder_sparse_step"] = arch.decoder_sparse_step;
+  out["mlp_only_layers"] = arch.mlp_only_layers;
+  out["norm_topk_prob"] = arch.norm_topk_prob;
+  out["router_aux_loss_coef"] = arch.router_aux_loss_coef;
+  out["torch_dtype"] = "float32";
+  if (arch.bos_token_id >= 0) out["bos_token_id"] = arch.bos_token_id;
+  if (arch.eos_token_id >= 0) out["eos_token_id"] = arch.eos_token_id;
+  if (hybrid) {
+    out["partial_rotary_factor"] = arch.partial_rotary_factor;
+    out["shared_expert_intermediate_size"] = arch.shared_expert_intermediate_size;
+    out["linear_num_key_heads"] = arch.linear_num_key_heads;
+    out["linear_num_value_heads"] = arch.linear_num_value_heads;
+    out["linear_key_head_dim"] = arch.linear_key_head_dim;
+    out["linear_value_head_dim"] = arch.linear_value_head_dim;
+    out["linear_conv_kernel_dim"] = arch.linear_conv_kernel_dim;
+    json types = json::array();
+    for (const auto type : arch.layer_types) {
+      types.push_back(type == LayerMixer::full_attention ? "full_attention" : "linear_attention");
+    }
+    out["layer_types"] = types;
+  }
+  return out.dump(2) + "\n";
+}
+
+}  // namespace dyncp::config

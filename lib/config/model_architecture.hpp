@@ -1,0 +1,76 @@
+#pragma once
+// The model's architecture, in Hugging Face `config.json` field names. One struct serves both
+// families: Qwen3-MoE (`qwen3_moe`) and the hybrid Qwen3-Next / Qwen3.5-MoE
+// (`qwen3_next`, `qwen3_5_moe`, `qwen3_5_moe_text`). Fields a family does not use keep their
+// defaults. Derived values (head_dim when absent, layer types from full_attention_interval, ...)
+// are filled by `resolve()`, never guessed at the point of use.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dyncp::config {
+
+enum class LayerMixer { full_attention, linear_attention };
+
+struct ModelArchitecture {
+  std::string model_type = "qwen3_moe";
+  std::int64_t vocab_size = 151936;
+  std::int64_t hidden_size = 2048;
+  std::int64_t intermediate_size = 6144;  // dense MLP layers only
+  std::int64_t num_hidden_layers = 24;
+  std::int64_t num_attention_heads = 32;
+  std::int64_t num_key_value_heads = 4;
+  std::int64_t head_dim = 0;  // 0: hidden_size / num_attention_heads (filled by resolve)
+  std::int64_t max_position_embeddings = 32768;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  double partial_rotary_factor = 1.0;  // fraction of head_dim that is rotated
+  bool attention_bias = false;
+  bool tie_word_embeddings = false;
+  std::string hidden_act = "silu";
+
+  // Mixture of experts.
+  std::int64_t num_experts = 128;
+  std::int64_t num_experts_per_tok = 8;
+  std::int64_t moe_intermediate_size = 768;
+  std::int64_t decoder_sparse_step = 1;
+  std::vector<std::int64_t> mlp_only_layers;
+  bool norm_topk_prob = false;
+  double router_aux_loss_coef = 0.001;
+  std::int64_t shared_expert_intermediate_size = 0;  // 0: no shared expert
+
+  // Hybrid (Qwen3-Next / Qwen3.5): per-layer token mixer and Gated DeltaNet dims.
+  std::vector<LayerMixer> layer_types;  // empty for qwen3_moe (all full attention)
+  std::int64_t full_attention_interval = 4;
+  std::int64_t linear_num_key_heads = 16;
+  std::int64_t linear_num_value_heads = 32;
+  std::int64_t linear_key_head_dim = 128;
+  std::int64_t linear_value_head_dim = 128;
+  std::int64_t linear_conv_kernel_dim = 4;
+
+  std::int64_t bos_token_id = -1;
+  std::int64_t eos_token_id = -1;
+
+  bool is_hybrid() const {
+    return model_type == "qwen3_next" || model_type == "qwen3_5_moe" ||
+           model_type == "qwen3_5_moe_text";
+  }
+  // Layer i is MoE iff not listed in mlp_only_layers, experts exist, and (i+1) % step == 0.
+  bool is_moe_layer(std::int64_t layer) const;
+  LayerMixer mixer_of_layer(std::int64_t layer) const;
+  std::int64_t rotary_dim() const;
+
+  // Fill derived fields (head_dim, layer_types). Idempotent.
+  void resolve();
+};
+
+// Read an HF `config.json` (a file, or a folder holding one). Accepts the nested `text_config`
+// of multimodal Qwen3.5 checkpoints and `rope_parameters` (transformers 5.x) next to top-level
+// `rope_theta`. Throws a data error naming the file and field on malformed input.
+ModelArchitecture load_hf_model_config(const std::string& path);
+
+// The inverse, for HF export: the fields transformers needs to rebuild the model.
+std::string to_hf_config_json(const ModelArchitecture& architecture);
+
+}  // namespace dyncp::config

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The README's test command: install what is missing, build, run every test.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+"$root/tools/install-deps.sh"
+"$root/tools/build.sh"
+cd "${DYNCP_BUILD_DIR:-$root/build}"
+ctest --output-on-failure --timeout 600 -j "${DYNCP_TEST_JOBS:-2}" "$@"
