@@ -3,6 +3,6 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/tools/install-deps.sh"
-"$root/tools/build.sh"
+"$root/tools/build.sh" -DDYNCP_TESTS=ON
 cd "${DYNCP_BUILD_DIR:-$root/build}"
 ctest --output-on-failure --timeout 600 -j "${DYNCP_TEST_JOBS:-2}" "$@"
