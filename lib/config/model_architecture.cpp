@@ -21,8 +21,8 @@ void read_field(const json& object, const char* name, T& out, const std::string&
   try {
     out = it->get<T>();
   } catch (const json::exception&) {
-    core::throw_data_error(file, std::string("field '") + name + "' has the wrong type: " +
-                                     it->dump());
+    core::throw_data_error(file,
+                           std::string("field '") + name + "' has the wrong type: " + it->dump());
   }
 }
 
@@ -68,7 +68,8 @@ ModelArchitecture load_hf_model_config(const std::string& path) {
   if (std::filesystem::is_directory(file)) file /= "config.json";
   const std::string name = file.string();
   std::ifstream in(file);
-  if (!in) core::throw_data_error(name, "cannot open the model config (expected an HF config.json)");
+  if (!in)
+    core::throw_data_error(name, "cannot open the model config (expected an HF config.json)");
   json root;
   try {
     root = json::parse(in);

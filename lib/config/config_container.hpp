@@ -1,0 +1,182 @@
+#pragma once
+// The whole run configuration: one typed struct per section, with defaults. Key names follow
+// Megatron-Bridge's ConfigContainer where the key exists there, and HF config.json for the model
+// architecture. Every key is declared once in the key table (config/key_table.hpp), which gives
+// its path, type, default (read from these structs), documentation and accessors; this header
+// holds only the data. Derived values are filled by `resolve_config` (config/resolve.hpp).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/enums.hpp"
+#include "config/model_architecture.hpp"
+
+namespace dyncp::config {
+
+struct ModelConfig {
+  std::string hf_model_path;  // HF checkpoint folder or config.json: fills `architecture`
+  ModelArchitecture architecture;
+
+  // Parallelism. TP = PP = 1 are the only supported values; dp = world / cp.
+  std::int64_t tensor_model_parallel_size = 1;
+  std::int64_t pipeline_model_parallel_size = 1;
+  std::int64_t context_parallel_size = 1;
+  std::int64_t expert_model_parallel_size = 1;
+  bool sequence_parallel = false;
+
+  // Sequence length and dynamic context parallelism.
+  std::int64_t seq_length = 4096;
+  bool dynamic_context_parallel = false;
+  std::int64_t min_dynamic_context_parallel_size = 1;
+  std::optional<std::int64_t> max_seqlen_per_dp_cp_rank;       // must be set explicitly
+  std::optional<PackingScheduler> sequence_packing_scheduler;  // derived when unset
+  CpCommType cp_comm_type = CpCommType::all_gather;
+
+  // Loss.
+  bool calculate_per_token_loss = true;
+  LoadBalancingType moe_router_load_balancing_type = LoadBalancingType::aux_loss;
+
+  // Activation recomputation.
+  std::optional<RecomputeGranularity> recompute_granularity;
+  std::optional<RecomputeMethod> recompute_method;
+  std::optional<std::int64_t> recompute_num_layers;
+  std::vector<std::string> recompute_modules;
+};
+
+struct DatasetConfig {
+  DatasetType type = DatasetType::chat_jsonl;
+  std::string data_path;                   // JSONL file or Megatron .bin/.idx prefix
+  std::string validation_data_path;        // optional held-out file for evaluation
+  std::optional<std::int64_t> seq_length;  // unset: model.seq_length
+  bool enable_global_batch_packing = true;
+  DataloaderType dataloader_type = DataloaderType::single;
+  bool fold_alignment_padding = false;
+  std::optional<std::int64_t> global_batch_packing_pad_to_multiple_of;  // derived when unset
+  std::string cache_dir = ".dyncp-cache";
+  TruncationPolicy truncation = TruncationPolicy::drop;
+  BadSamplePolicy on_bad_sample = BadSamplePolicy::error;
+  bool shuffle = true;
+  std::int64_t num_workers = 2;
+  std::string mock_length_distribution = "lognormal(min=64,max=4096,mean=1024,sigma=1.0)";
+  std::int64_t mock_num_samples = 4096;
+};
+
+struct TokenizerConfig {
+  TokenizerType tokenizer_type = TokenizerType::HuggingFaceTokenizer;
+  std::string tokenizer_model;  // tokenizer.json or a folder holding it; empty: hf_model_path
+  ChatTemplate chat_template = ChatTemplate::qwen_chatml;
+};
+
+struct TrainConfig {
+  std::int64_t micro_batch_size = 1;
+  std::int64_t global_batch_size = 32;
+  std::int64_t train_iters = 100;
+  bool stop_on_nan = true;
+};
+
+struct ValidationConfig {
+  std::optional<std::int64_t> eval_interval;  // unset: never evaluate during training
+  std::int64_t eval_iters = 0;
+};
+
+struct OptimizerConfig {
+  OptimizerType optimizer = OptimizerType::adam;
+  double lr = 1e-4;
+  double min_lr = 0.0;
+  double weight_decay = 0.01;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.999;
+  double adam_eps = 1e-8;
+  double clip_grad = 1.0;  // 0: no clipping
+  bool use_precision_aware_optimizer = false;
+  StateDType exp_avg_dtype = StateDType::float32;
+  StateDType exp_avg_sq_dtype = StateDType::float32;
+};
+
+// The learning-rate schedule (Bridge calls this section `scheduler`; the packing scheduler is
+// model.sequence_packing_scheduler).
+struct LrSchedulerConfig {
+  LrDecayStyle lr_decay_style = LrDecayStyle::cosine;
+  std::int64_t lr_warmup_iters = 0;
+  double lr_warmup_init = 0.0;
+  std::optional<std::int64_t> lr_decay_iters;  // unset: train.train_iters
+  std::optional<double> start_weight_decay;    // unset: optimizer.weight_decay
+  std::optional<double> end_weight_decay;      // unset: optimizer.weight_decay
+  WeightDecayIncrStyle weight_decay_incr_style = WeightDecayIncrStyle::constant;
+  bool override_opt_param_scheduler = false;
+};
+
+struct DdpConfig {
+  bool average_in_collective = false;
+  bool use_distributed_optimizer = false;
+};
+
+struct DistConfig {
+  bool use_decentralized_pg = false;
+  Device device = Device::auto_detect;
+  bool eager_dynamic_cp_groups = false;
+  std::int64_t distributed_timeout_minutes = 10;
+};
+
+struct CheckpointConfig {
+  std::string pretrained_checkpoint;          // HF safetensors folder with the initial weights
+  std::string save;                           // folder for training checkpoints; empty: no saving
+  std::string load;                           // folder to resume from; empty: start fresh
+  std::optional<std::int64_t> save_interval;  // unset: save at the end only
+  std::int64_t most_recent_k = -1;            // -1: keep every checkpoint
+  std::string export_hf;                      // folder for an HF export at the end
+};
+
+struct LoggerConfig {
+  std::int64_t log_interval = 1;
+  std::string metrics_path;  // JSONL metrics file; empty: console only
+};
+
+struct RngConfig {
+  std::int64_t seed = 1234;
+};
+
+// Parameters of the scheduler cost model (used by cost_aware and by dyncp-plan's statistics).
+// Defaults describe an H200 with NVLink 4: 989 TFLOP/s dense BF16 peak at ~45% achieved,
+// ~400 GB/s usable per direction, ~15 us per collective step.
+struct PackingCostConfig {
+  double device_flops_per_second = 4.5e14;
+  double link_bytes_per_second = 4.0e11;
+  double collective_latency_seconds = 1.5e-5;
+  double microbatch_overhead_seconds = 5e-4;
+};
+
+// Filled by resolve_config; not keys. The parallel layout for one world size.
+struct ParallelLayout {
+  std::int64_t world_size = 1;
+  std::int64_t data_parallel_size = 1;
+  std::int64_t context_parallel_size = 1;
+  std::int64_t pool_size = 1;  // dp x cp
+  std::int64_t expert_model_parallel_size = 1;
+  std::int64_t expert_data_parallel_size = 1;  // pool / ep
+  std::int64_t alignment_multiple = 1;
+  std::vector<std::int64_t> dynamic_group_sizes;  // every CP group size that will exist
+};
+
+struct ConfigContainer {
+  ModelConfig model;
+  DatasetConfig dataset;
+  TokenizerConfig tokenizer;
+  TrainConfig train;
+  ValidationConfig validation;
+  OptimizerConfig optimizer;
+  LrSchedulerConfig scheduler;
+  DdpConfig ddp;
+  DistConfig dist;
+  CheckpointConfig checkpoint;
+  LoggerConfig logger;
+  RngConfig rng;
+  PackingCostConfig packing;
+  MixedPrecision mixed_precision = MixedPrecision::fp32;
+
+  ParallelLayout layout;  // derived
+};
+
+}  // namespace dyncp::config

@@ -1,0 +1,127 @@
+#include "config/config_loader.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "config/assignment.hpp"
+#include "config/key_table.hpp"
+#include "core/error.hpp"
+
+namespace dyncp::config {
+
+namespace {
+
+using detail::Assignment;
+
+struct KeyAssignment {
+  const KeySpec* spec;
+  Assignment assignment;
+};
+
+// Keyed by canonical path. Recipe entries naming the same key twice (e.g. through an alias)
+// are a problem; an override replaces whatever came before it.
+void merge(std::vector<Assignment> assignments, bool later_wins,
+           std::map<std::string, KeyAssignment>& out, ProblemList& problems) {
+  for (auto& assignment : assignments) {
+    if (const auto* inert = find_inert_key(assignment.path)) {
+      const auto value = canonical_scalar(assignment.value);
+      if (std::find(inert->accepted.begin(), inert->accepted.end(), value) ==
+          inert->accepted.end()) {
+        std::string accepted;
+        for (const auto& item : inert->accepted)
+          accepted += (accepted.empty() ? "" : " or ") + item;
+        problems.add(assignment.path + " (" + assignment.origin + ")",
+                     describe_raw(assignment.value),
+                     "asks for " + inert->feature +
+                         ", which this program does not implement; "
+                         "use " +
+                         accepted + " (" + inert->meaning + ") or remove the key");
+      }
+      continue;
+    }
+    const KeySpec* spec = find_key(assignment.path);
+    if (spec == nullptr) {
+      problems.add_line(assignment.path + " (" + assignment.origin + "): unknown key" +
+                        did_you_mean_key(assignment.path));
+      continue;
+    }
+    const auto existing = out.find(spec->path);
+    if (existing != out.end() && !later_wins) {
+      problems.add_line(assignment.path + " (" + assignment.origin + "): " + spec->path +
+                        " is already set at " + existing->second.assignment.origin +
+                        "; keep one of them");
+      continue;
+    }
+    out.insert_or_assign(spec->path, KeyAssignment{spec, std::move(assignment)});
+  }
+}
+
+void apply(const KeyAssignment& entry, ConfigContainer& config, ProblemList& problems) {
+  std::string error;
+  const auto value = parse_value(*entry.spec, entry.assignment.value, error);
+  if (!value) {
+    problems.add(entry.assignment.path + " (" + entry.assignment.origin + ")",
+                 describe_raw(entry.assignment.value), error);
+    return;
+  }
+  entry.spec->set(config, *value);
+}
+
+}  // namespace
+
+ConfigContainer load_config_text(const std::string& yaml_text,
+                                 const std::vector<std::string>& overrides,
+                                 const std::string& source_name) {
+  ProblemList problems;
+  std::map<std::string, KeyAssignment> assignments;
+  merge(detail::read_yaml_assignments(yaml_text, source_name, problems), false, assignments,
+        problems);
+  std::vector<Assignment> override_assignments;
+  for (const auto& text : overrides) {
+    if (auto parsed = detail::parse_override(text, problems)) {
+      override_assignments.push_back(std::move(*parsed));
+    }
+  }
+  merge(std::move(override_assignments), true, assignments, problems);
+
+  ConfigContainer config;
+  // The checkpoint's config.json comes first so that explicit architecture keys override it.
+  const auto hf_path = assignments.find("model.hf_model_path");
+  if (hf_path != assignments.end()) {
+    apply(hf_path->second, config, problems);
+    if (!config.model.hf_model_path.empty()) {
+      try {
+        config.model.architecture = load_hf_model_config(config.model.hf_model_path);
+      } catch (const core::Error& error) {
+        problems.add("model.hf_model_path", config.model.hf_model_path,
+                     std::string(error.what()) +
+                         " (point it at an HF checkpoint folder with a "
+                         "config.json, or remove it)");
+      }
+    }
+  }
+  for (const auto& [path, entry] : assignments) {
+    if (path != "model.hf_model_path") apply(entry, config, problems);
+  }
+  problems.throw_if_any();
+  return config;
+}
+
+ConfigContainer load_config_file(const std::string& path,
+                                 const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  if (!in || std::filesystem::is_directory(path)) {
+    core::throw_config_error(path,
+                             "cannot read the recipe (missing or unreadable file; check "
+                             "the --config path)");
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad()) core::throw_config_error(path, "cannot read the recipe (I/O error)");
+  return load_config_text(text.str(), overrides, path);
+}
+
+}  // namespace dyncp::config

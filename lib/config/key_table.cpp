@@ -1,0 +1,380 @@
+#include "config/key_table.hpp"
+
+#include <charconv>
+#include <cmath>
+
+#include "config/key_builder.hpp"
+
+namespace dyncp::config {
+
+namespace {
+
+using detail::KeyOptions;
+using detail::make_key;
+
+void append_parallel_keys(std::vector<KeySpec>& keys) {
+  keys.push_back(make_key("model.hf_model_path", DYNCP_FIELD(model.hf_model_path),
+                          "HF checkpoint folder (or its config.json) whose config fills the model "
+                          "architecture keys; keys set in the recipe override it",
+                          {.rules = "empty: the architecture comes from the model.* keys alone"}));
+  keys.push_back(
+      make_key("model.tensor_model_parallel_size", DYNCP_FIELD(model.tensor_model_parallel_size),
+               "Tensor-parallel size (TP)", {.rules = "must be 1 (TP is not supported)"}));
+  keys.push_back(make_key(
+      "model.pipeline_model_parallel_size", DYNCP_FIELD(model.pipeline_model_parallel_size),
+      "Pipeline-parallel size (PP)", {.rules = "must be 1 (PP is not supported)"}));
+  keys.push_back(make_key("model.context_parallel_size", DYNCP_FIELD(model.context_parallel_size),
+                          "Static context-parallel size (cp); dp = world size / cp",
+                          {.rules = "must divide the world size"}));
+  keys.push_back(make_key(
+      "model.expert_model_parallel_size", DYNCP_FIELD(model.expert_model_parallel_size),
+      "Expert-parallel size (ep) over the dp x cp pool; expert-data-parallel size = pool / ep",
+      {.rules = "must divide the pool (dp x cp) and model.num_experts"}));
+  keys.push_back(make_key("model.sequence_parallel", DYNCP_FIELD(model.sequence_parallel),
+                          "Sequence parallelism inside a TP group",
+                          {.rules = "must be false (needs TP > 1); would multiply the alignment "
+                                    "multiple by tp"}));
+  keys.push_back(make_key("model.seq_length", DYNCP_FIELD(model.seq_length),
+                          "Longest sample in tokens (after the chat template)",
+                          {.rules = "multiple of the alignment multiple; <= pool x "
+                                    "model.max_seqlen_per_dp_cp_rank"}));
+  keys.push_back(make_key(
+      "model.dynamic_context_parallel", DYNCP_FIELD(model.dynamic_context_parallel),
+      "Dynamic CP: each microbatch runs on CP groups sized for its sequences, drawn from the "
+      "dp x cp pool",
+      {.rules = "needs a power-of-two pool of >= 2 ranks and dist.use_decentralized_pg=false"}));
+  keys.push_back(make_key("model.min_dynamic_context_parallel_size",
+                          DYNCP_FIELD(model.min_dynamic_context_parallel_size),
+                          "Smallest dynamic CP group size the scheduler may use",
+                          {.rules = "power of two, <= pool size"}));
+  keys.push_back(make_key(
+      "model.max_seqlen_per_dp_cp_rank", DYNCP_FIELD(model.max_seqlen_per_dp_cp_rank),
+      "Token capacity of one pool rank in one microbatch (sizes bins and CP groups)",
+      {.rules = "must be set explicitly; pool x value >= seq_length (pool = cp static, dp x cp "
+                "dynamic)"}));
+  keys.push_back(make_key(
+      "model.sequence_packing_scheduler", DYNCP_FIELD(model.sequence_packing_scheduler),
+      "Packing scheduler; unset: default_dynamic_cp with dynamic CP, dp_balanced without",
+      {.rules = "dp_balanced only with static CP; default_dynamic_cp and cost_aware only with "
+                "dynamic CP; needs dataset.enable_global_batch_packing"}));
+  keys.push_back(make_key("model.cp_comm_type", DYNCP_FIELD(model.cp_comm_type),
+                          "How a CP group exchanges K/V in attention",
+                          {.rules = "a2a and a2a+p2p are not implemented",
+                           .feature = "ring (p2p) context-parallel attention"}));
+  keys.push_back(make_key(
+      "model.calculate_per_token_loss", DYNCP_FIELD(model.calculate_per_token_loss),
+      "Loss summed per token and normalised by the global token count", {.rules = "must be true"}));
+  keys.push_back(make_key("model.moe_router_load_balancing_type",
+                          DYNCP_FIELD(model.moe_router_load_balancing_type),
+                          "MoE load-balancing loss (coefficient: model.router_aux_loss_coef)"));
+  keys.push_back(make_key("model.recompute_granularity", DYNCP_FIELD(model.recompute_granularity),
+                          "Activation recomputation; unset: none",
+                          {.feature = "activation recomputation"}));
+  keys.push_back(make_key(
+      "model.recompute_method", DYNCP_FIELD(model.recompute_method),
+      "Which layers full recomputation covers",
+      {.rules = "only with recompute_granularity=full", .feature = "activation recomputation"}));
+  keys.push_back(
+      make_key("model.recompute_num_layers", DYNCP_FIELD(model.recompute_num_layers),
+               "Layers per recomputation unit",
+               {.rules = "only with recompute_method set", .feature = "activation recomputation"}));
+  keys.push_back(make_key("model.recompute_modules", DYNCP_FIELD(model.recompute_modules),
+                          "Modules recomputed under selective recomputation (e.g. moe_act, "
+                          "layernorm)",
+                          {.rules = "only with recompute_granularity=selective",
+                           .feature = "activation recomputation"}));
+}
+
+void append_data_keys(std::vector<KeySpec>& keys) {
+  keys.push_back(make_key("dataset.type", DYNCP_FIELD(dataset.type), "Training data format",
+                          {.rules = "mock_varlen needs dataset.mock_length_distribution; the "
+                                    "others need dataset.data_path"}));
+  keys.push_back(make_key("dataset.data_path", DYNCP_FIELD(dataset.data_path),
+                          "Training data: JSONL file, or .bin/.idx prefix for megatron_indexed"));
+  keys.push_back(make_key("dataset.validation_data_path", DYNCP_FIELD(dataset.validation_data_path),
+                          "Held-out data for evaluation (same format as dataset.type)"));
+  keys.push_back(make_key("dataset.seq_length", DYNCP_FIELD(dataset.seq_length),
+                          "Dataset sequence cap; unset: model.seq_length",
+                          {.rules = "<= model.seq_length; multiple of the alignment multiple"}));
+  keys.push_back(make_key("dataset.enable_global_batch_packing",
+                          DYNCP_FIELD(dataset.enable_global_batch_packing),
+                          "Pack each global batch online with the packing scheduler",
+                          {.rules = "must be true: global-batch packing is the only data path"}));
+  keys.push_back(make_key("dataset.dataloader_type", DYNCP_FIELD(dataset.dataloader_type),
+                          "Loader kind", {.rules = "single or cyclic"}));
+  keys.push_back(make_key("dataset.fold_alignment_padding",
+                          DYNCP_FIELD(dataset.fold_alignment_padding),
+                          "Report each padded length as the sequence length, so bins have no "
+                          "padding between sequences"));
+  keys.push_back(make_key(
+      "dataset.global_batch_packing_pad_to_multiple_of",
+      DYNCP_FIELD(dataset.global_batch_packing_pad_to_multiple_of),
+      "Per-sequence alignment multiple; unset: derived (2 x dp x cp dynamic, 2 x cp static, 1 "
+      "without CP)",
+      {.rules = "a multiple of the derived alignment multiple"}));
+  keys.push_back(make_key("dataset.cache_dir", DYNCP_FIELD(dataset.cache_dir),
+                          "Folder for prepared (tokenized, indexed) data"));
+  keys.push_back(make_key("dataset.truncation", DYNCP_FIELD(dataset.truncation),
+                          "A sample longer than seq_length is dropped, truncated, or an error"));
+  keys.push_back(make_key("dataset.on_bad_sample", DYNCP_FIELD(dataset.on_bad_sample),
+                          "A malformed sample is an error, or skipped with a warning"));
+  keys.push_back(make_key("dataset.shuffle", DYNCP_FIELD(dataset.shuffle),
+                          "Shuffle samples each epoch (seeded by rng.seed)"));
+  keys.push_back(make_key("dataset.num_workers", DYNCP_FIELD(dataset.num_workers),
+                          "Data preparation threads", {.min = 0, .max = 1024}));
+  keys.push_back(
+      make_key("dataset.mock_length_distribution", DYNCP_FIELD(dataset.mock_length_distribution),
+               "mock_varlen lengths: lognormal(min=,max=,mean=,sigma=), uniform(min=,max=) or "
+               "fixed(length=)",
+               {.rules = "max <= seq_length"}));
+  keys.push_back(make_key("dataset.mock_num_samples", DYNCP_FIELD(dataset.mock_num_samples),
+                          "Number of mock_varlen samples"));
+  keys.push_back(make_key("tokenizer.tokenizer_type", DYNCP_FIELD(tokenizer.tokenizer_type),
+                          "HuggingFaceTokenizer reads tokenizer.json; NullTokenizer for "
+                          "pre-tokenized or mock data",
+                          {.rules = "chat_jsonl needs HuggingFaceTokenizer"}));
+  keys.push_back(make_key("tokenizer.tokenizer_model", DYNCP_FIELD(tokenizer.tokenizer_model),
+                          "tokenizer.json or a folder holding it; empty: model.hf_model_path",
+                          {.rules = "chat_jsonl needs it or model.hf_model_path"}));
+  keys.push_back(make_key("tokenizer.chat_template", DYNCP_FIELD(tokenizer.chat_template),
+                          "Chat template for chat_jsonl (assistant tokens carry the loss)"));
+}
+
+void append_training_keys(std::vector<KeySpec>& keys) {
+  keys.push_back(make_key("train.micro_batch_size", DYNCP_FIELD(train.micro_batch_size),
+                          "Samples per loader microbatch (the scheduler packs them)",
+                          {.rules = "must be 1"}));
+  keys.push_back(make_key("train.global_batch_size", DYNCP_FIELD(train.global_batch_size),
+                          "Samples per optimizer step", {.rules = "divisible by dp"}));
+  keys.push_back(make_key("train.train_iters", DYNCP_FIELD(train.train_iters), "Optimizer steps"));
+  keys.push_back(make_key("train.stop_on_nan", DYNCP_FIELD(train.stop_on_nan),
+                          "Stop with an error when the loss or gradient norm is not finite"));
+  keys.push_back(make_key("validation.eval_interval", DYNCP_FIELD(validation.eval_interval),
+                          "Evaluate every this many steps; unset: never",
+                          {.feature = "evaluation"}));
+  keys.push_back(make_key("validation.eval_iters", DYNCP_FIELD(validation.eval_iters),
+                          "Global batches per evaluation", {.min = 0, .feature = "evaluation"}));
+  keys.push_back(make_key("optimizer.optimizer", DYNCP_FIELD(optimizer.optimizer),
+                          "Optimizer (AdamW with decoupled weight decay)"));
+  keys.push_back(
+      make_key("optimizer.lr", DYNCP_FIELD(optimizer.lr), "Peak learning rate", {.rules = "> 0"}));
+  keys.push_back(make_key("optimizer.min_lr", DYNCP_FIELD(optimizer.min_lr),
+                          "Learning rate at the end of decay", {.rules = ">= 0, <= optimizer.lr"}));
+  keys.push_back(make_key("optimizer.weight_decay", DYNCP_FIELD(optimizer.weight_decay),
+                          "Decoupled weight decay", {.rules = ">= 0"}));
+  keys.push_back(make_key("optimizer.adam_beta1", DYNCP_FIELD(optimizer.adam_beta1), "Adam beta1",
+                          {.rules = "in [0, 1)"}));
+  keys.push_back(make_key("optimizer.adam_beta2", DYNCP_FIELD(optimizer.adam_beta2), "Adam beta2",
+                          {.rules = "in [0, 1)"}));
+  keys.push_back(make_key("optimizer.adam_eps", DYNCP_FIELD(optimizer.adam_eps), "Adam epsilon",
+                          {.rules = "> 0"}));
+  keys.push_back(make_key("optimizer.clip_grad", DYNCP_FIELD(optimizer.clip_grad),
+                          "Global gradient-norm clip; 0: off", {.rules = ">= 0"}));
+  keys.push_back(make_key("optimizer.use_precision_aware_optimizer",
+                          DYNCP_FIELD(optimizer.use_precision_aware_optimizer),
+                          "Keep optimizer state in the dtypes below",
+                          {.feature = "precision-aware optimizer"}));
+  keys.push_back(make_key("optimizer.exp_avg_dtype", DYNCP_FIELD(optimizer.exp_avg_dtype),
+                          "Adam first-moment dtype",
+                          {.rules = "bfloat16 needs use_precision_aware_optimizer",
+                           .feature = "precision-aware optimizer"}));
+  keys.push_back(make_key("optimizer.exp_avg_sq_dtype", DYNCP_FIELD(optimizer.exp_avg_sq_dtype),
+                          "Adam second-moment dtype",
+                          {.rules = "bfloat16 needs use_precision_aware_optimizer",
+                           .feature = "precision-aware optimizer"}));
+  keys.push_back(make_key("scheduler.lr_decay_style", DYNCP_FIELD(scheduler.lr_decay_style),
+                          "Learning-rate decay after warm-up"));
+  keys.push_back(make_key("scheduler.lr_warmup_iters", DYNCP_FIELD(scheduler.lr_warmup_iters),
+                          "Linear warm-up steps", {.min = 0, .rules = "<= lr_decay_iters"}));
+  keys.push_back(make_key("scheduler.lr_warmup_init", DYNCP_FIELD(scheduler.lr_warmup_init),
+                          "Learning rate at step 0 of warm-up", {.rules = ">= 0"}));
+  keys.push_back(make_key("scheduler.lr_decay_iters", DYNCP_FIELD(scheduler.lr_decay_iters),
+                          "Steps until min_lr; unset: train.train_iters"));
+  keys.push_back(make_key("scheduler.start_weight_decay", DYNCP_FIELD(scheduler.start_weight_decay),
+                          "Weight decay at step 0; unset: optimizer.weight_decay",
+                          {.rules = ">= 0"}));
+  keys.push_back(make_key("scheduler.end_weight_decay", DYNCP_FIELD(scheduler.end_weight_decay),
+                          "Weight decay at the end; unset: optimizer.weight_decay",
+                          {.rules = ">= 0"}));
+  keys.push_back(make_key("scheduler.weight_decay_incr_style",
+                          DYNCP_FIELD(scheduler.weight_decay_incr_style),
+                          "How weight decay moves from start to end"));
+  keys.push_back(make_key("scheduler.override_opt_param_scheduler",
+                          DYNCP_FIELD(scheduler.override_opt_param_scheduler),
+                          "On resume, take the schedule from this config, not the checkpoint"));
+}
+
+void append_runtime_keys(std::vector<KeySpec>& keys) {
+  keys.push_back(make_key("ddp.average_in_collective", DYNCP_FIELD(ddp.average_in_collective),
+                          "Average (instead of sum) gradients in the collective",
+                          {.rules = "must be false (per-token loss normalises by token count)"}));
+  keys.push_back(make_key("ddp.use_distributed_optimizer",
+                          DYNCP_FIELD(ddp.use_distributed_optimizer),
+                          "Shard optimizer state: dense over the pool, experts over expert-dp",
+                          {.feature = "distributed optimizer"}));
+  keys.push_back(make_key("dist.use_decentralized_pg", DYNCP_FIELD(dist.use_decentralized_pg),
+                          "Megatron's decentralized process groups",
+                          {.rules = "must be false (dynamic CP groups come from the parallel "
+                                    "state)"}));
+  keys.push_back(make_key("dist.device", DYNCP_FIELD(dist.device),
+                          "auto: CUDA when a device is visible, else CPU"));
+  keys.push_back(make_key("dist.eager_dynamic_cp_groups", DYNCP_FIELD(dist.eager_dynamic_cp_groups),
+                          "Create every dynamic CP communicator at start-up instead of on first "
+                          "use"));
+  keys.push_back(make_key("dist.distributed_timeout_minutes",
+                          DYNCP_FIELD(dist.distributed_timeout_minutes),
+                          "Collective timeout before the job is aborted", {.max = 10080}));
+  keys.push_back(make_key("checkpoint.pretrained_checkpoint",
+                          DYNCP_FIELD(checkpoint.pretrained_checkpoint),
+                          "HF safetensors folder with the initial weights; empty: random init",
+                          {.feature = "checkpoint loading"}));
+  keys.push_back(make_key("checkpoint.save", DYNCP_FIELD(checkpoint.save),
+                          "Folder for training checkpoints; empty: none",
+                          {.feature = "checkpointing"}));
+  keys.push_back(make_key("checkpoint.load", DYNCP_FIELD(checkpoint.load),
+                          "Checkpoint folder to resume from; empty: start fresh",
+                          {.feature = "checkpointing"}));
+  keys.push_back(make_key("checkpoint.save_interval", DYNCP_FIELD(checkpoint.save_interval),
+                          "Save every this many steps; unset: at the end only (when save is set)"));
+  keys.push_back(make_key("checkpoint.most_recent_k", DYNCP_FIELD(checkpoint.most_recent_k),
+                          "Checkpoints to keep; -1: all",
+                          {.min = -1, .rules = "-1 or >= 1", .aliases = {"checkpoint.keep"}}));
+  keys.push_back(make_key("checkpoint.export_hf", DYNCP_FIELD(checkpoint.export_hf),
+                          "Folder for an HF safetensors export at the end; empty: none",
+                          {.feature = "HF export"}));
+  keys.push_back(make_key("logger.log_interval", DYNCP_FIELD(logger.log_interval),
+                          "Steps between console metric lines"));
+  keys.push_back(make_key("logger.metrics_path", DYNCP_FIELD(logger.metrics_path),
+                          "JSONL file receiving every step's metrics; empty: none"));
+  keys.push_back(make_key("rng.seed", DYNCP_FIELD(rng.seed),
+                          "Seed of every random draw (init, shuffling, mock data)",
+                          {.min = 0, .max = std::numeric_limits<std::int64_t>::max()}));
+  keys.push_back(make_key("packing.device_flops_per_second",
+                          DYNCP_FIELD(packing.device_flops_per_second),
+                          "Cost model: achieved FLOP/s of one device", {.rules = "> 0"}));
+  keys.push_back(
+      make_key("packing.link_bytes_per_second", DYNCP_FIELD(packing.link_bytes_per_second),
+               "Cost model: CP link bandwidth per direction, bytes/s", {.rules = "> 0"}));
+  keys.push_back(make_key(
+      "packing.collective_latency_seconds", DYNCP_FIELD(packing.collective_latency_seconds),
+      "Cost model: fixed latency of one collective step, s", {.rules = ">= 0"}));
+  keys.push_back(make_key("packing.microbatch_overhead_seconds",
+                          DYNCP_FIELD(packing.microbatch_overhead_seconds),
+                          "Cost model: fixed cost of one microbatch, s", {.rules = ">= 0"}));
+  keys.push_back(make_key("mixed_precision", DYNCP_FIELD(mixed_precision),
+                          "Compute precision: fp32, or bf16 compute with fp32 master weights",
+                          {.feature = "bf16 mixed precision"}));
+}
+
+std::vector<KeySpec> build_table() {
+  std::vector<KeySpec> keys;
+  append_parallel_keys(keys);
+  detail::append_model_architecture_keys(keys);
+  append_data_keys(keys);
+  append_training_keys(keys);
+  append_runtime_keys(keys);
+  return keys;
+}
+
+}  // namespace
+
+const std::vector<KeySpec>& key_table() {
+  static const std::vector<KeySpec> table = build_table();
+  return table;
+}
+
+const KeySpec* find_key(const std::string& path) {
+  for (const auto& spec : key_table()) {
+    if (spec.path == path) return &spec;
+    for (const auto& alias : spec.aliases) {
+      if (alias == path) return &spec;
+    }
+  }
+  return nullptr;
+}
+
+std::vector<std::string> all_key_names() {
+  std::vector<std::string> names;
+  for (const auto& spec : key_table()) {
+    names.push_back(spec.path);
+    names.insert(names.end(), spec.aliases.begin(), spec.aliases.end());
+  }
+  for (const auto& inert : inert_keys()) names.push_back(inert.path);
+  return names;
+}
+
+std::string type_name(const KeySpec& spec) {
+  auto join = [](const std::vector<std::string>& items) {
+    std::string out;
+    for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
+    return "[" + out + "]";
+  };
+  auto range = [&spec]() -> std::string {
+    if (spec.max_integer >= detail::max_size) {
+      return " >= " + std::to_string(spec.min_integer);
+    }
+    return " in [" + std::to_string(spec.min_integer) + ", " + std::to_string(spec.max_integer) +
+           "]";
+  };
+  std::string name;
+  switch (spec.type) {
+    case KeyType::boolean:
+      name = "boolean";
+      break;
+    case KeyType::integer:
+      name = "integer" + range();
+      break;
+    case KeyType::number:
+      name = "number";
+      break;
+    case KeyType::string:
+      name = "string";
+      break;
+    case KeyType::choice:
+      name = "one of " + join(spec.choices);
+      break;
+    case KeyType::integer_list:
+      name = "list of integers" + range();
+      break;
+    case KeyType::choice_list:
+      name = spec.choices.empty() ? "list of strings" : "list of " + join(spec.choices);
+      break;
+  }
+  return spec.nullable ? name + " or null" : name;
+}
+
+namespace {
+
+std::string format_number(double value) {
+  // Shortest text that reads back to the same double, always recognisable as a float.
+  char buffer[64];
+  const auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  std::string text(buffer, result.ptr);
+  if (std::isfinite(value) && text.find_first_of(".e") == std::string::npos) text += ".0";
+  return text;
+}
+
+}  // namespace
+
+std::string format_value(const KeyValue& value) {
+  struct Visitor {
+    std::string operator()(std::monostate) const { return "null"; }
+    std::string operator()(bool b) const { return b ? "true" : "false"; }
+    std::string operator()(std::int64_t i) const { return std::to_string(i); }
+    std::string operator()(double d) const { return format_number(d); }
+    std::string operator()(const std::string& s) const { return s.empty() ? "\"\"" : s; }
+    std::string operator()(const std::vector<std::int64_t>& list) const {
+      std::string out;
+      for (const auto item : list) out += (out.empty() ? "" : ", ") + std::to_string(item);
+      return "[" + out + "]";
+    }
+    std::string operator()(const std::vector<std::string>& list) const {
+      std::string out;
+      for (const auto& item : list) out += (out.empty() ? "" : ", ") + item;
+      return "[" + out + "]";
+    }
+  };
+  return std::visit(Visitor{}, value);
+}
+
+}  // namespace dyncp::config

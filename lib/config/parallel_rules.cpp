@@ -1,0 +1,235 @@
+// Rules for the parallel layout and global-batch packing, after Megatron-Bridge's
+// ConfigContainer.validate and MCore's dynamic-CP checks, plus this program's own limits
+// (TP = PP = 1). Every rule names the key, the value, the rule and the fix.
+
+#include <string>
+
+#include "config/validation_rules.hpp"
+
+namespace dyncp::config::detail {
+
+namespace {
+
+std::string str(std::int64_t value) {
+  return std::to_string(value);
+}
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  return (a + b - 1) / b;
+}
+
+void check_unsupported_parallelism(const ModelConfig& model, ProblemList& problems) {
+  if (model.tensor_model_parallel_size != 1) {
+    problems.add("model.tensor_model_parallel_size", str(model.tensor_model_parallel_size),
+                 "only 1 is supported (tensor parallelism is not implemented; scale with "
+                 "context and expert parallelism instead); set it to 1");
+  }
+  if (model.pipeline_model_parallel_size != 1) {
+    problems.add("model.pipeline_model_parallel_size", str(model.pipeline_model_parallel_size),
+                 "only 1 is supported (pipeline parallelism is not implemented, and packed "
+                 "dynamic-CP microbatches need PP = 1); set it to 1");
+  }
+  if (model.sequence_parallel) {
+    problems.add("model.sequence_parallel", "true",
+                 "needs tensor parallelism (tp > 1), which is not implemented; set it to false");
+  }
+  if (model.cp_comm_type == CpCommType::a2a || model.cp_comm_type == CpCommType::a2a_p2p) {
+    problems.add("model.cp_comm_type", to_string(model.cp_comm_type),
+                 "is not implemented; use all_gather or p2p");
+  }
+}
+
+void check_packing_switches(ConfigContainer& config, ProblemList& problems) {
+  const auto& model = config.model;
+  if (config.train.micro_batch_size != 1) {
+    problems.add("train.micro_batch_size", str(config.train.micro_batch_size),
+                 "must be 1: the loader yields one unpacked sample per microbatch and the "
+                 "packing scheduler builds the bins; set it to 1");
+  }
+  if (!model.calculate_per_token_loss) {
+    problems.add("model.calculate_per_token_loss", "false",
+                 "must be true: with packed bins and variable CP groups the loss is a per-token "
+                 "sum normalised by the global token count; set it to true");
+  }
+  if (config.ddp.average_in_collective) {
+    problems.add("ddp.average_in_collective", "true",
+                 "must be false with per-token loss (averaging would divide gradients by the "
+                 "group size a second time); set it to false");
+  }
+  const auto loader = config.dataset.dataloader_type;
+  if (loader != DataloaderType::single && loader != DataloaderType::cyclic) {
+    problems.add("dataset.dataloader_type", to_string(loader),
+                 "must be single or cyclic: the packing scheduler needs one sample per loader "
+                 "microbatch");
+  }
+  if (!config.dataset.enable_global_batch_packing) {
+    problems.add("dataset.enable_global_batch_packing", "false",
+                 "global-batch packing is the only data path: each step's samples are packed "
+                 "online into bins across the dp x cp pool (offline and in-batch packing are not "
+                 "implemented); set it to true");
+    if (model.sequence_packing_scheduler) {
+      problems.add("model.sequence_packing_scheduler", to_string(*model.sequence_packing_scheduler),
+                   "a packing scheduler runs only with dataset.enable_global_batch_packing=true");
+    }
+  }
+  if (config.dist.use_decentralized_pg) {
+    problems.add("dist.use_decentralized_pg", "true",
+                 "must be false: dynamic CP groups are looked up in the parallel state, which "
+                 "decentralized process groups do not create; set it to false");
+  }
+}
+
+void resolve_scheduler(ModelConfig& model, ProblemList& problems) {
+  const bool dynamic = model.dynamic_context_parallel;
+  if (!model.sequence_packing_scheduler) {
+    model.sequence_packing_scheduler =
+        dynamic ? PackingScheduler::default_dynamic_cp : PackingScheduler::dp_balanced;
+    return;
+  }
+  const auto scheduler = *model.sequence_packing_scheduler;
+  if (dynamic && scheduler == PackingScheduler::dp_balanced) {
+    problems.add("model.sequence_packing_scheduler", "dp_balanced",
+                 "contradicts model.dynamic_context_parallel=true (dp_balanced runs static CP); "
+                 "use default_dynamic_cp or cost_aware, or set "
+                 "model.dynamic_context_parallel=false");
+  } else if (!dynamic && scheduler != PackingScheduler::dp_balanced) {
+    problems.add("model.sequence_packing_scheduler", to_string(scheduler),
+                 "is a dynamic-CP scheduler but model.dynamic_context_parallel=false; use "
+                 "dp_balanced, or set model.dynamic_context_parallel=true");
+  }
+}
+
+}  // namespace
+
+void check_parallel_and_packing(ConfigContainer& config, std::int64_t world_size,
+                                ProblemList& problems) {
+  auto& model = config.model;
+  check_unsupported_parallelism(model, problems);
+  check_packing_switches(config, problems);
+  resolve_scheduler(model, problems);
+
+  const bool dynamic = model.dynamic_context_parallel;
+  const std::int64_t cp = model.context_parallel_size;
+  const std::int64_t seq_length = model.seq_length;
+  const bool layout_known = world_size % cp == 0;
+  if (!layout_known) {
+    problems.add("model.context_parallel_size", str(cp),
+                 "must divide the world size " + str(world_size) +
+                     " (dp = world / cp); use a divisor of " + str(world_size) +
+                     " or launch a multiple of " + str(cp) + " ranks");
+  }
+  const std::int64_t dp = layout_known ? world_size / cp : 0;
+  const std::int64_t pool = dp * cp;
+  const std::string pool_text = "dp " + str(dp) + " x cp " + str(cp) + " = " + str(pool);
+
+  if (layout_known && config.train.global_batch_size % dp != 0) {
+    const auto gbs = config.train.global_batch_size;
+    problems.add("train.global_batch_size", str(gbs),
+                 "must be divisible by dp = " + str(dp) + " (world " + str(world_size) + " / cp " +
+                     str(cp) + "); use e.g. " + str(ceil_div(gbs, dp) * dp));
+  }
+
+  if (dynamic && layout_known && (pool < 2 || !is_power_of_two(pool))) {
+    problems.add("model.dynamic_context_parallel", "true",
+                 "needs a dp x cp pool that is a power of two with at least 2 ranks, but the pool "
+                 "is " +
+                     pool_text +
+                     "; run on 2, 4, 8, ... ranks or set "
+                     "model.dynamic_context_parallel=false");
+  }
+  const auto min_size = model.min_dynamic_context_parallel_size;
+  if (!is_power_of_two(min_size)) {
+    problems.add("model.min_dynamic_context_parallel_size", str(min_size),
+                 "must be a power of two (1, 2, 4, ...)");
+  } else if (dynamic && layout_known && min_size > pool) {
+    problems.add("model.min_dynamic_context_parallel_size", str(min_size),
+                 "must be <= the dp x cp pool (" + pool_text + ")");
+  }
+
+  // The longest sample must fit the largest group the scheduler can form.
+  const std::int64_t capacity_ranks = dynamic ? pool : cp;
+  const std::string capacity_text = dynamic ? "pool " + pool_text : "cp " + str(cp);
+  if (!model.max_seqlen_per_dp_cp_rank) {
+    problems.add("model.max_seqlen_per_dp_cp_rank", "null",
+                 "must be set explicitly (it sizes every packed bin and CP group); a starting "
+                 "point is seq_length / cp = " +
+                     str(ceil_div(seq_length, cp)));
+  } else if (layout_known && capacity_ranks * *model.max_seqlen_per_dp_cp_rank < seq_length) {
+    const auto capacity = *model.max_seqlen_per_dp_cp_rank;
+    problems.add("model.max_seqlen_per_dp_cp_rank", str(capacity),
+                 capacity_text + " ranks x " + str(capacity) + " = " +
+                     str(capacity_ranks * capacity) + " tokens < model.seq_length " +
+                     str(seq_length) +
+                     ", so the longest sample could never be scheduled; use "
+                     "at least " +
+                     str(ceil_div(seq_length, capacity_ranks)));
+  }
+
+  const std::int64_t ep = model.expert_model_parallel_size;
+  const std::int64_t num_experts = model.architecture.num_experts;
+  if (layout_known && pool % ep != 0) {
+    problems.add("model.expert_model_parallel_size", str(ep),
+                 "must divide the dp x cp pool (" + pool_text + ")");
+  }
+  if (num_experts == 0 && ep != 1) {
+    problems.add("model.expert_model_parallel_size", str(ep),
+                 "a dense model (model.num_experts=0) has no experts to split; set it to 1");
+  } else if (num_experts > 0 && num_experts % ep != 0) {
+    problems.add("model.expert_model_parallel_size", str(ep),
+                 "must divide model.num_experts = " + str(num_experts));
+  }
+
+  // Per-sequence alignment: zigzag CP needs every length divisible by 2 x (group size), and
+  // every dynamic group size divides the pool.
+  std::int64_t alignment = dynamic ? 2 * pool : (cp > 1 ? 2 * cp : 1);
+  if (model.sequence_parallel && model.tensor_model_parallel_size > 1) {
+    alignment *= model.tensor_model_parallel_size;
+  }
+  auto& pad_to = config.dataset.global_batch_packing_pad_to_multiple_of;
+  if (layout_known && alignment > 0) {
+    if (pad_to && *pad_to % alignment != 0) {
+      problems.add("dataset.global_batch_packing_pad_to_multiple_of", str(*pad_to),
+                   "must be a multiple of the required alignment " + str(alignment) +
+                       (dynamic ? " (2 x dp x cp)" : " (2 x cp, or 1 without CP)") +
+                       "; remove it to use the derived value");
+    } else {
+      if (!pad_to) pad_to = alignment;
+      if (seq_length % *pad_to != 0) {
+        problems.add("model.seq_length", str(seq_length),
+                     "must be a multiple of the alignment multiple " + str(*pad_to) +
+                         (dynamic ? " (2 x dp x cp)" : " (2 x cp)") + "; use e.g. " +
+                         str(ceil_div(seq_length, *pad_to) * *pad_to));
+      }
+      const auto& dataset_length = config.dataset.seq_length;
+      if (dataset_length && *dataset_length % *pad_to != 0) {
+        problems.add("dataset.seq_length", str(*dataset_length),
+                     "must be a multiple of the alignment multiple " + str(*pad_to));
+      }
+    }
+  }
+  if (config.dataset.seq_length && *config.dataset.seq_length > seq_length) {
+    problems.add("dataset.seq_length", str(*config.dataset.seq_length),
+                 "must be <= model.seq_length " + str(seq_length) +
+                     " (remove it to use "
+                     "model.seq_length)");
+  }
+
+  auto& layout = config.layout;
+  layout = ParallelLayout{};
+  layout.world_size = world_size;
+  layout.data_parallel_size = dp;
+  layout.context_parallel_size = cp;
+  layout.pool_size = pool;
+  layout.expert_model_parallel_size = ep;
+  layout.expert_data_parallel_size = ep > 0 && pool % ep == 0 ? pool / ep : 0;
+  layout.alignment_multiple = pad_to.value_or(alignment);
+  if (dynamic) {
+    for (std::int64_t size = min_size; size > 0 && size <= pool; size *= 2) {
+      layout.dynamic_group_sizes.push_back(size);
+    }
+  } else {
+    layout.dynamic_group_sizes.push_back(cp);
+  }
+}
+
+}  // namespace dyncp::config::detail

@@ -1,0 +1,162 @@
+// Rules for the data source, tokenizer, optimizer, LR schedule, recomputation, checkpointing
+// and the packing cost model; fills the LR-schedule defaults.
+
+#include <string>
+
+#include "config/key_table.hpp"
+#include "config/length_distribution.hpp"
+#include "config/validation_rules.hpp"
+
+namespace dyncp::config::detail {
+
+namespace {
+
+std::string str(std::int64_t value) {
+  return std::to_string(value);
+}
+std::string num(double value) {
+  return format_value(KeyValue{value});
+}
+
+void check_data(ConfigContainer& config, ProblemList& problems) {
+  const auto& dataset = config.dataset;
+  const std::int64_t seq_length = dataset.seq_length.value_or(config.model.seq_length);
+  if (dataset.type == DatasetType::mock_varlen) {
+    try {
+      const auto distribution = parse_length_distribution(dataset.mock_length_distribution);
+      if (distribution.max_length > seq_length) {
+        problems.add("dataset.mock_length_distribution", dataset.mock_length_distribution,
+                     "max " + str(distribution.max_length) + " exceeds the sequence length " +
+                         str(seq_length) + "; lower max or raise model.seq_length");
+      }
+    } catch (const core::Error& error) {
+      problems.add_line(error.what());
+    }
+  } else if (dataset.data_path.empty()) {
+    problems.add("dataset.data_path", "\"\"",
+                 "dataset.type=" + to_string(dataset.type) +
+                     " reads a data file; set dataset.data_path (or use dataset.type=mock_varlen)");
+  }
+  if (dataset.type == DatasetType::chat_jsonl) {
+    if (config.tokenizer.tokenizer_type != TokenizerType::HuggingFaceTokenizer) {
+      problems.add("tokenizer.tokenizer_type", to_string(config.tokenizer.tokenizer_type),
+                   "chat_jsonl data must be tokenized; use HuggingFaceTokenizer");
+    } else if (config.tokenizer.tokenizer_model.empty() && config.model.hf_model_path.empty()) {
+      problems.add("tokenizer.tokenizer_model", "\"\"",
+                   "chat_jsonl data needs a tokenizer.json; set tokenizer.tokenizer_model or "
+                   "model.hf_model_path");
+    }
+  }
+}
+
+void check_optimizer(ConfigContainer& config, ProblemList& problems) {
+  const auto& optimizer = config.optimizer;
+  if (!(optimizer.lr > 0)) problems.add("optimizer.lr", num(optimizer.lr), "must be > 0");
+  if (!(optimizer.min_lr >= 0 && optimizer.min_lr <= optimizer.lr)) {
+    problems.add("optimizer.min_lr", num(optimizer.min_lr),
+                 "must be in [0, optimizer.lr = " + num(optimizer.lr) + "]");
+  }
+  if (!(optimizer.weight_decay >= 0)) {
+    problems.add("optimizer.weight_decay", num(optimizer.weight_decay), "must be >= 0");
+  }
+  if (!(optimizer.adam_beta1 >= 0 && optimizer.adam_beta1 < 1)) {
+    problems.add("optimizer.adam_beta1", num(optimizer.adam_beta1), "must be in [0, 1)");
+  }
+  if (!(optimizer.adam_beta2 >= 0 && optimizer.adam_beta2 < 1)) {
+    problems.add("optimizer.adam_beta2", num(optimizer.adam_beta2), "must be in [0, 1)");
+  }
+  if (!(optimizer.adam_eps > 0)) {
+    problems.add("optimizer.adam_eps", num(optimizer.adam_eps), "must be > 0");
+  }
+  if (!(optimizer.clip_grad >= 0)) {
+    problems.add("optimizer.clip_grad", num(optimizer.clip_grad), "must be >= 0 (0 turns it off)");
+  }
+  if (!optimizer.use_precision_aware_optimizer) {
+    if (optimizer.exp_avg_dtype != StateDType::float32) {
+      problems.add("optimizer.exp_avg_dtype", to_string(optimizer.exp_avg_dtype),
+                   "non-fp32 optimizer state needs optimizer.use_precision_aware_optimizer=true");
+    }
+    if (optimizer.exp_avg_sq_dtype != StateDType::float32) {
+      problems.add("optimizer.exp_avg_sq_dtype", to_string(optimizer.exp_avg_sq_dtype),
+                   "non-fp32 optimizer state needs optimizer.use_precision_aware_optimizer=true");
+    }
+  }
+}
+
+void resolve_lr_schedule(ConfigContainer& config, ProblemList& problems) {
+  auto& schedule = config.scheduler;
+  if (!schedule.lr_decay_iters) schedule.lr_decay_iters = config.train.train_iters;
+  if (!schedule.start_weight_decay) schedule.start_weight_decay = config.optimizer.weight_decay;
+  if (!schedule.end_weight_decay) schedule.end_weight_decay = config.optimizer.weight_decay;
+  if (schedule.lr_warmup_iters > *schedule.lr_decay_iters) {
+    problems.add("scheduler.lr_warmup_iters", str(schedule.lr_warmup_iters),
+                 "must be <= scheduler.lr_decay_iters " + str(*schedule.lr_decay_iters) +
+                     " (unset, that is train.train_iters)");
+  }
+  if (!(schedule.lr_warmup_init >= 0)) {
+    problems.add("scheduler.lr_warmup_init", num(schedule.lr_warmup_init), "must be >= 0");
+  }
+  if (!(*schedule.start_weight_decay >= 0)) {
+    problems.add("scheduler.start_weight_decay", num(*schedule.start_weight_decay), "must be >= 0");
+  }
+  if (!(*schedule.end_weight_decay >= 0)) {
+    problems.add("scheduler.end_weight_decay", num(*schedule.end_weight_decay), "must be >= 0");
+  }
+}
+
+void check_recompute(ModelConfig& model, ProblemList& problems) {
+  const bool full = model.recompute_granularity == RecomputeGranularity::full;
+  const bool selective = model.recompute_granularity == RecomputeGranularity::selective;
+  if (model.recompute_method && !full) {
+    problems.add("model.recompute_method", to_string(*model.recompute_method),
+                 "only applies with model.recompute_granularity=full");
+  }
+  if (model.recompute_num_layers && !model.recompute_method && !full) {
+    problems.add("model.recompute_num_layers", str(*model.recompute_num_layers),
+                 "only applies with model.recompute_granularity=full");
+  }
+  if (!model.recompute_modules.empty() && !selective) {
+    problems.add("model.recompute_modules", "[...]",
+                 "only applies with model.recompute_granularity=selective");
+  }
+  if (full) {
+    if (!model.recompute_method) model.recompute_method = RecomputeMethod::uniform;
+    if (!model.recompute_num_layers) model.recompute_num_layers = 1;
+  }
+}
+
+void check_runtime(ConfigContainer& config, ProblemList& problems) {
+  if (config.checkpoint.most_recent_k == 0) {
+    problems.add("checkpoint.most_recent_k", "0",
+                 "keeping no checkpoint is not allowed; use -1 (all) or a count >= 1");
+  }
+  const auto& packing = config.packing;
+  if (!(packing.device_flops_per_second > 0)) {
+    problems.add("packing.device_flops_per_second", num(packing.device_flops_per_second),
+                 "must be > 0");
+  }
+  if (!(packing.link_bytes_per_second > 0)) {
+    problems.add("packing.link_bytes_per_second", num(packing.link_bytes_per_second),
+                 "must be > 0");
+  }
+  if (!(packing.collective_latency_seconds >= 0)) {
+    problems.add("packing.collective_latency_seconds", num(packing.collective_latency_seconds),
+                 "must be >= 0");
+  }
+  if (!(packing.microbatch_overhead_seconds >= 0)) {
+    problems.add("packing.microbatch_overhead_seconds", num(packing.microbatch_overhead_seconds),
+                 "must be >= 0");
+  }
+}
+
+}  // namespace
+
+void check_training(ConfigContainer& config, ProblemList& problems) {
+  check_data(config, problems);
+  check_optimizer(config, problems);
+  resolve_lr_schedule(config, problems);
+  check_recompute(config.model, problems);
+  check_runtime(config, problems);
+}
+
+}  // namespace dyncp::config::detail

@@ -1,0 +1,274 @@
+// Each validation rule: a valid case and an invalid case whose error names the key.
+// The base recipe (config_test_helpers.hpp) is valid for 4 ranks: dp 2 x cp 2, dynamic CP.
+
+#include <catch2/catch.hpp>
+
+#include "config_test_helpers.hpp"
+#include "core/error.hpp"
+
+using namespace dyncp::config;
+using Catch::Contains;
+using test::resolved;
+
+TEST_CASE("the base recipe resolves and derives the layout", "[config]") {
+  const auto config = resolved();
+  CHECK(config.layout.world_size == 4);
+  CHECK(config.layout.data_parallel_size == 2);
+  CHECK(config.layout.pool_size == 4);
+  CHECK(config.layout.expert_data_parallel_size == 2);
+  CHECK(config.layout.alignment_multiple == 8);  // 2 x dp x cp
+  CHECK(config.layout.dynamic_group_sizes == std::vector<std::int64_t>{1, 2, 4});
+  CHECK(config.model.sequence_packing_scheduler == PackingScheduler::default_dynamic_cp);
+  CHECK(config.dataset.global_batch_packing_pad_to_multiple_of == 8);
+  CHECK(config.scheduler.lr_decay_iters == 10);
+  CHECK(config.model.architecture.head_dim == 16);
+}
+
+TEST_CASE("rule: tensor and pipeline parallel sizes must be 1", "[config]") {
+  REQUIRE_NOTHROW(resolved({"model.tensor_model_parallel_size=1"}));
+  REQUIRE_THROWS_WITH(resolved({"model.tensor_model_parallel_size=2"}),
+                      Contains("model.tensor_model_parallel_size: 2: only 1 is supported"));
+  REQUIRE_THROWS_WITH(resolved({"model.pipeline_model_parallel_size=2"}),
+                      Contains("model.pipeline_model_parallel_size: 2: only 1 is supported"));
+  REQUIRE_THROWS_WITH(resolved({"model.sequence_parallel=true"}),
+                      Contains("model.sequence_parallel: true"));
+}
+
+TEST_CASE("rule: the world size is divisible by cp", "[config]") {
+  REQUIRE_NOTHROW(resolved({"model.context_parallel_size=4"}, 4));
+  REQUIRE_THROWS_WITH(resolved({"model.context_parallel_size=3"}, 4),
+                      Contains("model.context_parallel_size: 3: must divide the world size 4"));
+  REQUIRE_THROWS_WITH(resolved({}, 0), Contains("world size"));
+}
+
+TEST_CASE("rule: the global batch is divisible by dp", "[config]") {
+  REQUIRE_NOTHROW(resolved({"train.global_batch_size=2"}));
+  REQUIRE_THROWS_WITH(resolved({"train.global_batch_size=15"}),
+                      Contains("train.global_batch_size: 15: must be divisible by dp = 2"));
+}
+
+TEST_CASE("rule: micro batch size 1, per-token loss, no averaging in the collective", "[config]") {
+  REQUIRE_NOTHROW(resolved({"train.micro_batch_size=1", "model.calculate_per_token_loss=true",
+                            "ddp.average_in_collective=false"}));
+  REQUIRE_THROWS_WITH(resolved({"train.micro_batch_size=2"}),
+                      Contains("train.micro_batch_size: 2: must be 1"));
+  REQUIRE_THROWS_WITH(resolved({"model.calculate_per_token_loss=false"}),
+                      Contains("model.calculate_per_token_loss: false: must be true"));
+  REQUIRE_THROWS_WITH(resolved({"ddp.average_in_collective=true"}),
+                      Contains("ddp.average_in_collective: true: must be false"));
+}
+
+TEST_CASE("rule: dataloader single or cyclic", "[config]") {
+  REQUIRE_NOTHROW(resolved({"dataset.dataloader_type=cyclic"}));
+  REQUIRE_THROWS_WITH(resolved({"dataset.dataloader_type=batch"}),
+                      Contains("dataset.dataloader_type: batch: must be single or cyclic"));
+}
+
+TEST_CASE("rule: global-batch packing is the only data path", "[config]") {
+  REQUIRE_NOTHROW(resolved({"dataset.enable_global_batch_packing=true"}));
+  REQUIRE_THROWS_WITH(resolved({"dataset.enable_global_batch_packing=false"}),
+                      Contains("dataset.enable_global_batch_packing: false: global-batch packing "
+                               "is the only data path"));
+  REQUIRE_THROWS_WITH(resolved({"dataset.enable_global_batch_packing=false",
+                                "model.sequence_packing_scheduler=cost_aware"}),
+                      Contains("model.sequence_packing_scheduler: cost_aware: a packing scheduler "
+                               "runs only with dataset.enable_global_batch_packing=true"));
+}
+
+TEST_CASE("rule: the scheduler follows dynamic_context_parallel", "[config]") {
+  CHECK(resolved({"model.dynamic_context_parallel=false"}).model.sequence_packing_scheduler ==
+        PackingScheduler::dp_balanced);
+  CHECK(
+      resolved({"model.sequence_packing_scheduler=cost_aware"}).model.sequence_packing_scheduler ==
+      PackingScheduler::cost_aware);
+  REQUIRE_THROWS_WITH(resolved({"model.sequence_packing_scheduler=dp_balanced"}),
+                      Contains("model.sequence_packing_scheduler: dp_balanced: contradicts "
+                               "model.dynamic_context_parallel=true"));
+  REQUIRE_THROWS_WITH(resolved({"model.dynamic_context_parallel=false",
+                                "model.sequence_packing_scheduler=default_dynamic_cp"}),
+                      Contains("model.sequence_packing_scheduler: default_dynamic_cp"));
+  REQUIRE_THROWS_WITH(resolved({"model.dynamic_context_parallel=false",
+                                "model.sequence_packing_scheduler=cost_aware"}),
+                      Contains("model.sequence_packing_scheduler: cost_aware"));
+}
+
+TEST_CASE("rule: dynamic CP needs a power-of-two pool of at least 2 ranks", "[config]") {
+  REQUIRE_NOTHROW(
+      resolved({"train.global_batch_size=18", "model.dynamic_context_parallel=false"}, 6));
+  REQUIRE_THROWS_WITH(resolved({"train.global_batch_size=18"}, 6),
+                      Contains("model.dynamic_context_parallel: true: needs a dp x cp pool that is "
+                               "a power of two") &&
+                          Contains("dp 3 x cp 2 = 6"));
+  REQUIRE_THROWS_WITH(
+      resolved({"model.context_parallel_size=1", "model.max_seqlen_per_dp_cp_rank=256"}, 1),
+      Contains("model.dynamic_context_parallel: true"));
+}
+
+TEST_CASE("rule: min_dynamic_context_parallel_size is a power of two within the pool", "[config]") {
+  const auto config = resolved({"model.min_dynamic_context_parallel_size=2"}, 8);
+  CHECK(config.layout.dynamic_group_sizes == std::vector<std::int64_t>{2, 4, 8});
+  REQUIRE_THROWS_WITH(
+      resolved({"model.min_dynamic_context_parallel_size=3"}),
+      Contains("model.min_dynamic_context_parallel_size: 3: must be a power of two"));
+  REQUIRE_THROWS_WITH(resolved({"model.min_dynamic_context_parallel_size=8"}),
+                      Contains("model.min_dynamic_context_parallel_size: 8: must be <= the dp x cp "
+                               "pool"));
+}
+
+TEST_CASE("rule: decentralized process groups are off", "[config]") {
+  REQUIRE_NOTHROW(resolved({"dist.use_decentralized_pg=false"}));
+  REQUIRE_THROWS_WITH(resolved({"dist.use_decentralized_pg=true"}),
+                      Contains("dist.use_decentralized_pg: true: must be false"));
+}
+
+TEST_CASE("rule: max_seqlen_per_dp_cp_rank is set and the pool holds the longest sample",
+          "[config]") {
+  // Dynamic: the pool (4 ranks) counts; static: only cp (2 ranks).
+  REQUIRE_NOTHROW(resolved({"model.max_seqlen_per_dp_cp_rank=64"}));
+  REQUIRE_THROWS_WITH(resolved({"model.max_seqlen_per_dp_cp_rank=32"}),
+                      Contains("model.max_seqlen_per_dp_cp_rank: 32: pool dp 2 x cp 2 = 4 ranks x "
+                               "32 = 128 tokens < model.seq_length 256"));
+  REQUIRE_NOTHROW(resolved({"model.dynamic_context_parallel=false"}));
+  REQUIRE_THROWS_WITH(
+      resolved({"model.dynamic_context_parallel=false", "model.max_seqlen_per_dp_cp_rank=64"}),
+      Contains("model.max_seqlen_per_dp_cp_rank: 64: cp 2 ranks"));
+  REQUIRE_THROWS_WITH(resolved({"model.max_seqlen_per_dp_cp_rank=null"}),
+                      Contains("model.max_seqlen_per_dp_cp_rank: null: must be set explicitly"));
+}
+
+TEST_CASE("rule: EP divides the pool and the number of experts", "[config]") {
+  REQUIRE_NOTHROW(resolved({"model.expert_model_parallel_size=4"}));
+  REQUIRE_THROWS_WITH(
+      resolved({"model.expert_model_parallel_size=8"}),
+      Contains("model.expert_model_parallel_size: 8: must divide the dp x cp pool"));
+  REQUIRE_THROWS_WITH(
+      resolved({"model.expert_model_parallel_size=4", "model.num_experts=6"}),
+      Contains("model.expert_model_parallel_size: 4: must divide model.num_experts = 6"));
+  REQUIRE_THROWS_WITH(resolved({"model.num_experts=0"}),
+                      Contains("model.expert_model_parallel_size: 2: a dense model"));
+}
+
+TEST_CASE("rule: seq_length is a multiple of the derived alignment multiple", "[config]") {
+  CHECK(resolved({"model.dynamic_context_parallel=false"}).layout.alignment_multiple == 4);
+  CHECK(resolved({"model.dynamic_context_parallel=false", "model.context_parallel_size=1",
+                  "model.max_seqlen_per_dp_cp_rank=256"})
+            .layout.alignment_multiple == 1);
+  CHECK(resolved({}, 8).layout.alignment_multiple == 16);
+  REQUIRE_NOTHROW(resolved({"model.seq_length=264"}));
+  REQUIRE_THROWS_WITH(
+      resolved({"model.seq_length=260"}),
+      Contains("model.seq_length: 260: must be a multiple of the alignment multiple 8"));
+  CHECK(
+      resolved({"dataset.global_batch_packing_pad_to_multiple_of=16"}).layout.alignment_multiple ==
+      16);
+  REQUIRE_THROWS_WITH(resolved({"dataset.global_batch_packing_pad_to_multiple_of=12"}),
+                      Contains("dataset.global_batch_packing_pad_to_multiple_of: 12: must be a "
+                               "multiple of the required alignment 8"));
+  REQUIRE_THROWS_WITH(resolved({"dataset.seq_length=512"}),
+                      Contains("dataset.seq_length: 512: must be <= model.seq_length"));
+}
+
+TEST_CASE("rule: cp_comm_type a2a variants are not implemented", "[config]") {
+  REQUIRE_NOTHROW(resolved({"model.cp_comm_type=p2p"}));
+  REQUIRE_THROWS_WITH(resolved({"model.cp_comm_type=a2a"}),
+                      Contains("model.cp_comm_type: a2a: is not implemented"));
+  REQUIRE_THROWS_WITH(resolved({"model.cp_comm_type=a2a+p2p"}),
+                      Contains("model.cp_comm_type: a2a+p2p: is not implemented"));
+}
+
+TEST_CASE("rule: model dimensions are consistent", "[config]") {
+  REQUIRE_NOTHROW(resolved({"model.head_dim=0"}));
+  REQUIRE_THROWS_WITH(resolved({"model.num_key_value_heads=3"}),
+                      Contains("model.num_attention_heads: 4: must be divisible by "
+                               "model.num_key_value_heads 3"));
+  REQUIRE_THROWS_WITH(resolved({"model.num_experts_per_tok=9"}),
+                      Contains("model.num_experts_per_tok: 9: must be <= model.num_experts 8"));
+  REQUIRE_THROWS_WITH(resolved({"model.head_dim=0", "model.hidden_size=66"}),
+                      Contains("model.head_dim: 0: cannot be derived"));
+  REQUIRE_THROWS_WITH(resolved({"model.layer_types=[full_attention]"}),
+                      Contains("model.layer_types: 1 entries"));
+  REQUIRE_THROWS_WITH(resolved({"model.hidden_act=gelu"}), Contains("model.hidden_act: gelu"));
+  REQUIRE_THROWS_WITH(resolved({"model.mlp_only_layers=[5]"}),
+                      Contains("model.mlp_only_layers: 5"));
+  REQUIRE_THROWS_WITH(resolved({"model.model_type=qwen3_next", "model.linear_num_key_heads=2",
+                                "model.linear_num_value_heads=5"}),
+                      Contains("model.linear_num_value_heads: 5"));
+  const auto hybrid =
+      resolved({"model.model_type=qwen3_5_moe_text", "model.full_attention_interval=2",
+                "model.partial_rotary_factor=0.25"});
+  CHECK(hybrid.model.architecture.layer_types ==
+        std::vector<LayerMixer>{LayerMixer::linear_attention, LayerMixer::full_attention});
+}
+
+TEST_CASE("rule: the data source matches the dataset type", "[config]") {
+  REQUIRE_NOTHROW(resolved({"dataset.type=token_jsonl", "dataset.data_path=tokens.jsonl"}));
+  REQUIRE_THROWS_WITH(resolved({"dataset.type=token_jsonl"}), Contains("dataset.data_path"));
+  REQUIRE_THROWS_WITH(resolved({"dataset.type=chat_jsonl", "dataset.data_path=chat.jsonl"}),
+                      Contains("tokenizer.tokenizer_type: NullTokenizer"));
+  REQUIRE_THROWS_WITH(resolved({"dataset.type=chat_jsonl", "dataset.data_path=chat.jsonl",
+                                "tokenizer.tokenizer_type=HuggingFaceTokenizer"}),
+                      Contains("tokenizer.tokenizer_model"));
+  REQUIRE_THROWS_WITH(resolved({"dataset.mock_length_distribution=normal(min=1)"}),
+                      Contains("dataset.mock_length_distribution"));
+  REQUIRE_THROWS_WITH(resolved({"dataset.mock_length_distribution=uniform(min=8,max=512)"}),
+                      Contains("dataset.mock_length_distribution") && Contains("exceeds"));
+}
+
+TEST_CASE("rule: optimizer and LR schedule values are in range", "[config]") {
+  REQUIRE_NOTHROW(resolved(
+      {"optimizer.use_precision_aware_optimizer=true", "optimizer.exp_avg_dtype=bfloat16"}));
+  REQUIRE_THROWS_WITH(resolved({"optimizer.lr=0"}), Contains("optimizer.lr: 0.0: must be > 0"));
+  REQUIRE_THROWS_WITH(resolved({"optimizer.min_lr=1"}), Contains("optimizer.min_lr"));
+  REQUIRE_THROWS_WITH(resolved({"optimizer.adam_beta2=1"}), Contains("optimizer.adam_beta2"));
+  REQUIRE_THROWS_WITH(resolved({"optimizer.exp_avg_dtype=bfloat16"}),
+                      Contains("optimizer.exp_avg_dtype: bfloat16"));
+  REQUIRE_THROWS_WITH(
+      resolved({"scheduler.lr_warmup_iters=11"}),
+      Contains("scheduler.lr_warmup_iters: 11: must be <= scheduler.lr_decay_iters 10"));
+  REQUIRE_THROWS_WITH(resolved({"model.recompute_method=uniform"}),
+                      Contains("model.recompute_method"));
+  REQUIRE_THROWS_WITH(resolved({"checkpoint.most_recent_k=0"}),
+                      Contains("checkpoint.most_recent_k"));
+  REQUIRE_THROWS_WITH(resolved({"packing.device_flops_per_second=0"}),
+                      Contains("packing.device_flops_per_second"));
+}
+
+TEST_CASE("several broken rules are all reported in one error", "[config]") {
+  try {
+    resolved({"model.tensor_model_parallel_size=2", "train.micro_batch_size=2",
+              "model.calculate_per_token_loss=false", "dist.use_decentralized_pg=true",
+              "model.seq_length=260", "model.num_experts_per_tok=9"});
+    FAIL("expected a config error");
+  } catch (const dyncp::core::Error& error) {
+    CHECK(error.kind() == dyncp::core::ErrorKind::config);
+    CHECK(error.exit_code() == 2);
+    const std::string message = error.what();
+    CHECK_THAT(message, Contains("6 problems"));
+    for (const char* key : {"model.tensor_model_parallel_size", "train.micro_batch_size",
+                            "model.calculate_per_token_loss", "dist.use_decentralized_pg",
+                            "model.seq_length", "model.num_experts_per_tok"}) {
+      CHECK_THAT(message, Contains(std::string("\n  ") + key + ": "));
+    }
+  }
+}
+
+TEST_CASE("unbuilt features are listed with the keys that ask for them", "[config]") {
+  CHECK(unbuilt_features(resolved()).empty());
+  const auto features =
+      unbuilt_features(resolved({"model.cp_comm_type=p2p", "ddp.use_distributed_optimizer=true"}));
+  REQUIRE(features.size() == 2);
+  CHECK_THAT(features[0], Contains("model.cp_comm_type=p2p"));
+  CHECK_THAT(features[1], Contains("distributed optimizer (ddp.use_distributed_optimizer=true)"));
+}
+
+TEST_CASE("valid but suspicious settings give warnings", "[config]") {
+  CHECK(config_warnings(resolved()).empty());
+  const auto warnings =
+      config_warnings(resolved({"model.max_position_embeddings=128", "validation.eval_interval=5",
+                                "model.min_dynamic_context_parallel_size=4"}));
+  REQUIRE(warnings.size() == 3);
+  CHECK_THAT(warnings[0],
+             Contains("model.seq_length 256 exceeds model.max_position_embeddings 128"));
+  CHECK_THAT(warnings[1], Contains("no evaluation will run"));
+  CHECK_THAT(warnings[2], Contains("equals the pool"));
+}
