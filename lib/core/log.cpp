@@ -8,7 +8,14 @@
 
 namespace dyncp::core {
 
-bool use_colour_output() { return isatty(STDOUT_FILENO) != 0 && std::getenv("CI") == nullptr; }
+bool use_colour_output() {
+  // Under mpirun stdout is a pty even when the job's output goes to a file, so launched ranks
+  // never colour their lines.
+  const bool launched = std::getenv("OMPI_COMM_WORLD_RANK") != nullptr ||
+                        std::getenv("SLURM_STEP_ID") != nullptr ||
+                        std::getenv("PMIX_RANK") != nullptr;
+  return isatty(STDERR_FILENO) != 0 && std::getenv("CI") == nullptr && !launched;
+}
 
 void setup_logging(const LogSetup& setup) {
   auto mode = use_colour_output() ? spdlog::color_mode::automatic : spdlog::color_mode::never;

@@ -1,0 +1,330 @@
+#include "dist/mpi_comm.hpp"
+
+#include <fmt/format.h>
+// The C API only: OpenMPI's deprecated C++ bindings would need libmpi_cxx at link time.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <climits>
+#include <cstring>
+#include <vector>
+
+#include "core/error.hpp"
+#include "dist/abort.hpp"
+#include "dist/watchdog.hpp"
+
+// Throws a runtime error naming the MPI call, the communicator and the rank.
+#define DYNCP_MPI_CHECK(call)                                                                 \
+  do {                                                                                        \
+    const int dyncp_mpi_status = (call);                                                      \
+    if (dyncp_mpi_status != MPI_SUCCESS) raise_mpi_error(dyncp_mpi_status, #call, context()); \
+  } while (false)
+
+namespace dyncp::dist {
+
+namespace {
+
+std::atomic<bool> mpi_runtime_created{false};
+
+[[noreturn]] void raise_mpi_error(int status, const char* call, const std::string& where) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(status, text, &length);
+  core::throw_runtime_error(
+      fmt::format("{}: {} failed: {}", where, call, std::string(text, length)));
+}
+
+MPI_Datatype mpi_type(core::DType dtype) {
+  switch (dtype) {
+    case core::DType::f32:
+      return MPI_FLOAT;
+    case core::DType::f64:
+      return MPI_DOUBLE;
+    case core::DType::i32:
+      return MPI_INT32_T;
+    case core::DType::i64:
+      return MPI_INT64_T;
+    case core::DType::u8:
+      return MPI_UINT8_T;
+    case core::DType::bf16:
+      return MPI_UINT16_T;  // moved as bits, never reduced
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+int as_mpi_count(std::size_t count, std::string_view what) {
+  if (count > static_cast<std::size_t>(INT_MAX)) {
+    core::throw_runtime_error(fmt::format(
+        "{}: {} elements exceed MPI's per-call limit of 2^31 - 1; split the buffer", what, count));
+  }
+  return static_cast<int>(count);
+}
+
+// out[k] = op(op(op(in[0][k], in[1][k]), in[2][k]), ...): the one order of the contract.
+template <typename T>
+void reduce_in_rank_order(const std::byte* blocks, std::size_t block_count, int num_blocks,
+                          ReduceOp op, std::byte* out_bytes) {
+  const T* in = reinterpret_cast<const T*>(blocks);
+  T* out = reinterpret_cast<T*>(out_bytes);
+  for (std::size_t k = 0; k < block_count; ++k) out[k] = in[k];
+  for (int b = 1; b < num_blocks; ++b) {
+    const T* block = in + static_cast<std::size_t>(b) * block_count;
+    if (op == ReduceOp::sum) {
+      for (std::size_t k = 0; k < block_count; ++k) out[k] = static_cast<T>(out[k] + block[k]);
+    } else {
+      for (std::size_t k = 0; k < block_count; ++k) out[k] = block[k] > out[k] ? block[k] : out[k];
+    }
+  }
+}
+
+void reduce_blocks(core::DType dtype, ReduceOp op, const std::byte* blocks, std::size_t block_count,
+                   int num_blocks, std::byte* out) {
+  switch (dtype) {
+    case core::DType::f32:
+      return reduce_in_rank_order<float>(blocks, block_count, num_blocks, op, out);
+    case core::DType::f64:
+      return reduce_in_rank_order<double>(blocks, block_count, num_blocks, op, out);
+    case core::DType::i32:
+      return reduce_in_rank_order<std::int32_t>(blocks, block_count, num_blocks, op, out);
+    case core::DType::i64:
+      return reduce_in_rank_order<std::int64_t>(blocks, block_count, num_blocks, op, out);
+    case core::DType::u8:
+      return reduce_in_rank_order<std::uint8_t>(blocks, block_count, num_blocks, op, out);
+    case core::DType::bf16:
+      break;
+  }
+  core::throw_runtime_error("reduction on a dtype without arithmetic here");
+}
+
+class MpiComm final : public Comm {
+ public:
+  MpiComm(MPI_Comm comm, std::string name, std::shared_ptr<CollectiveWatchdog> watchdog)
+      : Comm(rank_of(comm), size_of(comm), std::move(name), std::move(watchdog)), comm_(comm) {
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  }
+
+  ~MpiComm() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&comm_);
+  }
+
+ protected:
+  std::string_view do_backend() const override { return "mpi"; }
+
+  void do_all_reduce(const void* send, void* recv, std::size_t count, core::DType dtype,
+                     ReduceOp op) override {
+    const int n = as_mpi_count(count, context());
+    const std::size_t element = core::dtype_size(dtype);
+    if (size() == 1) {
+      if (send != recv) std::memcpy(recv, send, count * element);
+      return;
+    }
+    const auto ranks = static_cast<std::size_t>(size());
+    if (count * ranks <= small_all_reduce_elements) {
+      scratch_.resize(count * ranks * element);
+      DYNCP_MPI_CHECK(
+          MPI_Allgather(send, n, mpi_type(dtype), scratch_.data(), n, mpi_type(dtype), comm_));
+      reduce_blocks(dtype, op, scratch_.data(), count, size(), static_cast<std::byte*>(recv));
+      return;
+    }
+    // Block j = elements [offset_j, offset_j + count_j) with the remainder spread over the
+    // first ranks: count 10 on 4 ranks gives blocks 3, 3, 2, 2.
+    block_counts_.resize(ranks);
+    for (std::size_t j = 0; j < ranks; ++j) block_counts_[j] = count / ranks + (j < count % ranks);
+    const std::size_t own = block_counts_[static_cast<std::size_t>(rank())];
+    recv_counts_.assign(ranks, own);  // every rank sends this rank `own` elements
+    scratch_.resize(own * ranks * element);
+    all_to_all_v_raw(send, block_counts_, scratch_.data(), recv_counts_, dtype);
+    std::size_t own_offset = 0;
+    for (int j = 0; j < rank(); ++j) own_offset += block_counts_[static_cast<std::size_t>(j)];
+    reduce_blocks(dtype, op, scratch_.data(), own, size(),
+                  static_cast<std::byte*>(recv) + own_offset * element);
+    fill_displacements(block_counts_);
+    DYNCP_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, counts_int_.data(),
+                                   displacements_.data(), mpi_type(dtype), comm_));
+  }
+
+  void do_all_gather(const void* send, std::size_t count, void* recv, core::DType dtype) override {
+    const int n = as_mpi_count(count, context());
+    DYNCP_MPI_CHECK(MPI_Allgather(send, n, mpi_type(dtype), recv, n, mpi_type(dtype), comm_));
+  }
+
+  void do_all_gather_v(const void* send, std::size_t send_count, void* recv,
+                       std::span<const std::size_t> recv_counts, core::DType dtype) override {
+    const int n = as_mpi_count(send_count, context());
+    fill_displacements(recv_counts);
+    DYNCP_MPI_CHECK(MPI_Allgatherv(send, n, mpi_type(dtype), recv, counts_int_.data(),
+                                   displacements_.data(), mpi_type(dtype), comm_));
+  }
+
+  void do_reduce_scatter(const void* send, void* recv, std::size_t recv_count, core::DType dtype,
+                         ReduceOp op) override {
+    const int n = as_mpi_count(recv_count, context());
+    const std::size_t element = core::dtype_size(dtype);
+    if (size() == 1) {
+      if (send != recv) std::memcpy(recv, send, recv_count * element);
+      return;
+    }
+    const auto ranks = static_cast<std::size_t>(size());
+    as_mpi_count(recv_count * ranks, context());
+    scratch_.resize(recv_count * ranks * element);
+    DYNCP_MPI_CHECK(
+        MPI_Alltoall(send, n, mpi_type(dtype), scratch_.data(), n, mpi_type(dtype), comm_));
+    reduce_blocks(dtype, op, scratch_.data(), recv_count, size(), static_cast<std::byte*>(recv));
+  }
+
+  void do_all_to_all(const void* send, void* recv, std::size_t count, core::DType dtype) override {
+    const int n = as_mpi_count(count, context());
+    DYNCP_MPI_CHECK(MPI_Alltoall(send, n, mpi_type(dtype), recv, n, mpi_type(dtype), comm_));
+  }
+
+  void do_all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
+                       std::span<const std::size_t> recv_counts, core::DType dtype) override {
+    all_to_all_v_raw(send, send_counts, recv, recv_counts, dtype);
+  }
+
+  void do_send(const void* buffer, std::size_t count, core::DType dtype, int dest_rank,
+               int tag) override {
+    DYNCP_MPI_CHECK(
+        MPI_Send(buffer, as_mpi_count(count, context()), mpi_type(dtype), dest_rank, tag, comm_));
+  }
+
+  void do_recv(void* buffer, std::size_t count, core::DType dtype, int source_rank,
+               int tag) override {
+    MPI_Status status;
+    DYNCP_MPI_CHECK(MPI_Recv(buffer, as_mpi_count(count, context()), mpi_type(dtype), source_rank,
+                             tag, comm_, &status));
+    int received = 0;
+    MPI_Get_count(&status, mpi_type(dtype), &received);
+    if (static_cast<std::size_t>(received) != count) {
+      core::throw_runtime_error(fmt::format("{}: recv from rank {} expected {} elements, got {}",
+                                            context(), source_rank, count, received));
+    }
+  }
+
+  void do_broadcast(void* buffer, std::size_t count, core::DType dtype, int root_rank) override {
+    DYNCP_MPI_CHECK(
+        MPI_Bcast(buffer, as_mpi_count(count, context()), mpi_type(dtype), root_rank, comm_));
+  }
+
+  void do_barrier() override { DYNCP_MPI_CHECK(MPI_Barrier(comm_)); }
+
+  std::unique_ptr<Comm> do_split(int color, int key, std::string name) override {
+    MPI_Comm child = MPI_COMM_NULL;
+    DYNCP_MPI_CHECK(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &child));
+    if (child == MPI_COMM_NULL) return nullptr;
+    return std::make_unique<MpiComm>(child, std::move(name), watchdog());
+  }
+
+ private:
+  // Below this many gathered elements the all-gather path wins: one round, no block split.
+  static constexpr std::size_t small_all_reduce_elements = 16 * 1024;
+
+  static int rank_of(MPI_Comm comm) {
+    int rank = 0;
+    MPI_Comm_rank(comm, &rank);
+    return rank;
+  }
+  static int size_of(MPI_Comm comm) {
+    int size = 0;
+    MPI_Comm_size(comm, &size);
+    return size;
+  }
+
+  std::string context() const {
+    return fmt::format("communicator '{}' (rank {} of {})", name(), rank(), size());
+  }
+
+  void fill_displacements(std::span<const std::size_t> counts) {
+    counts_int_.resize(counts.size());
+    displacements_.resize(counts.size());
+    std::size_t offset = 0;
+    for (std::size_t i = 0; i < counts.size(); ++i) {
+      counts_int_[i] = as_mpi_count(counts[i], context());
+      displacements_[i] = as_mpi_count(offset, context());
+      offset += counts[i];
+    }
+    as_mpi_count(offset, context());
+  }
+
+  void all_to_all_v_raw(const void* send, std::span<const std::size_t> send_counts, void* recv,
+                        std::span<const std::size_t> recv_counts, core::DType dtype) {
+    fill_displacements(send_counts);
+    send_counts_int_ = counts_int_;
+    send_displacements_ = displacements_;
+    fill_displacements(recv_counts);
+    DYNCP_MPI_CHECK(MPI_Alltoallv(send, send_counts_int_.data(), send_displacements_.data(),
+                                  mpi_type(dtype), recv, counts_int_.data(), displacements_.data(),
+                                  mpi_type(dtype), comm_));
+  }
+
+  MPI_Comm comm_;
+  // Grow-only scratch: after the first steps no call allocates.
+  std::vector<std::byte> scratch_;
+  std::vector<std::size_t> block_counts_;
+  std::vector<std::size_t> recv_counts_;
+  std::vector<int> counts_int_, displacements_, send_counts_int_, send_displacements_;
+};
+
+std::string thread_level_name(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE:
+      return "single";
+    case MPI_THREAD_FUNNELED:
+      return "funneled";
+    case MPI_THREAD_SERIALIZED:
+      return "serialized";
+    case MPI_THREAD_MULTIPLE:
+      return "multiple";
+    default:
+      return "unknown";
+  }
+}
+
+void mpi_job_abort(int exit_code) {
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+}
+
+}  // namespace
+
+MpiRuntime::MpiRuntime(int* argc, char*** argv, const MpiRuntimeOptions& options) {
+  if (mpi_runtime_created.exchange(true)) {
+    core::throw_runtime_error(
+        "MPI is initialised once per process; an MpiRuntime already exists "
+        "or existed (MPI cannot be initialised again after finalize)");
+  }
+  // MULTIPLE: the watchdog thread may call MPI_Abort while the main thread sits in a collective.
+  int provided = MPI_THREAD_SINGLE;
+  const int status = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+  if (status != MPI_SUCCESS) core::throw_runtime_error("MPI_Init_thread failed");
+  thread_support_ = thread_level_name(provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size_);
+  set_abort_rank(world_rank_, world_size_);
+  set_job_abort_function(&mpi_job_abort);
+  watchdog_ = std::make_shared<CollectiveWatchdog>(options.collective_timeout_seconds);
+  spdlog::debug("MPI up: rank {} of {}, thread support {}, collective timeout {} s", world_rank_,
+                world_size_, thread_support_, options.collective_timeout_seconds);
+}
+
+MpiRuntime::~MpiRuntime() {
+  watchdog_.reset();
+  set_job_abort_function(nullptr);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+std::unique_ptr<Comm> MpiRuntime::world(std::string name) {
+  MPI_Comm duplicate = MPI_COMM_NULL;
+  if (MPI_Comm_dup(MPI_COMM_WORLD, &duplicate) != MPI_SUCCESS) {
+    core::throw_runtime_error("MPI_Comm_dup(MPI_COMM_WORLD) failed");
+  }
+  return std::make_unique<MpiComm>(duplicate, std::move(name), watchdog_);
+}
+
+}  // namespace dyncp::dist
