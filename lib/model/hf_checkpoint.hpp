@@ -1,0 +1,28 @@
+#pragma once
+// Hugging Face checkpoint folders in and out: config.json plus safetensors (single file or
+// sharded with model.safetensors.index.json), tensor names exactly HF's (qwen-moe.md §4.2).
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "model/qwen3_moe_model.hpp"
+#include "model/safetensors.hpp"
+
+namespace dyncp::model {
+
+// Copies every HF tensor of `parameters` from the checkpoint folder (converted to f32).
+// A missing tensor, an extra one, or one whose shape differs is a data error naming the tensor
+// and both shapes. Tensors of parts this text model does not have (mtp.*, model.visual.*) are
+// skipped; so is a redundant lm_head.weight when the embeddings are tied.
+void load_hf_weights(const std::string& folder, const Qwen3MoeParameters& parameters);
+
+// Reads config.json, builds the model and loads its weights.
+std::unique_ptr<Qwen3MoeModel> load_hf_model(const std::string& folder, ModelOptions options = {});
+
+// Writes config.json and the weights (stored as `dtype`: F32, BF16 or F16), sharded when they
+// exceed max_shard_bytes (0 = one file).
+void save_hf_checkpoint(const std::string& folder, const Qwen3MoeParameters& parameters,
+                        StoredDType dtype = StoredDType::bf16, std::uint64_t max_shard_bytes = 0);
+
+}  // namespace dyncp::model

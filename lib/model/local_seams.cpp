@@ -1,0 +1,75 @@
+#include "model/local_seams.hpp"
+
+#include "core/error.hpp"
+#include "ops/gemm.hpp"
+#include "ops/swiglu.hpp"
+
+namespace dyncp::model {
+
+void run_experts_forward(const SeamContext& context, const Tensor& rows,
+                         const Tensor& group_offsets, const ExpertWeights& weights, const Tensor& y,
+                         ExpertSaved& saved) {
+  const std::int64_t num_rows = rows.size(0);
+  const std::int64_t twice_intermediate = weights.gate_up.value.size(1);
+  saved.rows = rows;
+  saved.group_offsets = group_offsets;
+  saved.gate_up = context.activations->allocate({num_rows, twice_intermediate}, rows.dtype());
+  saved.hidden = context.activations->allocate({num_rows, twice_intermediate / 2}, rows.dtype());
+  ops::grouped_linear_forward(context.ops, rows, weights.gate_up.value, group_offsets,
+                              saved.gate_up);
+  ops::swiglu_fused_forward(context.ops, saved.gate_up, saved.hidden);
+  ops::grouped_linear_forward(context.ops, saved.hidden, weights.down.value, group_offsets, y);
+}
+
+void run_experts_backward(const SeamContext& context, const Tensor& dy,
+                          const ExpertWeights& weights, const ExpertSaved& saved,
+                          const Tensor& drows) {
+  core::ArenaScope scope(*context.scratch);
+  const Tensor dhidden = context.scratch->allocate(saved.hidden.shape(), dy.dtype());
+  const Tensor dgate_up = context.scratch->allocate(saved.gate_up.shape(), dy.dtype());
+  ops::grouped_linear_backward(context.ops, dy, saved.hidden, weights.down.value,
+                               saved.group_offsets, dhidden, weights.down.grad);
+  ops::swiglu_fused_backward(context.ops, dhidden, saved.gate_up, dgate_up);
+  ops::grouped_linear_backward(context.ops, dgate_up, saved.rows, weights.gate_up.value,
+                               saved.group_offsets, drows, weights.gate_up.grad);
+}
+
+void LocalAttentionContext::begin_bin(const SeamContext&, const LocalBinLayout& layout) {
+  layout_.q_cu_seqlens = layout.cu_seqlens;
+  layout_.kv_cu_seqlens = layout.cu_seqlens;
+  layout_.q_positions = layout.positions;
+  layout_.kv_positions = layout.positions;
+}
+
+void LocalAttentionContext::forward(const SeamContext& context, int, const Tensor& q,
+                                    const Tensor& k, const Tensor& v, double scale,
+                                    const Tensor& out, ops::AttentionSaved& saved) {
+  ops::attention_forward(context.ops, q, k, v, layout_, scale, out, saved);
+}
+
+void LocalAttentionContext::backward(const SeamContext& context, int, const Tensor& dout,
+                                     const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Tensor& out, const ops::AttentionSaved& saved,
+                                     double scale, const Tensor& dq, const Tensor& dk,
+                                     const Tensor& dv) {
+  ops::OpContext ops_context = context.ops;
+  ops_context.scratch = context.scratch;
+  ops::attention_backward(ops_context, dout, q, k, v, out, saved, layout_, scale, dq, dk, dv);
+}
+
+void LocalExpertDispatcher::forward(const SeamContext& context, int, const Tensor& x_perm,
+                                    const Tensor& expert_offsets, const ExpertWeights& weights,
+                                    const Tensor& y_perm, ExpertSaved& saved) {
+  DYNCP_CHECK(
+      weights.first_expert == 0 && weights.gate_up.value.size(0) + 1 == expert_offsets.numel(),
+      "the local dispatcher needs every expert on this rank");
+  run_experts_forward(context, x_perm, expert_offsets, weights, y_perm, saved);
+}
+
+void LocalExpertDispatcher::backward(const SeamContext& context, int, const Tensor& dy_perm,
+                                     const Tensor&, const ExpertWeights& weights,
+                                     const ExpertSaved& saved, const Tensor& dx_perm) {
+  run_experts_backward(context, dy_perm, weights, saved, dx_perm);
+}
+
+}  // namespace dyncp::model

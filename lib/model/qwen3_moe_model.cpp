@@ -1,0 +1,166 @@
+#include "model/qwen3_moe_model.hpp"
+
+#include <vector>
+
+#include "core/error.hpp"
+#include "model/decoder_layer.hpp"
+#include "ops/cross_entropy.hpp"
+#include "ops/embedding.hpp"
+#include "ops/rmsnorm.hpp"
+
+namespace dyncp::model {
+
+using core::DType;
+
+struct Qwen3MoeModel::LayerActivations {
+  std::vector<Tensor> layer_inputs;                // L + 1 tensors [T, h]; the last is the output
+  std::vector<DecoderLayerActivations> per_layer;  // empty views under recompute
+};
+
+namespace {
+
+void require_i32_vector(const Tensor& tensor, const char* name, std::int64_t length) {
+  if (!tensor.defined() || tensor.dtype() != DType::i32 || tensor.rank() != 1 ||
+      (length >= 0 && tensor.size(0) != length))
+    core::throw_data_error(std::string("bin.") + name,
+                           "expected i32 [" + (length >= 0 ? std::to_string(length) : "n") +
+                               "], got " + (tensor.defined() ? tensor.describe() : "nothing"));
+}
+
+void check_bin(const PackedBin& bin) {
+  require_i32_vector(bin.token_ids, "token_ids", -1);
+  const std::int64_t tokens = bin.token_ids.size(0);
+  require_i32_vector(bin.labels, "labels", tokens);
+  require_i32_vector(bin.positions, "positions", tokens);
+  require_i32_vector(bin.cu_seqlens, "cu_seqlens", -1);
+  const std::int32_t* cu = bin.cu_seqlens.data<std::int32_t>();
+  const std::int64_t entries = bin.cu_seqlens.size(0);
+  if (entries < 2 || cu[0] != 0 || cu[entries - 1] != tokens)
+    core::throw_data_error("bin.cu_seqlens", "must start at 0 and end at the " +
+                                                 std::to_string(tokens) + " tokens of the bin");
+  for (std::int64_t s = 1; s < entries; ++s)
+    if (cu[s] < cu[s - 1])
+      core::throw_data_error("bin.cu_seqlens", "decreases at entry " + std::to_string(s) + " (" +
+                                                   std::to_string(cu[s - 1]) + " -> " +
+                                                   std::to_string(cu[s]) + ")");
+  if (bin.token_is_real.defined() &&
+      (bin.token_is_real.dtype() != DType::u8 || bin.token_is_real.numel() != tokens))
+    core::throw_data_error("bin.token_is_real", "expected u8 [" + std::to_string(tokens) +
+                                                    "], got " + bin.token_is_real.describe());
+  if (bin.loss_mask.defined() &&
+      (bin.loss_mask.dtype() != DType::u8 || bin.loss_mask.numel() != tokens))
+    core::throw_data_error("bin.loss_mask", "expected u8 [" + std::to_string(tokens) + "], got " +
+                                                bin.loss_mask.describe());
+}
+
+}  // namespace
+
+Qwen3MoeModel::Qwen3MoeModel(const config::ModelArchitecture& architecture, ModelOptions options)
+    : parameters_(architecture, options.experts),
+      options_(options),
+      activations_("model.activations"),
+      scratch_("model.scratch") {
+  recompute_ = std::make_unique<core::Arena>("model.recompute");
+  layer_activations_ = std::make_unique<LayerActivations>();
+  const auto layers = static_cast<std::size_t>(parameters_.architecture().num_hidden_layers);
+  layer_activations_->layer_inputs.resize(layers + 1);
+  layer_activations_->per_layer.resize(layers);
+}
+
+Qwen3MoeModel::~Qwen3MoeModel() = default;
+
+std::size_t Qwen3MoeModel::activation_high_water_bytes() const {
+  return activations_.high_water_bytes() + scratch_.high_water_bytes() +
+         recompute_->high_water_bytes();
+}
+
+BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
+                                 const BinOptions& options) {
+  check_bin(bin);
+  DYNCP_CHECK(seams.attention != nullptr && seams.experts != nullptr && seams.statistics != nullptr,
+              "run_bin needs all three seams");
+  activations_.reset();
+  scratch_.reset();
+  recompute_->reset();
+
+  const auto& a = parameters_.architecture();
+  const std::int64_t tokens = bin.token_ids.size(0);
+  const std::int64_t hidden = a.hidden_size;
+  auto& inputs = layer_activations_->layer_inputs;
+  auto& per_layer = layer_activations_->per_layer;
+
+  LayerRunContext run;
+  run.seam.ops.device = core::Device::cpu;
+  run.seam.ops.scratch = &scratch_;
+  run.seam.activations = options_.recompute_full ? recompute_.get() : &activations_;
+  run.seam.scratch = &scratch_;
+  run.seams = seams;
+  run.architecture = &a;
+  run.positions = bin.positions;
+  run.cu_seqlens = bin.cu_seqlens;
+  run.token_is_real = bin.token_is_real;
+  run.aux_loss = options_.aux_loss;
+  run.aux_num_sequences_global = options.aux_num_sequences_global;
+  run.aux_loss_grad_scale = options.aux_loss_grad_scale;
+
+  SeamContext bin_context = run.seam;
+  bin_context.activations = &activations_;
+  seams.attention->begin_bin(bin_context, {bin.cu_seqlens, bin.positions});
+
+  BinResult result;
+  inputs[0] = activations_.allocate({tokens, hidden}, DType::f32);
+  ops::embedding_forward(run.seam.ops, bin.token_ids, parameters_.embed_tokens.value, inputs[0]);
+  for (std::size_t layer = 0; layer < per_layer.size(); ++layer) {
+    inputs[layer + 1] = activations_.allocate({tokens, hidden}, DType::f32);
+    const auto mark = recompute_->mark();
+    result.aux_loss +=
+        decoder_layer_forward(run, static_cast<int>(layer), parameters_.layers[layer],
+                              inputs[layer], per_layer[layer], inputs[layer + 1]);
+    // Under recompute only the layer inputs survive; backward rebuilds the rest.
+    if (options_.recompute_full) recompute_->release(mark);
+  }
+
+  ops::RmsNormSaved final_norm_saved{activations_.allocate({tokens}, DType::f32)};
+  const Tensor normed_final = activations_.allocate({tokens, hidden}, DType::f32);
+  ops::rmsnorm_forward(run.seam.ops, inputs.back(), parameters_.final_norm.value, a.rms_norm_eps,
+                       ops::RmsNormVariant::plain, normed_final, final_norm_saved);
+  if (options.final_hidden.defined()) options.final_hidden.copy_from(normed_final);
+
+  Tensor dnormed_final;
+  Tensor dlm_head;
+  if (options.compute_gradients) {
+    dnormed_final = activations_.allocate({tokens, hidden}, DType::f32);
+    dlm_head = parameters_.lm_head.grad;
+  }
+  ops::CrossEntropyOptions cross_entropy_options;
+  cross_entropy_options.token_chunk = options_.cross_entropy_token_chunk;
+  cross_entropy_options.vocab_chunk = options_.cross_entropy_vocab_chunk;
+  cross_entropy_options.grad_scale = options.loss_grad_scale;
+  const auto cross_entropy = ops::fused_cross_entropy(
+      run.seam.ops, normed_final, parameters_.lm_head.value, bin.labels, bin.loss_mask,
+      options.per_token_loss, dnormed_final, dlm_head, cross_entropy_options);
+  result.loss_sum = cross_entropy.loss_sum;
+  result.loss_tokens = cross_entropy.num_loss_tokens;
+  if (!options.compute_gradients) return result;
+
+  // The residual-stream gradient, updated in place layer by layer.
+  const Tensor grad = activations_.allocate({tokens, hidden}, DType::f32);
+  ops::rmsnorm_backward(run.seam.ops, dnormed_final, inputs.back(), parameters_.final_norm.value,
+                        ops::RmsNormVariant::plain, final_norm_saved, grad,
+                        parameters_.final_norm.grad);
+  for (std::size_t layer = per_layer.size(); layer-- > 0;) {
+    const auto mark = recompute_->mark();
+    if (options_.recompute_full) {
+      const Tensor discarded_output = recompute_->allocate({tokens, hidden}, DType::f32);
+      decoder_layer_forward(run, static_cast<int>(layer), parameters_.layers[layer], inputs[layer],
+                            per_layer[layer], discarded_output);
+    }
+    decoder_layer_backward(run, static_cast<int>(layer), parameters_.layers[layer], inputs[layer],
+                           per_layer[layer], grad);
+    if (options_.recompute_full) recompute_->release(mark);
+  }
+  ops::embedding_backward(run.seam.ops, bin.token_ids, grad, parameters_.embed_tokens.grad);
+  return result;
+}
+
+}  // namespace dyncp::model

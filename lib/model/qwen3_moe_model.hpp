@@ -1,0 +1,100 @@
+#pragma once
+// Qwen3-MoE (qwen-moe.md §2.2) forward and backward over ONE packed THD bin:
+//   embedding → per layer [RMSNorm → q/k/v proj → q/k norm → RoPE (global positions) →
+//   attention (AttentionContext seam) → o_proj → residual → RMSNorm → router → experts
+//   (ExpertDispatcher seam), or a dense SwiGLU MLP on mlp_only / decoder_sparse_step layers →
+//   residual] → final norm → LM head + cross-entropy (fused, chunked).
+//
+// The loss is the SUM of per-token cross-entropy over rows with a label >= 0 (and loss_mask 1),
+// returned with the count of those rows; normalisation happens outside (the trainer divides by
+// the global token count, dyncp-check by the batch's). Parameter gradients ACCUMULATE (+=)
+// across calls, so micro-batches add up; call parameters().zero_grads() once per step.
+//
+// Activations come from two grow-only arenas owned by the model: after the first bins of the
+// largest size no call allocates heap memory. With recompute (recompute_granularity = full) a
+// layer keeps only its input during forward and re-runs its forward inside backward.
+
+#include <cstdint>
+#include <memory>
+
+#include "core/arena.hpp"
+#include "model/qwen3_moe_parameters.hpp"
+#include "model/seams.hpp"
+#include "ops/moe_aux_loss.hpp"
+
+namespace dyncp::model {
+
+// One packed bin as this rank holds it. All host i32 tensors. Labels are computed on whole
+// sequences BEFORE a CP shard is cut, so the last row of a zigzag chunk keeps its next token even
+// when that token lives on another rank.
+struct PackedBin {
+  Tensor token_ids;   // [T]
+  Tensor labels;      // [T]: target of each row (the next token), negative = no loss
+  Tensor positions;   // [T]: global position of each row inside its sequence (RoPE, causality)
+  Tensor cu_seqlens;  // [S + 1]: local rows of sequence s are [cu[s], cu[s+1])
+  Tensor loss_mask;   // u8 [T] or undefined (then every row with a label >= 0 counts)
+  // u8 [T]: 1 for real tokens, 0 for alignment padding, or undefined (every row real). The MoE
+  // aux-loss statistics count real tokens only, so padding (which differs between layouts)
+  // never changes the loss.
+  Tensor token_is_real;
+};
+
+struct ModelOptions {
+  bool recompute_full = false;  // recompute_granularity = full
+  ExpertRange experts;          // experts held by this rank (default: all)
+  ops::MoeAuxLossType aux_loss = ops::MoeAuxLossType::none;
+  std::int64_t cross_entropy_token_chunk = 256;
+  std::int64_t cross_entropy_vocab_chunk = 32768;
+};
+
+struct BinOptions {
+  bool compute_gradients = true;
+  // Multiplies the cross-entropy gradient (e.g. 1 / loss tokens for a token-mean loss).
+  double loss_grad_scale = 1.0;
+  // Aux loss: sequences in the global batch (its normaliser) and the gradient multiplier.
+  std::int64_t aux_num_sequences_global = 1;
+  double aux_loss_grad_scale = 1.0;
+  Tensor per_token_loss;  // optional f32 [T] output (0 on rows without loss)
+  Tensor final_hidden;    // optional f32 [T, h] output: the normed hidden states before the head
+};
+
+struct BinResult {
+  double loss_sum = 0.0;
+  std::int64_t loss_tokens = 0;
+  // Σ over MoE layers of coef / N_seq · Σ_s L_s over this bin's sequences (0 when aux is
+  // none). Under CP every rank of the group reports the same value (statistics are reduced):
+  // count it on one rank of the group only.
+  double aux_loss = 0.0;
+};
+
+class Qwen3MoeModel {
+ public:
+  Qwen3MoeModel(const config::ModelArchitecture& architecture, ModelOptions options = {});
+  ~Qwen3MoeModel();
+  Qwen3MoeModel(const Qwen3MoeModel&) = delete;
+  Qwen3MoeModel& operator=(const Qwen3MoeModel&) = delete;
+
+  Qwen3MoeParameters& parameters() { return parameters_; }
+  const Qwen3MoeParameters& parameters() const { return parameters_; }
+  const config::ModelArchitecture& architecture() const { return parameters_.architecture(); }
+  const ModelOptions& options() const { return options_; }
+  void set_recompute_full(bool enabled) { options_.recompute_full = enabled; }
+
+  // Forward (and backward when options.compute_gradients) over one bin. Token ids outside the
+  // vocabulary and malformed bins are data errors.
+  BinResult run_bin(const PackedBin& bin, const BinSeams& seams, const BinOptions& options);
+
+  // Bytes the arenas have reached (activation plan, logged by the trainer).
+  std::size_t activation_high_water_bytes() const;
+
+ private:
+  struct LayerActivations;
+  Qwen3MoeParameters parameters_;
+  ModelOptions options_;
+  core::Arena activations_;                 // lives for the bin: what backward reads
+  core::Arena scratch_;                     // temporaries, released by each layer / op
+  std::unique_ptr<core::Arena> recompute_;  // one layer's activations under recompute
+  std::unique_ptr<LayerActivations> layer_activations_;
+};
+
+}  // namespace dyncp::model

@@ -1,0 +1,111 @@
+#pragma once
+// safetensors files: `[u64 little-endian N][N bytes of JSON header][data buffer]`. The header maps
+// each tensor name to {"dtype", "shape", "data_offsets": [begin, end)} relative to the data
+// buffer, plus an optional "__metadata__" object. Files are read through mmap and converted to f32
+// on request (BF16, F16, F32 and F64 on disk); every other dtype is listed but cannot be read as
+// floats. A header that lies (offsets outside the buffer, a byte range that does not match the
+// shape, overlapping tensors), a truncated file or an unknown dtype is a data error naming the
+// file and the tensor.
+//
+// Folders hold either one `model.safetensors` or shards listed by `model.safetensors.index.json`
+// (`{"metadata": {"total_size": bytes}, "weight_map": {name: shard file}}`).
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace dyncp::model {
+
+// dtypes of the safetensors format; `unreadable` ones can be listed but not converted to f32.
+enum class StoredDType { f64, f32, f16, bf16, i64, i32, i16, i8, u8, boolean, f8_e4m3, f8_e5m2 };
+
+std::size_t stored_dtype_size(StoredDType dtype);
+const char* stored_dtype_name(StoredDType dtype);  // as written in headers: "BF16", "F32", ...
+bool is_float_dtype(StoredDType dtype);            // readable as f32
+
+struct StoredTensorInfo {
+  std::string name;
+  StoredDType dtype = StoredDType::f32;
+  std::vector<std::int64_t> shape;
+  std::uint64_t data_begin = 0;  // byte offsets in the data buffer
+  std::uint64_t data_end = 0;
+  std::int64_t num_elements() const;
+};
+
+struct SafetensorsHeader {
+  std::uint64_t header_bytes = 0;         // N
+  std::uint64_t data_bytes = 0;           // size of the data buffer the header was checked against
+  std::vector<StoredTensorInfo> tensors;  // sorted by data_begin
+  std::map<std::string, std::string> metadata;
+};
+
+// Validates the header of a whole file held in `bytes` (the data buffer is bytes after 8 + N).
+// `file_name` only labels errors. Throws core::Error (data) on any inconsistency.
+SafetensorsHeader parse_safetensors_header(std::span<const std::uint8_t> bytes,
+                                           const std::string& file_name);
+
+// Converts `count` stored elements at `source` to f32.
+void convert_to_f32(StoredDType dtype, const std::uint8_t* source, std::size_t count, float* out);
+
+// One memory-mapped safetensors file.
+class SafetensorsFile {
+ public:
+  explicit SafetensorsFile(const std::string& path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  const SafetensorsHeader& header() const { return header_; }
+  const StoredTensorInfo* find(const std::string& name) const;  // nullptr when absent
+  // Converts the named tensor into `out` (size must equal its element count).
+  void read_f32(const std::string& name, std::span<float> out) const;
+
+ private:
+  std::string path_;
+  const std::uint8_t* mapped_ = nullptr;
+  std::size_t mapped_size_ = 0;
+  SafetensorsHeader header_;
+  std::map<std::string, std::size_t> index_of_;
+};
+
+// A checkpoint folder: `model.safetensors`, or shards named by `model.safetensors.index.json`.
+class SafetensorsCheckpoint {
+ public:
+  explicit SafetensorsCheckpoint(const std::string& folder);
+
+  std::vector<std::string> tensor_names() const;  // sorted
+  const StoredTensorInfo* find(const std::string& name) const;
+  void read_f32(const std::string& name, std::span<float> out) const;
+  const std::string& file_of(const std::string& name) const;
+
+ private:
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, std::size_t> file_of_tensor_;
+};
+
+// A tensor to write: f32 values in row-major order.
+struct TensorToWrite {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  std::span<const float> values;
+};
+
+// Writes one file, storing values as `dtype` (F32, BF16 or F16). Tensors are written in the
+// given order; the header is padded with spaces so the data buffer starts 8-byte aligned.
+void write_safetensors_file(const std::string& path, std::span<const TensorToWrite> tensors,
+                            StoredDType dtype);
+
+// Writes `model.safetensors` when everything fits in `max_shard_bytes` (0 = no limit), else
+// shards `model-0000k-of-0000n.safetensors` plus `model.safetensors.index.json`. Returns the
+// files written (shards first, index last).
+std::vector<std::string> write_safetensors_folder(const std::string& folder,
+                                                  std::span<const TensorToWrite> tensors,
+                                                  StoredDType dtype,
+                                                  std::uint64_t max_shard_bytes = 0);
+
+}  // namespace dyncp::model

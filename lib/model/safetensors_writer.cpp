@@ -1,0 +1,160 @@
+// Writing safetensors files and sharded folders.
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+#include "model/safetensors.hpp"
+
+namespace dyncp::model {
+
+namespace {
+
+std::uint16_t float_to_f16_bits(float value) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  const std::uint32_t sign = (bits >> 16) & 0x8000u;
+  const std::uint32_t abs_bits = bits & 0x7fffffffu;
+  if (abs_bits >= 0x7f800000u)  // inf or nan
+    return static_cast<std::uint16_t>(sign | 0x7c00u | (abs_bits > 0x7f800000u ? 0x200u : 0u));
+  if (abs_bits >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // overflow
+  if (abs_bits < 0x38800000u) {  // subnormal half (or zero): round to nearest even
+    float magnitude;
+    std::memcpy(&magnitude, &abs_bits, sizeof magnitude);
+    const float scaled = magnitude * 16777216.0f;  // 2^24: one half-subnormal ulp = 1
+    auto rounded = static_cast<std::uint32_t>(scaled);
+    const float remainder = scaled - static_cast<float>(rounded);
+    if (remainder > 0.5f || (remainder == 0.5f && (rounded & 1u))) ++rounded;
+    return static_cast<std::uint16_t>(sign | rounded);
+  }
+  const std::uint32_t rebased = abs_bits - (112u << 23);
+  const std::uint32_t rounding = 0xfffu + ((rebased >> 13) & 1u);
+  return static_cast<std::uint16_t>(sign | ((rebased + rounding) >> 13));
+}
+
+void append_values(std::vector<std::uint8_t>& buffer, std::span<const float> values,
+                   StoredDType dtype) {
+  const std::size_t start = buffer.size();
+  buffer.resize(start + values.size() * stored_dtype_size(dtype));
+  std::uint8_t* out = buffer.data() + start;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    switch (dtype) {
+      case StoredDType::f32:
+        std::memcpy(out + 4 * i, &values[i], 4);
+        break;
+      case StoredDType::bf16: {
+        const std::uint16_t bits = core::float_to_bf16_bits(values[i]);
+        std::memcpy(out + 2 * i, &bits, 2);
+        break;
+      }
+      case StoredDType::f16: {
+        const std::uint16_t bits = float_to_f16_bits(values[i]);
+        std::memcpy(out + 2 * i, &bits, 2);
+        break;
+      }
+      default:
+        DYNCP_CHECK(false, "unsupported write dtype");
+    }
+  }
+}
+
+std::uint64_t stored_bytes(const TensorToWrite& tensor, StoredDType dtype) {
+  return tensor.values.size() * stored_dtype_size(dtype);
+}
+
+}  // namespace
+
+void write_safetensors_file(const std::string& path, std::span<const TensorToWrite> tensors,
+                            StoredDType dtype) {
+  if (dtype != StoredDType::f32 && dtype != StoredDType::bf16 && dtype != StoredDType::f16)
+    core::throw_usage_error(std::string("cannot write safetensors as ") + stored_dtype_name(dtype) +
+                            " (expected F32, BF16 or F16)");
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  header["__metadata__"] = {{"format", "pt"}};
+  std::uint64_t offset = 0;
+  for (const auto& tensor : tensors) {
+    std::int64_t count = 1;
+    for (const auto extent : tensor.shape) count *= extent;
+    DYNCP_CHECK(count == static_cast<std::int64_t>(tensor.values.size()),
+                "shape and value count differ for " + tensor.name);
+    const std::uint64_t bytes = stored_bytes(tensor, dtype);
+    header[tensor.name] = {{"dtype", stored_dtype_name(dtype)},
+                           {"shape", tensor.shape},
+                           {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string header_text = header.dump();
+  header_text.append((8 - (8 + header_text.size()) % 8) % 8, ' ');
+
+  std::vector<std::uint8_t> data;
+  data.reserve(offset);
+  for (const auto& tensor : tensors) append_values(data, tensor.values, dtype);
+
+  // Write to a temporary name and rename, so a crash never leaves a half-written checkpoint.
+  const std::string temporary = path + ".partial";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    if (!out) core::throw_runtime_error("cannot create " + temporary);
+    std::uint8_t length[8];
+    for (int i = 0; i < 8; ++i)
+      length[i] = static_cast<std::uint8_t>(header_text.size() >> (8 * i));
+    out.write(reinterpret_cast<const char*>(length), 8);
+    out.write(header_text.data(), static_cast<std::streamsize>(header_text.size()));
+    out.write(reinterpret_cast<const char*>(data.data()),
+              static_cast<std::streamsize>(data.size()));
+    if (!out) core::throw_runtime_error("failed writing " + temporary);
+  }
+  std::filesystem::rename(temporary, path);
+}
+
+std::vector<std::string> write_safetensors_folder(const std::string& folder,
+                                                  std::span<const TensorToWrite> tensors,
+                                                  StoredDType dtype,
+                                                  std::uint64_t max_shard_bytes) {
+  namespace fs = std::filesystem;
+  fs::create_directories(folder);
+  // Greedy split in the given order: a shard closes when the next tensor would overflow it.
+  std::vector<std::vector<TensorToWrite>> shards(1);
+  std::uint64_t shard_bytes = 0;
+  std::uint64_t total_bytes = 0;
+  for (const auto& tensor : tensors) {
+    const std::uint64_t bytes = stored_bytes(tensor, dtype);
+    if (max_shard_bytes > 0 && !shards.back().empty() && shard_bytes + bytes > max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back(tensor);
+    shard_bytes += bytes;
+    total_bytes += bytes;
+  }
+  std::vector<std::string> written;
+  if (shards.size() == 1) {
+    const std::string path = (fs::path(folder) / "model.safetensors").string();
+    write_safetensors_file(path, shards[0], dtype);
+    written.push_back(path);
+    return written;
+  }
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  for (std::size_t k = 0; k < shards.size(); ++k) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, shards.size());
+    const std::string path = (fs::path(folder) / name).string();
+    write_safetensors_file(path, shards[k], dtype);
+    for (const auto& tensor : shards[k]) weight_map[tensor.name] = name;
+    written.push_back(path);
+  }
+  nlohmann::ordered_json index;
+  index["metadata"] = {{"total_size", total_bytes}};
+  index["weight_map"] = weight_map;
+  const std::string index_path = (fs::path(folder) / "model.safetensors.index.json").string();
+  std::ofstream out(index_path, std::ios::trunc);
+  if (!out) core::throw_runtime_error("cannot create " + index_path);
+  out << index.dump(2) << "\n";
+  written.push_back(index_path);
+  return written;
+}
+
+}  // namespace dyncp::model

@@ -1,0 +1,116 @@
+#pragma once
+// The model's seams: the three places where a layer would need other ranks. The layers call
+// these interfaces and never know how many ranks take part; lib/model ships the single-rank
+// implementations (local_seams.hpp), the distributed runtime supplies CP / EP ones.
+//
+// - AttentionContext: causal attention over the tokens of this rank's part of the bin. Under
+//   context parallelism a rank holds zigzag chunks k and 2c−1−k of every sequence of its bin
+//   (c = runtime CP group size), each token with its GLOBAL position; the CP implementation
+//   all-gathers K/V over the runtime group in forward and reduce-scatters dK/dV in backward.
+// - ExpertDispatcher: runs the experts on tokens already permuted by expert. The EP
+//   implementation all-to-alls the rows to the ranks owning their experts and back.
+// - SequenceStatisticsReducer: sums per-sequence MoE aux-loss statistics over the ranks that
+//   hold parts of the same sequences (the CP group); the identity on one rank.
+//
+// Every call gets a SeamContext: the op context plus two arenas. `activations` lives for the
+// whole bin (forward writes what backward reads); `scratch` is for temporaries, released by the
+// caller after each layer.
+
+#include <cstdint>
+
+#include "core/arena.hpp"
+#include "ops/attention.hpp"
+#include "ops/context.hpp"
+
+namespace dyncp::model {
+
+using core::Tensor;
+
+struct SeamContext {
+  ops::OpContext ops;
+  core::Arena* activations = nullptr;
+  core::Arena* scratch = nullptr;
+};
+
+// What a rank holds of the current bin, as the attention sees it.
+struct LocalBinLayout {
+  Tensor cu_seqlens;  // i32 [S + 1]: local rows of sequence s are [cu[s], cu[s+1])
+  Tensor positions;   // i32 [T]: global position of each local row inside its sequence
+};
+
+// A parameter value and its gradient (same shape; the gradient accumulates).
+struct Param {
+  Tensor value;
+  Tensor grad;
+};
+
+class AttentionContext {
+ public:
+  virtual ~AttentionContext() = default;
+  // Called once per bin before the first layer (the CP implementation sizes its gather
+  // buffers and derives the gathered K/V layout here). The tensors stay valid for the bin.
+  virtual void begin_bin(const SeamContext& context, const LocalBinLayout& layout) = 0;
+  // q [T, Hq, d], k / v [T, Hkv, d] for the local rows (RoPE already applied with global
+  // positions). Writes out [T, Hq, d] and saved.lse [T, Hq] (caller-allocated).
+  virtual void forward(const SeamContext& context, int layer, const Tensor& q, const Tensor& k,
+                       const Tensor& v, double scale, const Tensor& out,
+                       ops::AttentionSaved& saved) = 0;
+  // dq, dk, dv for the local rows: overwrite. The CP implementation reduce-scatters the
+  // gathered dK/dV so every rank gets exactly its own rows' gradients.
+  virtual void backward(const SeamContext& context, int layer, const Tensor& dout, const Tensor& q,
+                        const Tensor& k, const Tensor& v, const Tensor& out,
+                        const ops::AttentionSaved& saved, double scale, const Tensor& dq,
+                        const Tensor& dk, const Tensor& dv) = 0;
+};
+
+// Expert weights of one MoE layer as this rank holds them: experts
+// [first_expert, first_expert + gate_up.value.size(0)).
+//   gate_up [E_local, 2I, h]: rows [0, I) = HF gate_proj, rows [I, 2I) = HF up_proj
+//   down    [E_local, h, I]
+struct ExpertWeights {
+  Param gate_up;
+  Param down;
+  std::int64_t first_expert = 0;
+};
+
+// What an expert computation keeps for its backward. An EP implementation stores the rows it
+// received (and their group offsets) here; the local one aliases the inputs.
+struct ExpertSaved {
+  Tensor rows;           // [R, h] expert inputs as computed on this rank
+  Tensor group_offsets;  // i64 [E_local + 1] host
+  Tensor gate_up;        // [R, 2I]
+  Tensor hidden;         // [R, I]: silu(gate) ⊙ up
+};
+
+class ExpertDispatcher {
+ public:
+  virtual ~ExpertDispatcher() = default;
+  // x_perm [R, h]: rows grouped by GLOBAL expert, expert_offsets i64 [E + 1] (host). Writes
+  // y_perm [R, h], the unweighted expert outputs of the same rows (weighting and un-permuting
+  // happen in the layer). Saved state is allocated from context.activations.
+  virtual void forward(const SeamContext& context, int layer, const Tensor& x_perm,
+                       const Tensor& expert_offsets, const ExpertWeights& weights,
+                       const Tensor& y_perm, ExpertSaved& saved) = 0;
+  // dx_perm [R, h]: overwrite. Expert weight gradients accumulate.
+  virtual void backward(const SeamContext& context, int layer, const Tensor& dy_perm,
+                        const Tensor& expert_offsets, const ExpertWeights& weights,
+                        const ExpertSaved& saved, const Tensor& dx_perm) = 0;
+};
+
+class SequenceStatisticsReducer {
+ public:
+  virtual ~SequenceStatisticsReducer() = default;
+  // counts, prob_sums: [S, E] local sums per sequence of the bin; in place, sum them over the
+  // ranks holding parts of the same sequences (same sequence order on every such rank).
+  virtual void reduce(const SeamContext& context, const Tensor& counts,
+                      const Tensor& prob_sums) = 0;
+};
+
+// The seams one bin runs with.
+struct BinSeams {
+  AttentionContext* attention = nullptr;
+  ExpertDispatcher* experts = nullptr;
+  SequenceStatisticsReducer* statistics = nullptr;
+};
+
+}  // namespace dyncp::model

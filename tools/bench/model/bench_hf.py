@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Tokens/s of HF transformers Qwen3MoeForCausalLM forward + backward on CPU (fp32), on the
+bin written by bench_model --write-batch / --write-config, for comparison in the same run.
+
+Every sequence runs as its own batch of one (eager attention cannot pack), which is the same
+work as one packed bin; the loss is the token-mean over the bin, as in dyncp-check.
+Needs PyPI torch + transformers (not a CI dependency).
+"""
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--batch", required=True)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--size", default="?")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    fields = json.load(open(args.config))
+    fields.pop("architectures", None)
+    fields.pop("model_type", None)
+    theta = fields.pop("rope_theta", 10000.0)
+    fields.pop("rope_parameters", None)
+    config = Qwen3MoeConfig(**fields, rope_parameters={"rope_type": "default", "rope_theta": theta})
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(1)
+    model = Qwen3MoeForCausalLM(config).float().train()
+    sequences = [torch.tensor([ids]) for ids in json.load(open(args.batch))["sequences"]]
+    tokens = sum(s.shape[1] for s in sequences)
+    loss_tokens = tokens - len(sequences)
+
+    def step():
+        model.zero_grad(set_to_none=False)
+        total = 0.0
+        for ids in sequences:
+            logits = model(input_ids=ids).logits[0]
+            total = total + torch.nn.functional.cross_entropy(logits[:-1], ids[0, 1:], reduction="sum")
+        (total / loss_tokens).backward()
+
+    step()  # warm-up
+    seconds = []
+    for _ in range(args.steps):
+        start = time.perf_counter()
+        step()
+        seconds.append(time.perf_counter() - start)
+    median = statistics.median(seconds)
+    print(json.dumps({"impl": "hf-transformers", "size": args.size, "bin_tokens": tokens,
+                      "sequences": len(sequences), "threads": args.threads, "steps": args.steps,
+                      "median_s": round(median, 4), "min_s": round(min(seconds), 4),
+                      "tokens_per_s": round(tokens / median, 1),
+                      "torch": torch.__version__,
+                      "transformers": __import__("transformers").__version__}))
+
+
+if __name__ == "__main__":
+    main()
