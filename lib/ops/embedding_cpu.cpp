@@ -1,0 +1,64 @@
+#include <cstring>
+#include <string>
+
+#include "ops/embedding.hpp"
+#include "ops/op_checks.hpp"
+
+namespace dyncp::ops {
+namespace {
+
+void check(std::string_view op, const OpContext& ctx, const Tensor& token_ids, const Tensor& table,
+           const Tensor& rows) {
+  detail::require_float_operands(op, ctx, {{"table", &table}, {"rows", &rows}});
+  detail::require_dtype(op, "token_ids", token_ids, DType::i32);
+  detail::require_rank(op, "token_ids", token_ids, 1);
+  detail::require_rank(op, "table", table, 2);
+  detail::require_shape(op, "out/dout", rows, Shape{token_ids.size(0), table.size(1)});
+  const std::int32_t* ids = token_ids.data<std::int32_t>();
+  const std::int64_t vocab = table.size(0);
+  for (std::int64_t t = 0; t < token_ids.size(0); ++t) {
+    if (ids[t] < 0 || ids[t] >= vocab) {
+      core::throw_data_error("token " + std::to_string(t),
+                             std::string(op) + ": token id " + std::to_string(ids[t]) +
+                                 " is outside the vocabulary [0, " + std::to_string(vocab) +
+                                 "); check the tokenizer matches the model's vocab_size");
+    }
+  }
+}
+
+}  // namespace
+
+void embedding_forward(const OpContext& ctx, const Tensor& token_ids, const Tensor& table,
+                       const Tensor& out) {
+  constexpr std::string_view op = "embedding_forward";
+  check(op, ctx, token_ids, table, out);
+  const std::int32_t* ids = token_ids.data<std::int32_t>();
+  const std::int64_t hidden = table.size(1);
+  const std::size_t row_bytes = static_cast<std::size_t>(hidden) * core::dtype_size(table.dtype());
+  const auto* src = static_cast<const std::byte*>(table.raw_data());
+  auto* dst = static_cast<std::byte*>(out.raw_data());
+  for (std::int64_t t = 0; t < token_ids.size(0); ++t) {
+    std::memcpy(dst + static_cast<std::size_t>(t) * row_bytes,
+                src + static_cast<std::size_t>(ids[t]) * row_bytes, row_bytes);
+  }
+}
+
+void embedding_backward(const OpContext& ctx, const Tensor& token_ids, const Tensor& dout,
+                        const Tensor& dtable) {
+  constexpr std::string_view op = "embedding_backward";
+  check(op, ctx, token_ids, dtable, dout);
+  const std::int32_t* ids = token_ids.data<std::int32_t>();
+  const std::int64_t hidden = dtable.size(1);
+  detail::dispatch_float(op, dtable.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* grad = dout.data<T>();
+    T* table_grad = dtable.data<T>();
+    for (std::int64_t t = 0; t < token_ids.size(0); ++t) {
+      T* row = table_grad + static_cast<std::int64_t>(ids[t]) * hidden;
+      const T* g = grad + t * hidden;
+      for (std::int64_t j = 0; j < hidden; ++j) row[j] += g[j];
+    }
+  });
+}
+
+}  // namespace dyncp::ops

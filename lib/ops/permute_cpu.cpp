@@ -1,0 +1,186 @@
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "ops/op_checks.hpp"
+#include "ops/permute.hpp"
+
+namespace dyncp::ops {
+namespace {
+
+// Sizes of a plan: (tokens, top_k, experts).
+struct PlanDims {
+  std::int64_t tokens, top_k, experts;
+};
+
+PlanDims check_plan(std::string_view op, const PermutePlan& plan, std::int64_t tokens) {
+  detail::require_dtype(op, "plan.expert_order", plan.expert_order, DType::i32);
+  detail::require_dtype(op, "plan.assignment_row", plan.assignment_row, DType::i32);
+  detail::require_dtype(op, "plan.expert_offsets", plan.expert_offsets, DType::i64);
+  detail::require_rank(op, "plan.expert_order", plan.expert_order, 1);
+  detail::require_shape(op, "plan.assignment_row", plan.assignment_row, plan.expert_order.shape());
+  const std::int64_t assignments = plan.expert_order.size(0);
+  if (tokens == 0 ? assignments != 0 : assignments % tokens != 0) {
+    detail::fail(op, "plan with " + std::to_string(assignments) + " assignments does not fit " +
+                         std::to_string(tokens) + " tokens");
+  }
+  return {tokens, tokens == 0 ? 0 : assignments / tokens, plan.expert_offsets.size(0) - 1};
+}
+
+}  // namespace
+
+void build_permute_plan(const OpContext& ctx, const Tensor& expert_ids, int num_experts,
+                        PermutePlan& plan) {
+  constexpr std::string_view op = "build_permute_plan";
+  detail::require_cpu_context(op, ctx);
+  detail::require_dtype(op, "expert_ids", expert_ids, DType::i32);
+  detail::require_rank(op, "expert_ids", expert_ids, 2);
+  const std::int64_t tokens = expert_ids.size(0), top_k = expert_ids.size(1);
+  const std::int64_t assignments = tokens * top_k;
+  detail::require_dtype(op, "plan.expert_order", plan.expert_order, DType::i32);
+  detail::require_shape(op, "plan.expert_order", plan.expert_order, Shape{assignments});
+  detail::require_dtype(op, "plan.assignment_row", plan.assignment_row, DType::i32);
+  detail::require_shape(op, "plan.assignment_row", plan.assignment_row, Shape{assignments});
+  detail::require_dtype(op, "plan.expert_offsets", plan.expert_offsets, DType::i64);
+  detail::require_shape(op, "plan.expert_offsets", plan.expert_offsets, Shape{num_experts + 1});
+  detail::require_dtype(op, "plan.tokens_per_expert", plan.tokens_per_expert, DType::i64);
+  detail::require_shape(op, "plan.tokens_per_expert", plan.tokens_per_expert, Shape{num_experts});
+  const std::int32_t* ids = expert_ids.data<std::int32_t>();
+  std::int64_t* counts = plan.tokens_per_expert.data<std::int64_t>();
+  std::int64_t* offsets = plan.expert_offsets.data<std::int64_t>();
+  std::int32_t* order = plan.expert_order.data<std::int32_t>();
+  std::int32_t* row_of = plan.assignment_row.data<std::int32_t>();
+  // Counting sort: stable in assignment order (token, then slot).
+  std::fill(counts, counts + num_experts, std::int64_t{0});
+  for (std::int64_t a = 0; a < assignments; ++a) {
+    if (ids[a] < 0 || ids[a] >= num_experts) {
+      detail::fail(op, "expert id " + std::to_string(ids[a]) + " of token " +
+                           std::to_string(a / top_k) + " is outside [0, " +
+                           std::to_string(num_experts) + ")");
+    }
+    ++counts[ids[a]];
+  }
+  offsets[0] = 0;
+  for (int e = 0; e < num_experts; ++e) offsets[e + 1] = offsets[e] + counts[e];
+  // Reuse counts as per-expert fill cursors, then restore them.
+  for (int e = 0; e < num_experts; ++e) counts[e] = offsets[e];
+  for (std::int64_t a = 0; a < assignments; ++a) {
+    const std::int64_t row = counts[ids[a]]++;
+    order[row] = static_cast<std::int32_t>(a);
+    row_of[a] = static_cast<std::int32_t>(row);
+  }
+  for (int e = 0; e < num_experts; ++e) counts[e] = offsets[e + 1] - offsets[e];
+}
+
+void permute_forward(const OpContext& ctx, const Tensor& x, const PermutePlan& plan,
+                     const Tensor& x_perm) {
+  constexpr std::string_view op = "permute_forward";
+  detail::require_float_operands(op, ctx, {{"x", &x}, {"x_perm", &x_perm}});
+  detail::require_rank(op, "x", x, 2);
+  const PlanDims dims = check_plan(op, plan, x.size(0));
+  detail::require_shape(op, "x_perm", x_perm, Shape{dims.tokens * dims.top_k, x.size(1)});
+  const std::size_t row_bytes = static_cast<std::size_t>(x.size(1)) * core::dtype_size(x.dtype());
+  const auto* src = static_cast<const std::byte*>(x.raw_data());
+  auto* dst = static_cast<std::byte*>(x_perm.raw_data());
+  const std::int32_t* order = plan.expert_order.data<std::int32_t>();
+  for (std::int64_t r = 0; r < dims.tokens * dims.top_k; ++r) {
+    std::memcpy(dst + static_cast<std::size_t>(r) * row_bytes,
+                src + static_cast<std::size_t>(order[r] / dims.top_k) * row_bytes, row_bytes);
+  }
+}
+
+void permute_backward(const OpContext& ctx, const Tensor& dx_perm, const PermutePlan& plan,
+                      const Tensor& dx, GradMode dx_mode) {
+  constexpr std::string_view op = "permute_backward";
+  detail::require_float_operands(op, ctx, {{"dx_perm", &dx_perm}, {"dx", &dx}});
+  detail::require_rank(op, "dx", dx, 2);
+  const PlanDims dims = check_plan(op, plan, dx.size(0));
+  const std::int64_t hidden = dx.size(1);
+  detail::require_shape(op, "dx_perm", dx_perm, Shape{dims.tokens * dims.top_k, hidden});
+  const std::int32_t* row_of = plan.assignment_row.data<std::int32_t>();
+  detail::dispatch_float(op, dx.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* src = dx_perm.data<T>();
+    T* dst = dx.data<T>();
+    for (std::int64_t t = 0; t < dims.tokens; ++t) {
+      T* out = dst + t * hidden;
+      if (dx_mode == GradMode::overwrite) std::fill(out, out + hidden, T(0));
+      for (std::int64_t j = 0; j < dims.top_k; ++j) {
+        const T* in = src + static_cast<std::int64_t>(row_of[t * dims.top_k + j]) * hidden;
+        for (std::int64_t c = 0; c < hidden; ++c) out[c] += in[c];
+      }
+    }
+  });
+}
+
+void unpermute_forward(const OpContext& ctx, const Tensor& y_perm, const PermutePlan& plan,
+                       const Tensor& weights, const Tensor& y) {
+  constexpr std::string_view op = "unpermute_forward";
+  detail::require_float_operands(op, ctx, {{"y_perm", &y_perm}, {"weights", &weights}, {"y", &y}});
+  detail::require_rank(op, "y", y, 2);
+  const PlanDims dims = check_plan(op, plan, y.size(0));
+  const std::int64_t hidden = y.size(1);
+  detail::require_shape(op, "y_perm", y_perm, Shape{dims.tokens * dims.top_k, hidden});
+  detail::require_shape(op, "weights", weights, Shape{dims.tokens, dims.top_k});
+  const std::int32_t* row_of = plan.assignment_row.data<std::int32_t>();
+  detail::dispatch_float(op, y.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* src = y_perm.data<T>();
+    const T* w = weights.data<T>();
+    T* dst = y.data<T>();
+    for (std::int64_t t = 0; t < dims.tokens; ++t) {
+      T* out = dst + t * hidden;
+      std::fill(out, out + hidden, T(0));
+      for (std::int64_t j = 0; j < dims.top_k; ++j) {
+        const T wj = w[t * dims.top_k + j];
+        const T* in = src + static_cast<std::int64_t>(row_of[t * dims.top_k + j]) * hidden;
+        for (std::int64_t c = 0; c < hidden; ++c) out[c] += wj * in[c];
+      }
+    }
+  });
+}
+
+void unpermute_backward(const OpContext& ctx, const Tensor& dy, const Tensor& y_perm,
+                        const PermutePlan& plan, const Tensor& weights, const Tensor& dy_perm,
+                        const Tensor& dweights) {
+  constexpr std::string_view op = "unpermute_backward";
+  detail::require_float_operands(op, ctx,
+                                 {{"dy", &dy},
+                                  {"y_perm", &y_perm},
+                                  {"weights", &weights},
+                                  {"dy_perm", &dy_perm},
+                                  {"dweights", &dweights}});
+  detail::require_rank(op, "dy", dy, 2);
+  const PlanDims dims = check_plan(op, plan, dy.size(0));
+  const std::int64_t hidden = dy.size(1);
+  detail::require_shape(op, "y_perm", y_perm, Shape{dims.tokens * dims.top_k, hidden});
+  detail::require_shape(op, "dy_perm", dy_perm, y_perm.shape());
+  detail::require_shape(op, "weights", weights, Shape{dims.tokens, dims.top_k});
+  detail::require_shape(op, "dweights", dweights, weights.shape());
+  const std::int32_t* row_of = plan.assignment_row.data<std::int32_t>();
+  detail::dispatch_float(op, dy.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* g = dy.data<T>();
+    const T* yp = y_perm.data<T>();
+    const T* w = weights.data<T>();
+    T* gp = dy_perm.data<T>();
+    T* dw = dweights.data<T>();
+    for (std::int64_t t = 0; t < dims.tokens; ++t) {
+      const T* gt = g + t * hidden;
+      for (std::int64_t j = 0; j < dims.top_k; ++j) {
+        const std::int64_t row = row_of[t * dims.top_k + j];
+        const T wj = w[t * dims.top_k + j];
+        const T* in = yp + row * hidden;
+        T* out = gp + row * hidden;
+        T dot = 0;
+        for (std::int64_t c = 0; c < hidden; ++c) {
+          out[c] = wj * gt[c];
+          dot += gt[c] * in[c];
+        }
+        dw[t * dims.top_k + j] = dot;
+      }
+    }
+  });
+}
+
+}  // namespace dyncp::ops
