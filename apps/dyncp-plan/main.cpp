@@ -1,0 +1,251 @@
+// dyncp-plan: run a packing scheduler on a lengths file or a synthetic length distribution and
+// print the schedule with its modelled cost (table, or one JSON object per step with --json;
+// schema in docs/packing.md). Exit codes: 0 ok, 2 bad usage or input, 1 internal failure.
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/config_loader.hpp"
+#include "config/model_architecture.hpp"
+#include "core/error.hpp"
+#include "core/version.hpp"
+#include "lengths_file.hpp"
+#include "packing/alignment.hpp"
+#include "packing/cost_model.hpp"
+#include "packing/length_distribution.hpp"
+#include "plan_report.hpp"
+
+namespace {
+
+using namespace dyncp;
+
+struct Options {
+  std::string lengths_path;
+  std::string distribution;
+  std::uint64_t seed = 1234;
+  std::int64_t dp = 1;
+  std::int64_t cp = 1;
+  std::int64_t cap = 0;
+  std::int64_t min_cp = 1;
+  std::string scheduler = "default_dynamic_cp";
+  std::optional<std::int64_t> global_batch_size;
+  std::int64_t steps = 1;
+  std::string model_path;
+  bool json = false;
+  bool print_schedule = false;
+  std::optional<double> device_tflops;
+  std::optional<double> microbatch_overhead_ms;
+};
+
+void warn(const std::string& message) {
+  std::cerr << "dyncp-plan: warning: " << message << "\n";
+}
+
+// Rejects, with the file:line of the sample, what the scheduler would reject.
+void check_lengths_fit(const Options& options, const std::vector<std::int64_t>& lengths,
+                       const std::vector<std::string>& origins) {
+  const std::int64_t pool = options.dp * options.cp;
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    if (options.scheduler == "dp_balanced") {
+      if (lengths[i] > options.cp * options.cap) {
+        core::throw_data_error(
+            origins[i], "length " + std::to_string(lengths[i]) + " exceeds cp x cap = " +
+                            std::to_string(options.cp * options.cap) + "; raise --cap or --cp");
+      }
+    } else if (packing::group_size_needed(lengths[i], options.cap, options.min_cp) > pool) {
+      core::throw_data_error(
+          origins[i],
+          "length " + std::to_string(lengths[i]) + " needs a group of " +
+              std::to_string(packing::group_size_needed(lengths[i], options.cap, options.min_cp)) +
+              " ranks but the pool (dp x cp) has " + std::to_string(pool) +
+              "; raise --cap or the pool");
+    }
+  }
+}
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() &&
+         text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// --model: an HF config.json (or its folder), or a recipe YAML whose model architecture and
+// `packing` cost section are used; the cost options given on the command line win.
+packing::CostModel make_cost_model(const Options& options) {
+  config::ModelArchitecture architecture = packing::qwen3_30b_a3b_architecture();
+  packing::CostModelParameters parameters;
+  if (ends_with(options.model_path, ".yaml") || ends_with(options.model_path, ".yml")) {
+    const auto recipe = config::load_config_file(options.model_path, {});
+    architecture = recipe.model.architecture;
+    parameters = packing::cost_model_parameters(recipe.packing);
+  } else if (!options.model_path.empty()) {
+    architecture = config::load_hf_model_config(options.model_path);
+  }
+  if (options.device_tflops) parameters.device_flops_per_second = *options.device_tflops * 1e12;
+  if (options.microbatch_overhead_ms) {
+    parameters.microbatch_overhead_seconds = *options.microbatch_overhead_ms * 1e-3;
+  }
+  return packing::CostModel(packing::model_cost_from_architecture(architecture), parameters);
+}
+
+int run(const Options& options) {
+  const auto& names = plan::scheduler_names();
+  if (std::find(names.begin(), names.end(), options.scheduler) == names.end()) {
+    core::throw_usage_error("--scheduler: unknown scheduler '" + options.scheduler +
+                            "'; expected one of [dp_balanced, default_dynamic_cp, cost_aware]");
+  }
+  if (options.lengths_path.empty() == options.distribution.empty()) {
+    core::throw_usage_error("give exactly one of --lengths FILE or --distribution SPEC");
+  }
+  if (options.cap < 1) {
+    core::throw_usage_error(
+        "--cap (max_seqlen_per_dp_cp_rank, tokens per rank per microbatch) "
+        "is required and must be >= 1");
+  }
+  if (options.global_batch_size && *options.global_batch_size < 1) {
+    core::throw_usage_error("--global-batch-size must be >= 1");
+  }
+  if (!options.distribution.empty() && !options.global_batch_size) {
+    core::throw_usage_error("--distribution needs --global-batch-size (samples per step)");
+  }
+  const bool dynamic = options.scheduler != "dp_balanced";
+  const std::int64_t pool = options.dp * options.cp;
+  if (pool > (std::int64_t{1} << 20)) {
+    core::throw_usage_error("--dp x --cp = " + std::to_string(pool) +
+                            ": pools above 2^20 ranks are not supported");
+  }
+  if (!packing::is_power_of_two(options.min_cp) || options.min_cp > pool) {
+    core::throw_config_error(
+        "--min-cp (min_dynamic_context_parallel_size)",
+        std::to_string(options.min_cp) +
+            ": must be a power of two no larger than dp x cp = " + std::to_string(pool));
+  }
+  if (dynamic && !packing::is_power_of_two(pool)) {
+    warn("the pool dp x cp = " + std::to_string(pool) +
+         " is not a power of two: Megatron's full-pool fallback will run (dyncp-train rejects "
+         "this layout)");
+  }
+  const packing::CostModel cost_model = make_cost_model(options);
+  const plan::PlanSettings settings{options.scheduler, options.dp, options.cp, options.cap,
+                                    options.min_cp};
+  const std::int64_t multiple = packing::alignment_multiple({options.dp, options.cp, dynamic});
+
+  std::vector<std::vector<std::int64_t>> batches;
+  if (!options.lengths_path.empty()) {
+    const plan::LengthsFile file = plan::read_lengths_file(options.lengths_path);
+    check_lengths_fit(options, file.lengths, file.origins);
+    const auto unaligned = std::count_if(file.lengths.begin(), file.lengths.end(),
+                                         [&](std::int64_t l) { return l % multiple != 0; });
+    if (unaligned > 0) {
+      warn(std::to_string(unaligned) + " of " + std::to_string(file.lengths.size()) +
+           " lengths are not multiples of the alignment " + std::to_string(multiple) +
+           " (scheduled as given; dyncp-train pads them)");
+    }
+    const auto total = static_cast<std::int64_t>(file.lengths.size());
+    const std::int64_t batch = options.global_batch_size.value_or(total);
+    if (options.steps * batch > total) {
+      core::throw_usage_error("--steps " + std::to_string(options.steps) + " x batch of " +
+                              std::to_string(batch) + " needs " +
+                              std::to_string(options.steps * batch) + " lengths; " +
+                              options.lengths_path + " has " + std::to_string(total));
+    }
+    for (std::int64_t step = 0; step < options.steps; ++step) {
+      batches.emplace_back(file.lengths.begin() + step * batch,
+                           file.lengths.begin() + (step + 1) * batch);
+    }
+  } else {
+    const auto distribution =
+        packing::parse_length_distribution(options.distribution, "--distribution");
+    // Lengths are capped so the static layout can run them, then padded to the layout's
+    // alignment multiple (as dyncp-train's datasets do).
+    const std::int64_t longest = options.cp * options.cap / multiple * multiple;
+    if (longest < 1) {
+      core::throw_usage_error("cp x cap = " + std::to_string(options.cp * options.cap) +
+                              " is below the alignment multiple " + std::to_string(multiple) +
+                              ": raise --cap");
+    }
+    for (std::int64_t step = 0; step < options.steps; ++step) {
+      auto lengths = packing::sample_lengths(distribution,
+                                             static_cast<std::size_t>(*options.global_batch_size),
+                                             options.seed, static_cast<std::uint64_t>(step));
+      for (auto& length : lengths) {
+        length = std::min(packing::padded_length(length, multiple), longest);
+      }
+      std::vector<std::string> origins;
+      for (std::size_t i = 0; i < lengths.size(); ++i) {
+        origins.push_back("step " + std::to_string(step) + " sample " + std::to_string(i));
+      }
+      check_lengths_fit(options, lengths, origins);
+      batches.push_back(std::move(lengths));
+    }
+  }
+
+  for (std::size_t step = 0; step < batches.size(); ++step) {
+    const auto plan = plan::plan_step(settings, std::move(batches[step]), cost_model,
+                                      static_cast<std::int64_t>(step));
+    if (options.json) {
+      std::cout << plan::render_json(settings, plan) << "\n";
+    } else {
+      std::cout << plan::render_table(settings, plan, options.print_schedule);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "dyncp-plan: run a packing scheduler on sequence lengths and print the schedule, "
+      "its statistics and its modelled step time"};
+  Options options;
+  app.add_option("--lengths", options.lengths_path,
+                 "Lengths file: one length per line, or a JSON array / {\"lengths\": [...]}; "
+                 "taken as given (no padding)");
+  app.add_option("--distribution", options.distribution,
+                 "Synthetic lengths: lognormal:mean=1024,sigma=1.5,min=128,max=8192 | "
+                 "llama3_long | lmsys | trajectory:seq_length=32768 | uniform:min=..,max=.. | "
+                 "equal:length=.. (see docs/packing.md)");
+  app.add_option("--seed", options.seed, "Seed of the synthetic lengths");
+  app.add_option("--dp", options.dp, "Data-parallel size")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--cp", options.cp, "Context-parallel size")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--cap", options.cap,
+                 "max_seqlen_per_dp_cp_rank: tokens one rank may hold per microbatch");
+  app.add_option("--min-cp", options.min_cp, "Smallest dynamic CP group (a power of two)");
+  app.add_option("--scheduler", options.scheduler, "dp_balanced | default_dynamic_cp | cost_aware");
+  app.add_option("--global-batch-size", options.global_batch_size,
+                 "Samples per step (a lengths file is cut into consecutive batches)");
+  app.add_option("--steps", options.steps, "Number of steps")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--model", options.model_path,
+                 "Cost model shape: an HF config.json, or a recipe YAML (its model and packing "
+                 "sections); default Qwen3-30B-A3B");
+  app.add_flag("--json", options.json, "One JSON object per step (schema: docs/packing.md)");
+  app.add_flag("--print-schedule", options.print_schedule, "List every microbatch's groups");
+  app.add_option("--device-tflops", options.device_tflops,
+                 "Cost model: sustained TFLOP/s per rank (default 450)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--microbatch-overhead-ms", options.microbatch_overhead_ms,
+                 "Cost model: fixed time per microbatch per rank (default 0.5)")
+      ->check(CLI::NonNegativeNumber);
+  app.set_version_flag("--version", dyncp::core::version_string);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    if (error.get_exit_code() == 0) return app.exit(error);  // --help, --version
+    std::cerr << "dyncp-plan: error: " << error.what() << " (see dyncp-plan --help)\n";
+    return 2;
+  }
+  try {
+    return run(options);
+  } catch (const dyncp::core::Error& error) {
+    std::cerr << "dyncp-plan: error: " << error.what() << "\n";
+    return error.exit_code();
+  } catch (const std::exception& error) {
+    std::cerr << "dyncp-plan: internal error: " << error.what() << "\n";
+    return 1;
+  }
+}

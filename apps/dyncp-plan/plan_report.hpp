@@ -1,0 +1,43 @@
+#pragma once
+// One step of dyncp-plan: run the chosen scheduler, check the contract, model the step, and
+// render the result as a table or as one JSON line (schema in docs/packing.md).
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "packing/cost_model.hpp"
+#include "packing/schedule.hpp"
+
+namespace dyncp::plan {
+
+struct PlanSettings {
+  std::string scheduler;  // dp_balanced | default_dynamic_cp | cost_aware
+  std::int64_t data_parallel_size = 1;
+  std::int64_t context_parallel_size = 1;
+  std::int64_t max_seqlen_per_dp_cp_rank = 0;
+  std::int64_t min_group_size = 1;
+};
+
+struct StepPlan {
+  std::int64_t step = 0;
+  std::vector<std::int64_t> lengths;  // as scheduled (after any padding)
+  packing::Schedule schedule;
+  double host_ms = 0.0;
+  packing::CostModel::StepTime modelled;
+  std::optional<double> static_step_ms;   // dp_balanced on the same lengths, if it can run them
+  std::optional<double> dynamic_step_ms;  // default_dynamic_cp on the same lengths
+  double lower_bound_ms = 0.0;
+  double tight_lower_bound_ms = 0.0;
+};
+
+// Valid scheduler names, for --help and errors.
+const std::vector<std::string>& scheduler_names();
+
+StepPlan plan_step(const PlanSettings& settings, std::vector<std::int64_t> lengths,
+                   const packing::CostModel& cost_model, std::int64_t step);
+
+std::string render_json(const PlanSettings& settings, const StepPlan& plan);
+std::string render_table(const PlanSettings& settings, const StepPlan& plan, bool print_schedule);
+
+}  // namespace dyncp::plan

@@ -1,0 +1,236 @@
+#include "packing/cost_model.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+namespace dyncp::packing {
+
+ModelCost model_cost_from_architecture(config::ModelArchitecture a) {
+  a.resolve();
+  const double h = static_cast<double>(a.hidden_size);
+  const double q = static_cast<double>(a.head_dim * a.num_attention_heads);
+  const double kv = static_cast<double>(a.head_dim * a.num_key_value_heads);
+  const double gate = a.is_hybrid() ? q : 0.0;  // Qwen3.5 full attention has an output gate
+  constexpr double swiglu = 3.0;
+  ModelCost cost;
+  double linear = 0.0;
+  for (std::int64_t layer = 0; layer < a.num_hidden_layers; ++layer) {
+    if (a.mixer_of_layer(layer) == config::LayerMixer::full_attention) {
+      linear += 6.0 * (h * (q + 2.0 * kv + gate) + q * h);
+      cost.attention_flops_per_token_squared += 6.0 * q;
+      ++cost.attention_layers;
+    } else {  // Gated DeltaNet, linear in the sequence length
+      const double qk = static_cast<double>(a.linear_num_key_heads * a.linear_key_head_dim);
+      const double v = static_cast<double>(a.linear_num_value_heads * a.linear_value_head_dim);
+      const double value_heads = static_cast<double>(a.linear_num_value_heads);
+      const double dv = static_cast<double>(a.linear_value_head_dim);
+      const double conv = static_cast<double>(a.linear_conv_kernel_dim);
+      linear += 6.0 * (h * (2.0 * qk + 2.0 * v + 2.0 * value_heads) + conv * (2.0 * qk + v) +
+                       4.0 * value_heads * dv * dv + h * v);
+    }
+    if (a.is_moe_layer(layer)) {
+      linear += 6.0 * h *
+                (static_cast<double>(a.moe_intermediate_size * a.num_experts_per_tok) * swiglu +
+                 static_cast<double>(a.shared_expert_intermediate_size) * swiglu);
+    } else {
+      linear += 6.0 * h * static_cast<double>(a.intermediate_size) * swiglu;
+    }
+  }
+  linear += 6.0 * h * static_cast<double>(a.vocab_size);  // logits
+  cost.linear_flops_per_token = linear;
+  cost.kv_bytes_per_token_per_layer = 2.0 * kv * 2.0;  // K and V, 2 bytes each
+  return cost;
+}
+
+CostModelParameters cost_model_parameters(const config::PackingCostConfig& section) {
+  CostModelParameters parameters;
+  parameters.device_flops_per_second = section.device_flops_per_second;
+  parameters.link_bytes_per_second = section.link_bytes_per_second;
+  parameters.collective_latency_seconds = section.collective_latency_seconds;
+  parameters.microbatch_overhead_seconds = section.microbatch_overhead_seconds;
+  return parameters;
+}
+
+config::ModelArchitecture qwen3_30b_a3b_architecture() {
+  config::ModelArchitecture a;
+  a.model_type = "qwen3_moe";
+  a.vocab_size = 151936;
+  a.hidden_size = 2048;
+  a.intermediate_size = 6144;
+  a.num_hidden_layers = 48;
+  a.num_attention_heads = 32;
+  a.num_key_value_heads = 4;
+  a.head_dim = 128;
+  a.num_experts = 128;
+  a.num_experts_per_tok = 8;
+  a.moe_intermediate_size = 768;
+  a.norm_topk_prob = true;
+  a.resolve();
+  return a;
+}
+
+double CostModel::sequence_flops(std::int64_t length) const {
+  const double l = static_cast<double>(length);
+  return model_.linear_flops_per_token * l + model_.attention_flops_per_token_squared * l * l;
+}
+
+double CostModel::compute_seconds(std::int64_t length, std::int64_t group_size) const {
+  return sequence_flops(length) /
+         (static_cast<double>(group_size) * parameters_.device_flops_per_second);
+}
+
+double CostModel::bandwidth(std::int64_t group_size) const {
+  return group_size <= parameters_.ranks_per_node ? parameters_.link_bytes_per_second
+                                                  : parameters_.network_bytes_per_second;
+}
+
+double CostModel::transfer_seconds(std::int64_t tokens, std::int64_t group_size) const {
+  if (group_size <= 1) return 0.0;
+  const double c = static_cast<double>(group_size);
+  return static_cast<double>(model_.attention_layers) * 2.0 * (c - 1.0) / c *
+         static_cast<double>(tokens) * model_.kv_bytes_per_token_per_layer / bandwidth(group_size);
+}
+
+double CostModel::communication_seconds(std::int64_t tokens, std::int64_t group_size) const {
+  if (group_size <= 1) return 0.0;
+  return static_cast<double>(model_.attention_layers) * 2.0 *
+             parameters_.collective_latency_seconds +
+         transfer_seconds(tokens, group_size);
+}
+
+double CostModel::bin_seconds(std::span<const std::int64_t> lengths,
+                              std::int64_t group_size) const {
+  double seconds = parameters_.microbatch_overhead_seconds;
+  std::int64_t tokens = 0;
+  for (const auto length : lengths) {
+    seconds += compute_seconds(length, group_size);
+    tokens += length;
+  }
+  return seconds + communication_seconds(tokens, group_size);
+}
+
+CostModel::StepTime CostModel::step_time(const Schedule& schedule,
+                                         std::span<const std::int64_t> lengths) const {
+  std::vector<double> finish(static_cast<std::size_t>(schedule.pool_size), 0.0);
+  std::vector<double> busy(static_cast<std::size_t>(schedule.pool_size), 0.0);
+  std::vector<std::int64_t> bin;
+  for (std::int64_t m = 0; m < schedule.num_microbatches(); ++m) {
+    for (const auto& group : schedule.groups_of(m)) {
+      bin.clear();
+      for (const auto id : schedule.ids_of(group))
+        bin.push_back(lengths[static_cast<std::size_t>(id)]);
+      const double seconds = bin_seconds(bin, group.size);
+      const auto first = finish.begin() + group.start_rank;
+      const double start = *std::max_element(first, first + group.size);
+      std::fill(first, first + group.size, start + seconds);
+      for (std::int64_t r = group.start_rank; r < group.start_rank + group.size; ++r) {
+        busy[static_cast<std::size_t>(r)] += seconds;
+      }
+    }
+  }
+  StepTime result;
+  result.min_rank_busy_seconds = busy.empty() ? 0.0 : *std::min_element(busy.begin(), busy.end());
+  for (std::size_t r = 0; r < finish.size(); ++r) {
+    result.step_seconds = std::max(result.step_seconds, finish[r]);
+    result.max_rank_busy_seconds = std::max(result.max_rank_busy_seconds, busy[r]);
+    result.mean_rank_busy_seconds += busy[r];
+  }
+  result.mean_rank_busy_seconds /= static_cast<double>(finish.size());
+  return result;
+}
+
+double CostModel::lower_bound_seconds(std::span<const std::int64_t> lengths, std::int64_t pool_size,
+                                      std::int64_t cap, std::int64_t min_group_size) const {
+  double total_work = 0.0;
+  double longest_solo = 0.0;
+  std::int64_t tokens = 0;
+  for (const auto length : lengths) {
+    double work = std::numeric_limits<double>::infinity();
+    double solo = std::numeric_limits<double>::infinity();
+    for (std::int64_t c = group_size_needed(length, cap, min_group_size); c <= pool_size; c *= 2) {
+      const double c_d = static_cast<double>(c);
+      work = std::min(work, c_d * (compute_seconds(length, c) + transfer_seconds(length, c)));
+      solo = std::min(solo, compute_seconds(length, c) + communication_seconds(length, c));
+    }
+    if (solo == std::numeric_limits<double>::infinity()) {  // only the whole pool can hold it
+      work = static_cast<double>(pool_size) *
+             (compute_seconds(length, pool_size) + transfer_seconds(length, pool_size));
+      solo = compute_seconds(length, pool_size) + communication_seconds(length, pool_size);
+    }
+    total_work += work;
+    longest_solo = std::max(longest_solo, solo);
+    tokens += length;
+  }
+  const std::int64_t min_microbatches =
+      std::max<std::int64_t>(1, (tokens + pool_size * cap - 1) / (pool_size * cap));
+  return std::max(total_work / static_cast<double>(pool_size), longest_solo) +
+         static_cast<double>(min_microbatches) * parameters_.microbatch_overhead_seconds;
+}
+
+}  // namespace dyncp::packing
+
+namespace dyncp::packing {
+
+double CostModel::tight_lower_bound_seconds(std::span<const std::int64_t> lengths,
+                                            std::int64_t pool_size, std::int64_t cap,
+                                            std::int64_t min_group_size) const {
+  struct Option {
+    double solo;
+    double work;
+    std::size_t sequence;
+  };
+  std::vector<Option> options;
+  std::vector<double> best_work(lengths.size(), std::numeric_limits<double>::infinity());
+  double earliest = 0.0;  // every sequence has some group by then
+  std::int64_t tokens = 0;
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    const std::int64_t length = lengths[i];
+    tokens += length;
+    double fastest = std::numeric_limits<double>::infinity();
+    std::int64_t c = group_size_needed(length, cap, min_group_size);
+    if (c > pool_size) c = pool_size;
+    for (; c <= pool_size; c *= 2) {
+      const double solo = compute_seconds(length, c) + communication_seconds(length, c);
+      const double work =
+          static_cast<double>(c) * (compute_seconds(length, c) + transfer_seconds(length, c));
+      options.push_back({solo, work, i});
+      fastest = std::min(fastest, solo);
+    }
+    earliest = std::max(earliest, fastest);
+  }
+  std::sort(options.begin(), options.end(),
+            [](const Option& a, const Option& b) { return a.solo < b.solo; });
+  // Sweep T upwards: total = sum of the cheapest work among the groups allowed at T.
+  double total = 0.0;
+  std::size_t next = 0;
+  auto allow_through = [&](double time) {
+    for (; next < options.size() && options[next].solo <= time; ++next) {
+      const Option& option = options[next];
+      double& best = best_work[option.sequence];
+      if (option.work < best) {
+        total += option.work - (best == std::numeric_limits<double>::infinity() ? 0.0 : best);
+        best = option.work;
+      }
+    }
+  };
+  allow_through(earliest);
+  double bound = earliest;
+  const double ranks = static_cast<double>(pool_size);
+  while (true) {
+    const double needed_time = total / ranks;
+    const double next_time =
+        next < options.size() ? options[next].solo : std::numeric_limits<double>::infinity();
+    if (needed_time <= next_time) {  // the work fits before any cheaper group becomes allowed
+      bound = std::max(bound, needed_time);
+      break;
+    }
+    bound = next_time;
+    allow_through(next_time);
+  }
+  const std::int64_t min_microbatches =
+      std::max<std::int64_t>(1, (tokens + pool_size * cap - 1) / (pool_size * cap));
+  return bound + static_cast<double>(min_microbatches) * parameters_.microbatch_overhead_seconds;
+}
+
+}  // namespace dyncp::packing

@@ -1,0 +1,106 @@
+#pragma once
+// Modelled step time of a schedule, for comparing schedulers and for the cost-aware one.
+//
+// Per sequence of L tokens (Megatron's model-FLOPs count, fwd + bwd, reference qwen-moe §6):
+//   flops(L) = linear_flops_per_token * L + attention_flops_per_token_squared * L^2
+// A bin (the sequences one group runs in one microbatch) on a group of c ranks takes, on each
+// member rank:
+//   t(bin, c) = sum_i flops(L_i) / (c * device_flops_per_second)
+//             + [c > 1] * attention_layers * 2 * (collective_latency_seconds
+//                 + (c - 1) / c * sum_i L_i * kv_bytes_per_token_per_layer / bandwidth(c))
+//             + microbatch_overhead_seconds
+// (2 collectives per attention layer: the K/V all-gather forward, the dK/dV reduce-scatter
+// backward; bandwidth(c) is the NVLink rate while the group fits in one node of
+// ranks_per_node, the network rate beyond; communication is not assumed to overlap.)
+// Step time: every rank runs its microbatches in order; a group starts when all its members
+// have finished their previous microbatch; the step ends when the last rank finishes.
+//
+// Lower bound (any schedule meeting the contract on the same padded lengths):
+//   work_i     = min over valid c of c * (compute + bandwidth part of t on c ranks)  [rank-s]
+//   solo_i     = min over valid c of t({L_i}, c) - microbatch_overhead_seconds       [s]
+//   M_min      = ceil(sum_i L_i / (P * cap))
+//   lower_bound = max(sum_i work_i / P, max_i solo_i) + M_min * microbatch_overhead_seconds
+// valid c: powers of two with needed(L_i) <= c <= P (the whole pool when none is).
+
+#include <cstdint>
+#include <span>
+
+#include "config/config_container.hpp"
+#include "config/model_architecture.hpp"
+#include "packing/schedule.hpp"
+
+namespace dyncp::packing {
+
+// The `packing` cost-model parameters; defaults describe H200 GPUs on NVLink and match the
+// config section (config::PackingCostConfig).
+struct CostModelParameters {
+  double device_flops_per_second = 4.5e14;   // ~45% of H200 dense BF16 peak (989 TFLOP/s)
+  double link_bytes_per_second = 4.0e11;     // NVLink within a node, per direction
+  double network_bytes_per_second = 5.0e10;  // per GPU across nodes (400 Gb/s NIC)
+  std::int64_t ranks_per_node = 8;
+  double collective_latency_seconds = 15e-6;    // per CP collective (launch + sync)
+  double microbatch_overhead_seconds = 5.0e-4;  // per microbatch per rank (launches, syncs)
+};
+
+// The parameters of a recipe's `packing` section; the keys it does not have keep the defaults.
+CostModelParameters cost_model_parameters(const config::PackingCostConfig& section);
+
+// The model's shape as the cost model needs it.
+struct ModelCost {
+  double linear_flops_per_token = 0.0;
+  double attention_flops_per_token_squared = 0.0;
+  double kv_bytes_per_token_per_layer = 0.0;  // K and V of one attention layer, bf16
+  std::int64_t attention_layers = 0;          // layers whose K/V cross the CP group
+};
+
+// From an HF-style architecture (Qwen3-MoE or the Qwen3.5 hybrid).
+ModelCost model_cost_from_architecture(config::ModelArchitecture architecture);
+
+// Qwen3-30B-A3B, the benchmark model.
+config::ModelArchitecture qwen3_30b_a3b_architecture();
+
+class CostModel {
+ public:
+  CostModel(ModelCost model, CostModelParameters parameters)
+      : model_(model), parameters_(parameters) {}
+
+  const ModelCost& model() const { return model_; }
+  const CostModelParameters& parameters() const { return parameters_; }
+
+  double sequence_flops(std::int64_t length) const;
+  // Per-rank compute seconds of one sequence on a group of `group_size`.
+  double compute_seconds(std::int64_t length, std::int64_t group_size) const;
+  // Per-rank CP communication seconds for a bin of `tokens` on `group_size` ranks.
+  double communication_seconds(std::int64_t tokens, std::int64_t group_size) const;
+  // The bandwidth part only (no latency), per rank.
+  double transfer_seconds(std::int64_t tokens, std::int64_t group_size) const;
+  double bin_seconds(std::span<const std::int64_t> lengths, std::int64_t group_size) const;
+
+  struct StepTime {
+    double step_seconds = 0.0;
+    double mean_rank_busy_seconds = 0.0;  // balance = mean_rank_busy / step
+    double max_rank_busy_seconds = 0.0;
+    double min_rank_busy_seconds = 0.0;
+  };
+  StepTime step_time(const Schedule& schedule, std::span<const std::int64_t> lengths) const;
+
+  double lower_bound_seconds(std::span<const std::int64_t> lengths, std::int64_t pool_size,
+                             std::int64_t max_seqlen_per_dp_cp_rank,
+                             std::int64_t min_group_size) const;
+
+  // A tighter bound: in a step of length T every sequence runs on a group where it alone
+  // takes <= T, so the work term uses the cheapest such group. The least T with
+  //   T >= sum_i min{work_i(c) : solo_i(c) <= T} / P   and   T >= max_i min_c solo_i(c)
+  // is found by sweeping the solo times; the result is T + M_min x overhead.
+  double tight_lower_bound_seconds(std::span<const std::int64_t> lengths, std::int64_t pool_size,
+                                   std::int64_t max_seqlen_per_dp_cp_rank,
+                                   std::int64_t min_group_size) const;
+
+ private:
+  double bandwidth(std::int64_t group_size) const;
+
+  ModelCost model_;
+  CostModelParameters parameters_;
+};
+
+}  // namespace dyncp::packing

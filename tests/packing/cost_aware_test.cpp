@@ -1,0 +1,90 @@
+#include "packing/cost_aware.hpp"
+
+#include <catch2/catch.hpp>
+
+#include "core/rng.hpp"
+#include "packing/alignment.hpp"
+#include "packing/default_dynamic_cp.hpp"
+#include "packing/dp_balanced.hpp"
+#include "packing/length_distribution.hpp"
+
+using namespace dyncp;
+using namespace dyncp::packing;
+
+namespace {
+const CostModel& qwen3_cost() {
+  static const CostModel cost(model_cost_from_architecture(qwen3_30b_a3b_architecture()), {});
+  return cost;
+}
+}  // namespace
+
+TEST_CASE("cost_aware meets the contract and never models worse than dp_balanced", "[packing]") {
+  const char* distributions[] = {"lognormal:mean=1024,sigma=1.5,min=128,max=8192",
+                                 "llama3_long:long_fraction=0.02", "lmsys",
+                                 "trajectory:seq_length=32768"};
+  for (std::uint64_t seed = 0; seed < 400; ++seed) {
+    core::Rng rng(seed, core::RngPurpose::test);
+    const std::int64_t pool = std::int64_t{2} << rng.below(seed % 20 == 0 ? 10 : 7);
+    std::int64_t cp = 1;
+    while (cp < 8 && cp * 2 <= pool && rng.below(3) != 0) cp *= 2;
+    const std::int64_t dp = pool / cp;
+    const std::int64_t cap = std::int64_t{1024} << rng.below(4);
+    const std::int64_t min_cp = rng.below(6) == 0 ? std::min<std::int64_t>(2, pool) : 1;
+    const auto count = static_cast<std::size_t>(dp * static_cast<std::int64_t>(1 + rng.below(12)));
+    const auto d = parse_length_distribution(distributions[seed % 4]);
+    std::vector<std::int64_t> lengths = sample_lengths(d, count, seed, 2);
+    const std::int64_t multiple = alignment_multiple({dp, cp, true});
+    const std::int64_t longest = cp * cap / multiple * multiple;
+    if (longest < multiple) continue;
+    for (auto& length : lengths) length = std::min(padded_length(length, multiple), longest);
+    SchedulerInput input{lengths, dp, cp, cap, min_cp};
+    INFO("seed " << seed << " dp " << dp << " cp " << cp << " cap " << cap << " n " << count);
+    const Schedule ours = schedule_cost_aware(input, qwen3_cost());
+    REQUIRE(check_schedule(ours, lengths, cap, {0, min_cp}) == "");
+    const Schedule tree = schedule_buddy_tree(input, qwen3_cost(), 1.0);
+    REQUIRE(check_schedule(tree, lengths, cap, {0, min_cp}) == "");
+    const double t_ours = qwen3_cost().step_time(ours, lengths).step_seconds;
+    const double t_static =
+        qwen3_cost().step_time(schedule_dp_balanced(input), lengths).step_seconds;
+    const double t_dynamic =
+        qwen3_cost().step_time(schedule_default_dynamic_cp(input), lengths).step_seconds;
+    if (cp >= min_cp) REQUIRE(t_ours <= t_static);  // else the static groups are not allowed
+    REQUIRE(t_ours <= t_dynamic);
+    const double bound = qwen3_cost().lower_bound_seconds(lengths, pool, cap, min_cp);
+    const double tight = qwen3_cost().tight_lower_bound_seconds(lengths, pool, cap, min_cp);
+    REQUIRE(bound <= tight * (1 + 1e-9));
+    REQUIRE(tight <= t_ours * (1 + 1e-9));  // reached exactly when one sequence decides
+    REQUIRE(tight <= t_dynamic * (1 + 1e-9));
+  }
+}
+
+TEST_CASE("the buddy tree lets nothing wait: step time is the busiest rank's work", "[packing]") {
+  const auto d = parse_length_distribution("lmsys");
+  for (std::uint64_t seed = 0; seed < 20; ++seed) {
+    std::vector<std::int64_t> lengths = sample_lengths(d, 512, seed, 0);
+    for (auto& length : lengths) length = std::min<std::int64_t>(padded_length(length, 128), 65536);
+    SchedulerInput input{lengths, 8, 8, 8192};
+    const Schedule tree = schedule_buddy_tree(input, qwen3_cost(), 1.0);
+    REQUIRE(check_schedule(tree, lengths, 8192, {}) == "");
+    const auto step = qwen3_cost().step_time(tree, lengths);
+    CHECK(step.step_seconds == Approx(step.max_rank_busy_seconds).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("cost_aware on a pool that is not a power of two picks a Megatron layout", "[packing]") {
+  const auto d = parse_length_distribution("lognormal:mean=1024,sigma=1.5,min=128,max=8192");
+  for (const std::int64_t dp : {3, 5, 6}) {
+    std::vector<std::int64_t> lengths = sample_lengths(d, 24 * static_cast<std::size_t>(dp), 9, 0);
+    for (auto& length : lengths) length = std::min<std::int64_t>(length, 2 * 4096);
+    SchedulerInput input{lengths, dp, 2, 4096};
+    CHECK(schedule_buddy_tree(input, qwen3_cost(), 0.0).num_microbatches() == 0);
+    const Schedule ours = schedule_cost_aware(input, qwen3_cost());
+    REQUIRE(check_schedule(ours, lengths, 4096, {}) == "");
+    const double t_ours = qwen3_cost().step_time(ours, lengths).step_seconds;
+    const double t_static =
+        qwen3_cost().step_time(schedule_dp_balanced(input), lengths).step_seconds;
+    const double t_dynamic =
+        qwen3_cost().step_time(schedule_default_dynamic_cp(input), lengths).step_seconds;
+    CHECK(t_ours == std::min(t_static, t_dynamic));
+  }
+}

@@ -1,0 +1,112 @@
+#include "packing/cost_model.hpp"
+
+#include <catch2/catch.hpp>
+
+#include "packing/dp_balanced.hpp"
+
+using namespace dyncp::packing;
+
+TEST_CASE("Qwen3-30B-A3B FLOPs per token match Megatron's accounting", "[packing]") {
+  const ModelCost cost = model_cost_from_architecture(qwen3_30b_a3b_architecture());
+  // reference qwen-moe §6: 18.17 GFLOP per token + 1.18 MFLOP per token per token of length,
+  // i.e. 23.0 GFLOP/token at s = 4096.
+  CHECK(cost.linear_flops_per_token == Approx(18.17e9).epsilon(0.002));
+  CHECK(cost.attention_flops_per_token_squared == Approx(6.0 * 4096 * 48));
+  CHECK(cost.attention_layers == 48);
+  CHECK(cost.kv_bytes_per_token_per_layer == 2048.0);  // 2 x 4 heads x 128 x 2 bytes
+  const double per_token_at_4096 =
+      cost.linear_flops_per_token + cost.attention_flops_per_token_squared * 4096;
+  CHECK(per_token_at_4096 == Approx(23.0e9).epsilon(0.005));
+}
+
+TEST_CASE("the hybrid model counts attention only on its full-attention layers", "[packing]") {
+  dyncp::config::ModelArchitecture a;
+  a.model_type = "qwen3_5_moe";
+  a.num_hidden_layers = 40;
+  a.hidden_size = 2048;
+  a.num_attention_heads = 16;
+  a.num_key_value_heads = 2;
+  a.head_dim = 256;
+  a.full_attention_interval = 4;
+  a.num_experts = 256;
+  a.num_experts_per_tok = 8;
+  a.moe_intermediate_size = 512;
+  a.shared_expert_intermediate_size = 512;
+  a.vocab_size = 248320;
+  const ModelCost cost = model_cost_from_architecture(a);
+  CHECK(cost.attention_layers == 10);
+  // reference qwen-moe §6: 17.93 GFLOP/token + 0.246 MFLOP per token of length.
+  CHECK(cost.attention_flops_per_token_squared == Approx(0.246e6).epsilon(0.01));
+  CHECK(cost.linear_flops_per_token == Approx(17.93e9).epsilon(0.01));
+}
+
+TEST_CASE("step time follows group dependencies and the lower bound holds", "[packing]") {
+  ModelCost model;
+  model.linear_flops_per_token = 1.0;
+  model.attention_layers = 1;
+  model.kv_bytes_per_token_per_layer = 0.0;
+  CostModelParameters parameters;
+  parameters.device_flops_per_second = 1.0;  // one second per token per rank
+  parameters.collective_latency_seconds = 0.0;
+  parameters.microbatch_overhead_seconds = 0.0;
+  const CostModel cost(model, parameters);
+  // Microbatch 0: rank 0 runs 4 tokens, rank 1 runs 1. Microbatch 1: both run 2 on a group of
+  // 2, which starts when rank 0 is free at 4 s: step = 4 + 1 = 5 s.
+  Schedule schedule;
+  schedule.pool_size = 2;
+  schedule.begin_microbatch();
+  schedule.add_group(0, 1, std::vector<std::int64_t>{0});
+  schedule.add_group(1, 1, std::vector<std::int64_t>{1});
+  schedule.end_microbatch();
+  schedule.begin_microbatch();
+  schedule.add_group(0, 2, std::vector<std::int64_t>{2});
+  schedule.end_microbatch();
+  const std::vector<std::int64_t> lengths = {4, 1, 2};
+  const auto step = cost.step_time(schedule, lengths);
+  CHECK(step.step_seconds == Approx(5.0));
+  CHECK(step.max_rank_busy_seconds == Approx(5.0));
+  CHECK(step.mean_rank_busy_seconds == Approx(3.5));
+  // Work bound: 7 token-seconds over 2 ranks = 3.5; the longest alone: 4 on 1 rank or 2 on 2.
+  CHECK(cost.lower_bound_seconds(lengths, 2, 4, 1) == Approx(3.5));
+  CHECK(cost.lower_bound_seconds(lengths, 2, 4, 1) <= step.step_seconds);
+  // Without communication every group is as cheap, so the tight bound is the same here.
+  CHECK(cost.tight_lower_bound_seconds(lengths, 2, 4, 1) == Approx(3.5));
+}
+
+TEST_CASE("the tight bound charges a long sequence the group it must run on", "[packing]") {
+  ModelCost model;
+  model.linear_flops_per_token = 1.0;
+  model.attention_layers = 1;
+  model.kv_bytes_per_token_per_layer = 0.1;
+  CostModelParameters parameters;
+  parameters.device_flops_per_second = 1.0;  // a second per token per rank
+  parameters.link_bytes_per_second = 1.0;
+  parameters.collective_latency_seconds = 0.0;
+  parameters.microbatch_overhead_seconds = 0.0;
+  const CostModel cost(model, parameters);
+  // A sequence of 8 tokens and four of 1 token on a pool of 4, cap 8. The long one alone:
+  // 1 rank 8 s (work 8), 2 ranks 4 + 2 x 1/2 x 0.8 = 4.8 s (work 9.6), 4 ranks 2 + 2 x 3/4 x
+  // 0.8 = 3.2 s (work 12.8). Simple bound: max((8 + 4) / 4, 3.2) = 3.2 s. But a step of
+  // T < 4.8 s must run it on 4 ranks: work (12.8 + 4) / 4 = 4.2 s, which is < 4.8: 4.2 s.
+  const std::vector<std::int64_t> lengths = {8, 1, 1, 1, 1};
+  CHECK(cost.lower_bound_seconds(lengths, 4, 8, 1) == Approx(3.2));
+  CHECK(cost.tight_lower_bound_seconds(lengths, 4, 8, 1) == Approx(4.2));
+}
+
+TEST_CASE("the recipe's packing section sets the cost model parameters", "[packing]") {
+  dyncp::config::PackingCostConfig section;
+  section.device_flops_per_second = 1e14;
+  section.link_bytes_per_second = 2e11;
+  section.collective_latency_seconds = 3e-5;
+  section.microbatch_overhead_seconds = 2e-3;
+  const CostModelParameters parameters = cost_model_parameters(section);
+  CHECK(parameters.device_flops_per_second == 1e14);
+  CHECK(parameters.link_bytes_per_second == 2e11);
+  CHECK(parameters.collective_latency_seconds == 3e-5);
+  CHECK(parameters.microbatch_overhead_seconds == 2e-3);
+  // Keys the section does not have keep their defaults; the defaults agree with the config's.
+  CHECK(parameters.network_bytes_per_second == CostModelParameters{}.network_bytes_per_second);
+  const CostModelParameters defaults = cost_model_parameters({});
+  CHECK(defaults.device_flops_per_second == CostModelParameters{}.device_flops_per_second);
+  CHECK(defaults.microbatch_overhead_seconds == CostModelParameters{}.microbatch_overhead_seconds);
+}
