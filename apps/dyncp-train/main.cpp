@@ -13,7 +13,10 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/version.hpp"
+#include "dist/abort.hpp"
 #include "dist/launch_env.hpp"
+#include "dist/mpi_comm.hpp"
+#include "train/trainer.hpp"
 
 namespace {
 
@@ -64,11 +67,39 @@ int run(const Options& options) {
   }
   if (options.print_config) return 0;
 
-  std::string message =
-      "training is not available yet: the trainer (the train layer's step loop) is not built; "
-      "use --dry-run to validate the recipe and see the parallel layout";
-  for (const auto& line : missing) message += "\n  also not built yet: " + line;
-  throw core::Error(core::ErrorKind::config, "", message);
+  if (!missing.empty()) {
+    std::string message = "the recipe asks for features that are not built yet:";
+    for (const auto& line : missing) message += "\n  " + line;
+    throw core::Error(core::ErrorKind::config, "", message);
+  }
+  if (config.model.recompute_granularity == config::RecomputeGranularity::selective) {
+    core::throw_config_error("model.recompute_granularity",
+                             "selective: not built yet; use full, or leave it unset");
+  }
+  if (world_size != launch.world_size) {
+    core::throw_usage_error("--world-size " + std::to_string(world_size) +
+                            " differs from the launched world (" +
+                            std::to_string(launch.world_size) +
+                            " ranks): it is for --dry-run and --print-config only");
+  }
+
+  // Training: MPI is the bootstrap; communicators are destroyed before the runtime.
+  dist::MpiRuntime runtime(nullptr, nullptr,
+                           {.collective_timeout_seconds =
+                                60.0 * static_cast<double>(config.dist.distributed_timeout_minutes)});
+  core::setup_logging({.rank = runtime.world_rank(), .world_size = runtime.world_size()});
+  try {
+    auto world = runtime.world();
+    train::run_training(config, *world);
+  } catch (const core::Error& error) {
+    // One rank failing must not leave the others waiting in a collective.
+    if (runtime.world_size() > 1) dist::abort_job(error.what(), error.exit_code());
+    throw;
+  } catch (const std::exception& error) {
+    if (runtime.world_size() > 1) dist::abort_job(error.what(), 1);
+    throw;
+  }
+  return 0;
 }
 
 }  // namespace

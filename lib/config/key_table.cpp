@@ -69,7 +69,7 @@ void append_parallel_keys(std::vector<KeySpec>& keys) {
                           "MoE load-balancing loss (coefficient: model.router_aux_loss_coef)"));
   keys.push_back(make_key("model.recompute_granularity", DYNCP_FIELD(model.recompute_granularity),
                           "Activation recomputation; unset: none",
-                          {.feature = "activation recomputation"}));
+                          {.rules = "full is built; selective is not"}));
   keys.push_back(make_key(
       "model.recompute_method", DYNCP_FIELD(model.recompute_method),
       "Which layers full recomputation covers",
@@ -226,22 +226,18 @@ void append_runtime_keys(std::vector<KeySpec>& keys) {
                           "Collective timeout before the job is aborted", {.max = 10080}));
   keys.push_back(make_key("checkpoint.pretrained_checkpoint",
                           DYNCP_FIELD(checkpoint.pretrained_checkpoint),
-                          "HF safetensors folder with the initial weights; empty: random init",
-                          {.feature = "checkpoint loading"}));
+                          "HF safetensors folder with the initial weights; empty: random init"));
   keys.push_back(make_key("checkpoint.save", DYNCP_FIELD(checkpoint.save),
-                          "Folder for training checkpoints; empty: none",
-                          {.feature = "checkpointing"}));
+                          "Folder for training checkpoints; empty: none"));
   keys.push_back(make_key("checkpoint.load", DYNCP_FIELD(checkpoint.load),
-                          "Checkpoint folder to resume from; empty: start fresh",
-                          {.feature = "checkpointing"}));
+                          "Checkpoint folder to resume from (its newest checkpoint); empty: start fresh"));
   keys.push_back(make_key("checkpoint.save_interval", DYNCP_FIELD(checkpoint.save_interval),
                           "Save every this many steps; unset: at the end only (when save is set)"));
   keys.push_back(make_key("checkpoint.most_recent_k", DYNCP_FIELD(checkpoint.most_recent_k),
                           "Checkpoints to keep; -1: all",
                           {.min = -1, .rules = "-1 or >= 1", .aliases = {"checkpoint.keep"}}));
   keys.push_back(make_key("checkpoint.export_hf", DYNCP_FIELD(checkpoint.export_hf),
-                          "Folder for an HF safetensors export at the end; empty: none",
-                          {.feature = "HF export"}));
+                          "Folder for an HF safetensors export at the end; empty: none"));
   keys.push_back(make_key("logger.log_interval", DYNCP_FIELD(logger.log_interval),
                           "Steps between console metric lines"));
   keys.push_back(make_key("logger.metrics_path", DYNCP_FIELD(logger.metrics_path),

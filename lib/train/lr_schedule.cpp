@@ -3,17 +3,8 @@
 #include <cmath>
 #include <numbers>
 
-#include "core/error.hpp"
 
 namespace dyncp::train {
-
-LrDecayStyle parse_lr_decay_style(const std::string& name) {
-  if (name == "constant") return LrDecayStyle::constant;
-  if (name == "linear") return LrDecayStyle::linear;
-  if (name == "cosine") return LrDecayStyle::cosine;
-  core::throw_config_error("scheduler.lr_decay_style",
-                           "'" + name + "': expected one of [constant, linear, cosine]");
-}
 
 double LrSchedule::lr_at(std::int64_t iteration) const {
   if (warmup_iters > 0 && iteration <= warmup_iters) {

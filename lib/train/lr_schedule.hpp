@@ -10,13 +10,12 @@
 // first step of a warmup uses lr = 0 exactly as Megatron does.
 
 #include <cstdint>
-#include <string>
+
+#include "config/enums.hpp"
 
 namespace dyncp::train {
 
-enum class LrDecayStyle { constant, linear, cosine };
-
-LrDecayStyle parse_lr_decay_style(const std::string& name);  // throws a config error
+using config::LrDecayStyle;
 
 struct LrSchedule {
   double max_lr = 1e-4;

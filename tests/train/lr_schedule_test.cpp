@@ -1,6 +1,5 @@
 #include <catch2/catch.hpp>
 
-#include "core/error.hpp"
 #include "train/lr_schedule.hpp"
 
 using namespace dyncp::train;
@@ -29,10 +28,4 @@ TEST_CASE("constant holds max_lr after warmup", "[train][lr]") {
   CHECK(schedule.lr_at(1) == Approx(1e-4));
   CHECK(schedule.lr_at(3) == 2e-4);
   CHECK(schedule.lr_at(1000) == 2e-4);
-}
-
-TEST_CASE("unknown decay style names the key and the choices", "[train][lr]") {
-  REQUIRE_THROWS_WITH(parse_lr_decay_style("WSD"),
-                      Catch::Contains("scheduler.lr_decay_style") &&
-                          Catch::Contains("[constant, linear, cosine]"));
 }

@@ -1,0 +1,191 @@
+#include "parallel/cp_attention.hpp"
+
+#include <cstring>
+#include <string>
+
+#include "core/error.hpp"
+
+namespace dyncp::parallel {
+
+using core::DType;
+using core::Tensor;
+
+namespace {
+
+std::int64_t causal_pairs(const Tensor& positions) {
+  // Every position 0..p of the sequence is present among the keys (whole sequence gathered).
+  std::int64_t pairs = 0;
+  const std::int32_t* pos = positions.data<std::int32_t>();
+  for (std::int64_t i = 0; i < positions.numel(); ++i) pairs += pos[i] + 1;
+  return pairs;
+}
+
+void copy_rows(const Tensor& from, const Tensor& to, const std::int32_t* to_from_row,
+               std::int64_t rows, bool forward_direction) {
+  const std::size_t row_bytes =
+      static_cast<std::size_t>(from.shape().row_numel()) * core::dtype_size(from.dtype());
+  const auto* src = static_cast<const std::byte*>(from.raw_data());
+  auto* dst = static_cast<std::byte*>(to.raw_data());
+  for (std::int64_t row = 0; row < rows; ++row) {
+    const auto mapped = static_cast<std::size_t>(to_from_row[row]);
+    if (forward_direction) {
+      std::memcpy(dst + static_cast<std::size_t>(row) * row_bytes, src + mapped * row_bytes,
+                  row_bytes);
+    } else {
+      std::memcpy(dst + mapped * row_bytes, src + static_cast<std::size_t>(row) * row_bytes,
+                  row_bytes);
+    }
+  }
+}
+
+}  // namespace
+
+void CpAttentionContext::begin_bin(const model::SeamContext& context,
+                                   const model::LocalBinLayout& layout) {
+  local_rows_ = layout.positions.numel();
+  attention_pairs_per_layer_ = causal_pairs(layout.positions);
+  layout_.q_cu_seqlens = layout.cu_seqlens;
+  layout_.q_positions = layout.positions;
+  if (!distributed()) {
+    layout_.kv_cu_seqlens = layout.cu_seqlens;
+    layout_.kv_positions = layout.positions;
+    return;
+  }
+
+  dist::Comm& group = *group_;
+  const std::int64_t ranks = group.size();
+  const std::int64_t sequences = layout.cu_seqlens.numel() - 1;
+  core::Arena& keep = *context.activations;
+
+  // Every rank of the group must hold the same bin: same sequence count, same local rows.
+  std::int64_t shape_mine[2] = {local_rows_, sequences};
+  const Tensor shapes = keep.allocate({ranks, 2}, DType::i64);
+  ScopedMilliseconds timer(cp_time());
+  group.all_gather(shape_mine, 2, shapes.raw_data(), DType::i64);
+  const std::int64_t* all_shapes = shapes.data<std::int64_t>();
+  for (std::int64_t r = 0; r < ranks; ++r) {
+    if (all_shapes[2 * r] != local_rows_ || all_shapes[2 * r + 1] != sequences) {
+      core::throw_runtime_error(
+          "CP attention: rank " + std::to_string(group.rank()) + " of group '" + group.name() +
+          "' holds " + std::to_string(local_rows_) + " rows in " + std::to_string(sequences) +
+          " sequences but group rank " + std::to_string(r) + " holds " +
+          std::to_string(all_shapes[2 * r]) + " in " + std::to_string(all_shapes[2 * r + 1]) +
+          " (every rank of a group must hold the zigzag shard of the same bin)");
+    }
+  }
+
+  const Tensor all_positions = keep.allocate({ranks * local_rows_}, DType::i32);
+  const Tensor all_cu = keep.allocate({ranks * (sequences + 1)}, DType::i32);
+  group.all_gather(layout.positions.raw_data(), static_cast<std::size_t>(local_rows_),
+                   all_positions.raw_data(), DType::i32);
+  group.all_gather(layout.cu_seqlens.raw_data(), static_cast<std::size_t>(sequences + 1),
+                   all_cu.raw_data(), DType::i32);
+
+  // Keys of sequence s: rank 0's rows of s, then rank 1's, ...
+  layout_.kv_cu_seqlens = keep.allocate({sequences + 1}, DType::i32);
+  layout_.kv_positions = keep.allocate({ranks * local_rows_}, DType::i32);
+  sequence_to_rank_row_ = keep.allocate({ranks * local_rows_}, DType::i32);
+  const std::int32_t* cu = all_cu.data<std::int32_t>();
+  const std::int32_t* positions = all_positions.data<std::int32_t>();
+  std::int32_t* kv_cu = layout_.kv_cu_seqlens.data<std::int32_t>();
+  std::int32_t* kv_positions = layout_.kv_positions.data<std::int32_t>();
+  std::int32_t* order = sequence_to_rank_row_.data<std::int32_t>();
+  std::int32_t next = 0;
+  kv_cu[0] = 0;
+  for (std::int64_t s = 0; s < sequences; ++s) {
+    for (std::int64_t r = 0; r < ranks; ++r) {
+      const std::int32_t* rank_cu = cu + r * (sequences + 1);
+      for (std::int32_t row = rank_cu[s]; row < rank_cu[s + 1]; ++row) {
+        const auto gathered_row = static_cast<std::int32_t>(r * local_rows_ + row);
+        order[next] = gathered_row;
+        kv_positions[next] = positions[gathered_row];
+        ++next;
+      }
+    }
+    kv_cu[s + 1] = next;
+  }
+  DYNCP_CHECK(next == ranks * local_rows_, "every gathered row belongs to one sequence");
+}
+
+void CpAttentionContext::gather_sequence_order(const Tensor& local, const Tensor& rank_order,
+                                               const Tensor& sequence_order) {
+  {
+    ScopedMilliseconds timer(cp_time());
+    group_->all_gather(local.raw_data(), static_cast<std::size_t>(local.numel()),
+                       rank_order.raw_data(), local.dtype());
+  }
+  copy_rows(rank_order, sequence_order, sequence_to_rank_row_.data<std::int32_t>(),
+            sequence_order.size(0), /*forward_direction=*/true);
+}
+
+void CpAttentionContext::scatter_rank_order(const Tensor& sequence_order,
+                                            const Tensor& rank_order) {
+  copy_rows(sequence_order, rank_order, sequence_to_rank_row_.data<std::int32_t>(),
+            sequence_order.size(0), /*forward_direction=*/false);
+}
+
+void CpAttentionContext::forward(const model::SeamContext& context, int, const Tensor& q,
+                                 const Tensor& k, const Tensor& v, double scale, const Tensor& out,
+                                 ops::AttentionSaved& saved) {
+  if (counters_ != nullptr) {
+    counters_->attention_pairs += attention_pairs_per_layer_;
+    counters_->attention_query_rows += local_rows_;
+  }
+  if (!distributed()) {
+    ops::attention_forward(context.ops, q, k, v, layout_, scale, out, saved);
+    return;
+  }
+  core::Arena& scratch = *context.scratch;
+  core::ArenaScope scope(scratch);
+  const std::int64_t gathered_rows = group_->size() * local_rows_;
+  const core::Shape kv_shape{gathered_rows, k.size(1), k.size(2)};
+  const Tensor rank_order = scratch.allocate(kv_shape, k.dtype());
+  const Tensor gathered_k = scratch.allocate(kv_shape, k.dtype());
+  const Tensor gathered_v = scratch.allocate(kv_shape, k.dtype());
+  gather_sequence_order(k, rank_order, gathered_k);
+  gather_sequence_order(v, rank_order, gathered_v);
+  ops::attention_forward(context.ops, q, gathered_k, gathered_v, layout_, scale, out, saved);
+}
+
+void CpAttentionContext::backward(const model::SeamContext& context, int, const Tensor& dout,
+                                  const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& out, const ops::AttentionSaved& saved,
+                                  double scale, const Tensor& dq, const Tensor& dk,
+                                  const Tensor& dv) {
+  ops::OpContext ops_context = context.ops;
+  ops_context.scratch = context.scratch;
+  if (!distributed()) {
+    ops::attention_backward(ops_context, dout, q, k, v, out, saved, layout_, scale, dq, dk, dv);
+    return;
+  }
+  core::Arena& scratch = *context.scratch;
+  core::ArenaScope scope(scratch);
+  const std::int64_t gathered_rows = group_->size() * local_rows_;
+  const core::Shape kv_shape{gathered_rows, k.size(1), k.size(2)};
+  const Tensor rank_order = scratch.allocate(kv_shape, k.dtype());
+  const Tensor gathered_k = scratch.allocate(kv_shape, k.dtype());
+  const Tensor gathered_v = scratch.allocate(kv_shape, k.dtype());
+  gather_sequence_order(k, rank_order, gathered_k);
+  gather_sequence_order(v, rank_order, gathered_v);
+
+  const Tensor gathered_dk = scratch.allocate(kv_shape, k.dtype());
+  const Tensor gathered_dv = scratch.allocate(kv_shape, k.dtype());
+  ops::attention_backward(ops_context, dout, q, gathered_k, gathered_v, out, saved, layout_, scale,
+                          dq, gathered_dk, gathered_dv);
+
+  // Back to rank order, then each rank receives the group's sum for its own rows.
+  scatter_rank_order(gathered_dk, rank_order);
+  {
+    ScopedMilliseconds timer(cp_time());
+    group_->reduce_scatter(rank_order.raw_data(), dk.raw_data(),
+                           static_cast<std::size_t>(dk.numel()), dk.dtype(), dist::ReduceOp::sum);
+  }
+  scatter_rank_order(gathered_dv, rank_order);
+  {
+    ScopedMilliseconds timer(cp_time());
+    group_->reduce_scatter(rank_order.raw_data(), dv.raw_data(),
+                           static_cast<std::size_t>(dv.numel()), dv.dtype(), dist::ReduceOp::sum);
+  }
+}
+
+}  // namespace dyncp::parallel

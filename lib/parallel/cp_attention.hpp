@@ -1,0 +1,61 @@
+#pragma once
+// Context-parallel attention on the runtime group of the current bin (`cp_comm_type:
+// all_gather`): every rank of a group of c holds the zigzag shard of every sequence of the bin
+// (chunks k and 2c-1-k), attends its local queries against the WHOLE sequences' keys, and
+// gets back exactly its own rows' dK / dV.
+//
+// Per bin (begin_bin): all-gather the local positions and per-sequence row counts, and build
+// the gathered key layout. Keys of sequence s are the rows of s from rank 0, then rank 1, ...
+// (order inside a sequence does not matter: causality is by global position).
+//   Example, c = 2, one sequence of padded length 8: rank 0 holds positions {0,1,6,7}, rank 1
+//   {2,3,4,5}; the gathered keys are [0,1,6,7,2,3,4,5] with those positions, so rank 0's query
+//   at position 6 sees keys 0..6 and rank 1's query at position 2 sees keys 0..2.
+// Forward per layer: all-gather K and V (rank order), reorder into sequence order, attend.
+// Backward per layer: all-gather K and V again (nothing of size c x local is kept between
+// forward and backward), compute dQ locally and dK / dV for the gathered rows, reorder back
+// into rank order and reduce-scatter, so rank k receives the sum over the group of the
+// gradients of its own rows.
+// A group of one rank takes the local path with no communication. Every rank of a group must
+// hold the same bin (the schedule guarantees it); a mismatch in row counts is a runtime error.
+
+#include "dist/comm.hpp"
+#include "model/seams.hpp"
+#include "parallel/comm_timing.hpp"
+
+namespace dyncp::parallel {
+
+class CpAttentionContext final : public model::AttentionContext {
+ public:
+  explicit CpAttentionContext(SeamCounters* counters = nullptr) : counters_(counters) {}
+
+  // The runtime group of the next bin (nullptr or a one-rank group: local attention).
+  void set_group(dist::Comm* group) { group_ = group; }
+
+  void begin_bin(const model::SeamContext& context, const model::LocalBinLayout& layout) override;
+  void forward(const model::SeamContext& context, int layer, const core::Tensor& q,
+               const core::Tensor& k, const core::Tensor& v, double scale,
+               const core::Tensor& out, ops::AttentionSaved& saved) override;
+  void backward(const model::SeamContext& context, int layer, const core::Tensor& dout,
+                const core::Tensor& q, const core::Tensor& k, const core::Tensor& v,
+                const core::Tensor& out, const ops::AttentionSaved& saved, double scale,
+                const core::Tensor& dq, const core::Tensor& dk, const core::Tensor& dv) override;
+
+ private:
+  bool distributed() const { return group_ != nullptr && group_->size() > 1; }
+  // gathered (rank order) -> sequence order, and the inverse, row by row.
+  void gather_sequence_order(const core::Tensor& local, const core::Tensor& rank_order,
+                             const core::Tensor& sequence_order);
+  void scatter_rank_order(const core::Tensor& sequence_order, const core::Tensor& rank_order);
+
+  double& cp_time() { return counters_ != nullptr ? counters_->cp_comm_ms : unreported_ms_; }
+
+  dist::Comm* group_ = nullptr;
+  SeamCounters* counters_;
+  double unreported_ms_ = 0;
+  std::int64_t local_rows_ = 0;
+  std::int64_t attention_pairs_per_layer_ = 0;
+  ops::VarlenAttentionLayout layout_;
+  core::Tensor sequence_to_rank_row_;  // i32 [c * local_rows]: gathered row of each key
+};
+
+}  // namespace dyncp::parallel

@@ -1,0 +1,197 @@
+#include "parallel/ep_dispatcher.hpp"
+
+#include <cstring>
+#include <string>
+
+#include "core/error.hpp"
+#include "model/local_seams.hpp"
+
+namespace dyncp::parallel {
+
+using core::DType;
+using core::Tensor;
+
+EpExpertDispatcher::EpExpertDispatcher(dist::Comm& expert_parallel_group, std::int64_t num_experts,
+                                       std::int64_t num_layers, SeamCounters* counters)
+    : group_(expert_parallel_group),
+      num_experts_(num_experts),
+      num_local_experts_(num_experts / expert_parallel_group.size()),
+      first_local_expert_(expert_parallel_group.rank() * num_local_experts_),
+      counters_(counters),
+      send_counts_(static_cast<std::size_t>(expert_parallel_group.size())),
+      recv_counts_(static_cast<std::size_t>(expert_parallel_group.size())),
+      source_cursor_(static_cast<std::size_t>(expert_parallel_group.size())),
+      received_expert_rows_(static_cast<std::size_t>(num_layers)) {
+  if (num_experts % expert_parallel_group.size() != 0) {
+    core::throw_config_error("model.expert_model_parallel_size",
+                             std::to_string(expert_parallel_group.size()) +
+                                 ": must divide num_experts (" + std::to_string(num_experts) + ")");
+  }
+}
+
+model::ExpertWeights EpExpertDispatcher::local_weights(const model::ExpertWeights& weights) const {
+  const std::int64_t held = weights.gate_up.value.size(0);
+  if (weights.first_expert == first_local_expert_ && held == num_local_experts_) return weights;
+  DYNCP_CHECK(weights.first_expert == 0 && held == num_experts_,
+              "expert weights must hold every expert or exactly this rank's experts");
+  const std::int64_t begin = first_local_expert_;
+  const std::int64_t end = begin + num_local_experts_;
+  model::ExpertWeights local;
+  local.gate_up = {weights.gate_up.value.slice(begin, end), weights.gate_up.grad.slice(begin, end)};
+  local.down = {weights.down.value.slice(begin, end), weights.down.grad.slice(begin, end)};
+  local.first_expert = begin;
+  return local;
+}
+
+void EpExpertDispatcher::fill_send_counts(const Tensor& expert_offsets,
+                                          std::int64_t row_elements) {
+  const std::int64_t* offsets = expert_offsets.data<std::int64_t>();
+  for (int dest = 0; dest < group_.size(); ++dest) {
+    const std::int64_t rows = offsets[(dest + 1) * num_local_experts_] -
+                              offsets[dest * num_local_experts_];
+    send_counts_[static_cast<std::size_t>(dest)] = static_cast<std::size_t>(rows * row_elements);
+  }
+}
+
+void EpExpertDispatcher::fill_recv_counts(const Tensor& received_expert_rows,
+                                          std::int64_t row_elements) {
+  const std::int64_t* rows = received_expert_rows.data<std::int64_t>();
+  for (int source = 0; source < group_.size(); ++source) {
+    std::int64_t total = 0;
+    for (std::int64_t e = 0; e < num_local_experts_; ++e) total += rows[source * num_local_experts_ + e];
+    recv_counts_[static_cast<std::size_t>(source)] = static_cast<std::size_t>(total * row_elements);
+  }
+}
+
+void EpExpertDispatcher::regroup(const Tensor& received_expert_rows, const Tensor& from,
+                                 const Tensor& to, bool source_major_to_expert_major) {
+  const std::int64_t* rows = received_expert_rows.data<std::int64_t>();
+  const std::int64_t sources = group_.size();
+  const std::size_t row_bytes =
+      static_cast<std::size_t>(from.shape().row_numel()) * core::dtype_size(from.dtype());
+  const auto* src = static_cast<const std::byte*>(from.raw_data());
+  auto* dst = static_cast<std::byte*>(to.raw_data());
+  // source_cursor_[s]: where the next (s, e) block starts in source-major order. Walking the
+  // blocks in expert-major order visits each source's experts in ascending order.
+  std::int64_t start = 0;
+  for (std::int64_t s = 0; s < sources; ++s) {
+    source_cursor_[static_cast<std::size_t>(s)] = start;
+    for (std::int64_t e = 0; e < num_local_experts_; ++e) start += rows[s * num_local_experts_ + e];
+  }
+  std::int64_t expert_major_offset = 0;
+  for (std::int64_t e = 0; e < num_local_experts_; ++e) {
+    for (std::int64_t s = 0; s < sources; ++s) {
+      std::int64_t& source_major_offset = source_cursor_[static_cast<std::size_t>(s)];
+      const std::int64_t block = rows[s * num_local_experts_ + e];
+      const std::size_t bytes = static_cast<std::size_t>(block) * row_bytes;
+      const std::size_t expert_major_byte = static_cast<std::size_t>(expert_major_offset) * row_bytes;
+      const std::size_t source_major_byte = static_cast<std::size_t>(source_major_offset) * row_bytes;
+      if (bytes > 0) {
+        if (source_major_to_expert_major) {
+          std::memcpy(dst + expert_major_byte, src + source_major_byte, bytes);
+        } else {
+          std::memcpy(dst + source_major_byte, src + expert_major_byte, bytes);
+        }
+      }
+      expert_major_offset += block;
+      source_major_offset += block;
+    }
+  }
+}
+
+void EpExpertDispatcher::forward(const model::SeamContext& context, int layer, const Tensor& x_perm,
+                                 const Tensor& expert_offsets, const model::ExpertWeights& weights,
+                                 const Tensor& y_perm, model::ExpertSaved& saved) {
+  const model::ExpertWeights local = local_weights(weights);
+  if (group_.size() == 1) {
+    if (counters_ != nullptr) counters_->expert_rows += x_perm.size(0);
+    model::run_experts_forward(context, x_perm, expert_offsets, local, y_perm, saved);
+    return;
+  }
+  DYNCP_CHECK(expert_offsets.numel() == num_experts_ + 1, "expert offsets cover every expert");
+  core::Arena& keep = *context.activations;
+  core::Arena& scratch = *context.scratch;
+  const std::int64_t hidden = x_perm.size(1);
+  const std::int64_t* offsets = expert_offsets.data<std::int64_t>();
+
+  // 1. Per-(destination, expert) row counts are the global expert histogram, destination-major.
+  Tensor& received = received_expert_rows_.at(static_cast<std::size_t>(layer));
+  received = keep.allocate({group_.size(), num_local_experts_}, DType::i64);
+  {
+    core::ArenaScope scope(scratch);
+    const Tensor sent = scratch.allocate({num_experts_}, DType::i64);
+    for (std::int64_t e = 0; e < num_experts_; ++e) sent.data<std::int64_t>()[e] = offsets[e + 1] - offsets[e];
+    ScopedMilliseconds timer(ep_time());
+    group_.all_to_all(sent.raw_data(), received.raw_data(),
+                      static_cast<std::size_t>(num_local_experts_), DType::i64);
+  }
+  fill_send_counts(expert_offsets, hidden);
+  fill_recv_counts(received, hidden);
+  std::int64_t received_rows = 0;
+  for (const std::size_t count : recv_counts_) received_rows += static_cast<std::int64_t>(count) / hidden;
+  if (counters_ != nullptr) counters_->expert_rows += received_rows;
+
+  // 2-3. Rows to their experts' owners; regroup by local expert; run the experts.
+  const Tensor rows = keep.allocate({received_rows, hidden}, x_perm.dtype());
+  const Tensor group_offsets = keep.allocate({num_local_experts_ + 1}, DType::i64);
+  {
+    std::int64_t* group = group_offsets.data<std::int64_t>();
+    const std::int64_t* counts = received.data<std::int64_t>();
+    group[0] = 0;
+    for (std::int64_t e = 0; e < num_local_experts_; ++e) {
+      group[e + 1] = group[e];
+      for (std::int64_t s = 0; s < group_.size(); ++s) group[e + 1] += counts[s * num_local_experts_ + e];
+    }
+  }
+  core::ArenaScope scope(scratch);
+  const Tensor arrived = scratch.allocate({received_rows, hidden}, x_perm.dtype());
+  {
+    ScopedMilliseconds timer(ep_time());
+    group_.all_to_all_v(x_perm.raw_data(), send_counts_, arrived.raw_data(), recv_counts_,
+                        x_perm.dtype());
+  }
+  regroup(received, arrived, rows, /*source_major_to_expert_major=*/true);
+  const Tensor outputs = scratch.allocate({received_rows, hidden}, x_perm.dtype());
+  model::run_experts_forward(context, rows, group_offsets, local, outputs, saved);
+
+  // 4. Outputs home, in the order the rows came.
+  regroup(received, outputs, arrived, /*source_major_to_expert_major=*/false);
+  ScopedMilliseconds timer(ep_time());
+  group_.all_to_all_v(arrived.raw_data(), recv_counts_, y_perm.raw_data(), send_counts_,
+                      y_perm.dtype());
+}
+
+void EpExpertDispatcher::backward(const model::SeamContext& context, int layer,
+                                  const Tensor& dy_perm, const Tensor& expert_offsets,
+                                  const model::ExpertWeights& weights,
+                                  const model::ExpertSaved& saved, const Tensor& dx_perm) {
+  const model::ExpertWeights local = local_weights(weights);
+  if (group_.size() == 1) {
+    model::run_experts_backward(context, dy_perm, local, saved, dx_perm);
+    return;
+  }
+  core::Arena& scratch = *context.scratch;
+  core::ArenaScope scope(scratch);
+  const std::int64_t hidden = dy_perm.size(1);
+  const Tensor& received = received_expert_rows_.at(static_cast<std::size_t>(layer));
+  fill_send_counts(expert_offsets, hidden);
+  fill_recv_counts(received, hidden);
+  const std::int64_t received_rows = saved.rows.size(0);
+
+  const Tensor arrived = scratch.allocate({received_rows, hidden}, dy_perm.dtype());
+  {
+    ScopedMilliseconds timer(ep_time());
+    group_.all_to_all_v(dy_perm.raw_data(), send_counts_, arrived.raw_data(), recv_counts_,
+                        dy_perm.dtype());
+  }
+  const Tensor dy_local = scratch.allocate({received_rows, hidden}, dy_perm.dtype());
+  regroup(received, arrived, dy_local, /*source_major_to_expert_major=*/true);
+  const Tensor drows = scratch.allocate({received_rows, hidden}, dy_perm.dtype());
+  model::run_experts_backward(context, dy_local, local, saved, drows);
+  regroup(received, drows, arrived, /*source_major_to_expert_major=*/false);
+  ScopedMilliseconds timer(ep_time());
+  group_.all_to_all_v(arrived.raw_data(), recv_counts_, dx_perm.raw_data(), send_counts_,
+                      dx_perm.dtype());
+}
+
+}  // namespace dyncp::parallel

@@ -1,0 +1,64 @@
+#pragma once
+// Expert parallelism: the experts of each MoE layer are split over the EP group (consecutive
+// pool ranks, static, unrelated to the CP layout of the microbatch). EP rank j owns experts
+// [j * E/ep, (j+1) * E/ep).
+//
+// Forward, per layer (rows arrive grouped by global expert, so each destination's rows are one
+// contiguous block):
+//   1. all_to_all of the per-expert row counts (ep x E/ep counts per rank)
+//   2. all_to_all_v of the rows to the ranks owning their experts
+//   3. regroup the received rows from (source rank, expert) order to (expert, source rank)
+//      order and run the local experts (model::run_experts_forward)
+//   4. regroup the outputs back and all_to_all_v them home, in the order they came.
+// Backward mirrors it: dY goes to the experts' owners, dX comes back; expert weight gradients
+// stay on the owning rank and are later summed over the expert-data-parallel group.
+// A one-rank EP group runs the experts locally without communication.
+
+#include <vector>
+
+#include "dist/comm.hpp"
+#include "model/seams.hpp"
+#include "parallel/comm_timing.hpp"
+
+namespace dyncp::parallel {
+
+class EpExpertDispatcher final : public model::ExpertDispatcher {
+ public:
+  EpExpertDispatcher(dist::Comm& expert_parallel_group, std::int64_t num_experts,
+                     std::int64_t num_layers, SeamCounters* counters = nullptr);
+
+  std::int64_t first_local_expert() const { return first_local_expert_; }
+  std::int64_t num_local_experts() const { return num_local_experts_; }
+
+  void forward(const model::SeamContext& context, int layer, const core::Tensor& x_perm,
+               const core::Tensor& expert_offsets, const model::ExpertWeights& weights,
+               const core::Tensor& y_perm, model::ExpertSaved& saved) override;
+  void backward(const model::SeamContext& context, int layer, const core::Tensor& dy_perm,
+                const core::Tensor& expert_offsets, const model::ExpertWeights& weights,
+                const model::ExpertSaved& saved, const core::Tensor& dx_perm) override;
+
+ private:
+  // The experts this rank owns, as views into `weights` (which may hold every expert).
+  model::ExpertWeights local_weights(const model::ExpertWeights& weights) const;
+  // send_counts_ (elements per destination) from the global expert offsets.
+  void fill_send_counts(const core::Tensor& expert_offsets, std::int64_t row_elements);
+  // recv_counts_ (elements per source) from the received per-(source, expert) row counts.
+  void fill_recv_counts(const core::Tensor& received_expert_rows, std::int64_t row_elements);
+  // Moves row blocks between (source, expert) order and (expert, source) order.
+  void regroup(const core::Tensor& received_expert_rows, const core::Tensor& from,
+               const core::Tensor& to, bool source_major_to_expert_major);
+  double& ep_time() { return counters_ != nullptr ? counters_->ep_comm_ms : unreported_ms_; }
+
+  dist::Comm& group_;
+  std::int64_t num_experts_;
+  std::int64_t num_local_experts_;
+  std::int64_t first_local_expert_;
+  SeamCounters* counters_;
+  double unreported_ms_ = 0;
+  std::vector<std::size_t> send_counts_;
+  std::vector<std::size_t> recv_counts_;
+  std::vector<std::int64_t> source_cursor_;
+  std::vector<core::Tensor> received_expert_rows_;  // per layer: i64 [ep, E/ep]
+};
+
+}  // namespace dyncp::parallel

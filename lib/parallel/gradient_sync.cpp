@@ -1,0 +1,76 @@
+#include "parallel/gradient_sync.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace dyncp::parallel {
+
+GradientSync::GradientSync(const ParameterPartition& partition, float* gradients,
+                           dist::Comm& pool, dist::Comm& expert_data_parallel,
+                           dist::Comm& expert_parallel, std::int64_t bucket_elements)
+    : partition_(partition),
+      gradients_(gradients),
+      pool_(pool),
+      expert_data_parallel_(expert_data_parallel),
+      expert_parallel_(expert_parallel) {
+  const std::int64_t largest = std::max(partition.dense_elements, partition.expert_elements);
+  bucket_.resize(static_cast<std::size_t>(std::min(bucket_elements, largest)));
+  packed_.reserve(partition.ranges.size());
+}
+
+void GradientSync::reduce_kind(bool experts, dist::Comm& comm) {
+  if (comm.size() == 1) return;
+  const auto bucket_size = static_cast<std::int64_t>(bucket_.size());
+  std::vector<const ParameterRange*>& packed = packed_;  // ranges waiting in the bucket
+  packed.clear();
+  std::int64_t used = 0;
+  const auto flush = [&] {
+    if (used == 0) return;
+    comm.all_reduce(bucket_.data(), bucket_.data(), static_cast<std::size_t>(used),
+                    core::DType::f32, dist::ReduceOp::sum);
+    std::int64_t at = 0;
+    for (const ParameterRange* range : packed) {
+      std::memcpy(gradients_ + range->offset, bucket_.data() + at,
+                  static_cast<std::size_t>(range->count) * sizeof(float));
+      at += range->count;
+    }
+    packed.clear();
+    used = 0;
+  };
+  for (const ParameterRange& range : partition_.ranges) {
+    if (range.is_expert != experts) continue;
+    if (range.count >= bucket_size) {
+      comm.all_reduce(gradients_ + range.offset, gradients_ + range.offset,
+                      static_cast<std::size_t>(range.count), core::DType::f32,
+                      dist::ReduceOp::sum);
+      continue;
+    }
+    if (used + range.count > bucket_size) flush();
+    std::memcpy(bucket_.data() + used, gradients_ + range.offset,
+                static_cast<std::size_t>(range.count) * sizeof(float));
+    packed.push_back(&range);
+    used += range.count;
+  }
+  flush();
+}
+
+void GradientSync::reduce_gradients() {
+  reduce_kind(/*experts=*/false, pool_);
+  reduce_kind(/*experts=*/true, expert_data_parallel_);
+}
+
+double GradientSync::global_sum_of_squares() {
+  double dense = 0.0;
+  double expert = 0.0;
+  for (const ParameterRange& range : partition_.ranges) {
+    double sum = 0.0;
+    const float* g = gradients_ + range.offset;
+    for (std::int64_t i = 0; i < range.count; ++i) sum += static_cast<double>(g[i]) * g[i];
+    (range.is_expert ? expert : dense) += sum;
+  }
+  // Each EP rank holds different experts; replicas in the expert-DP group agree after reduce.
+  expert_parallel_.all_reduce(&expert, &expert, 1, core::DType::f64, dist::ReduceOp::sum);
+  return dense + expert;
+}
+
+}  // namespace dyncp::parallel

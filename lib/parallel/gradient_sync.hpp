@@ -1,0 +1,42 @@
+#pragma once
+// Gradient synchronisation after a step's last microbatch (docs/architecture.md §4.6):
+// dense gradients are summed over the pool, expert gradients over the expert-data-parallel
+// group. Sums only: the 1 / (global loss tokens) normalisation is folded into the optimizer's
+// gradient scale, so no group size ever enters it.
+//
+// Small ranges are packed into a bucket (one collective for many tensors); a range at least
+// as large as the bucket is reduced in place. Every rank walks the ranges in the same order.
+
+#include <cstdint>
+#include <vector>
+
+#include "dist/comm.hpp"
+#include "parallel/parameter_partition.hpp"
+
+namespace dyncp::parallel {
+
+class GradientSync {
+ public:
+  GradientSync(const ParameterPartition& partition, float* gradients, dist::Comm& pool,
+               dist::Comm& expert_data_parallel, dist::Comm& expert_parallel,
+               std::int64_t bucket_elements = std::int64_t{4} << 20);
+
+  void reduce_gradients();
+
+  // Σ g² over the whole model's gradient, each element counted once over all ranks (dense
+  // replicas once, every expert once); identical on every rank. Call after reduce_gradients.
+  double global_sum_of_squares();
+
+ private:
+  void reduce_kind(bool experts, dist::Comm& comm);
+
+  const ParameterPartition& partition_;
+  float* gradients_;
+  dist::Comm& pool_;
+  dist::Comm& expert_data_parallel_;
+  dist::Comm& expert_parallel_;
+  std::vector<float> bucket_;
+  std::vector<const ParameterRange*> packed_;
+};
+
+}  // namespace dyncp::parallel

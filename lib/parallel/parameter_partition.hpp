@@ -1,0 +1,41 @@
+#pragma once
+// Which parts of the flat parameter / gradient buffers this rank owns and how each part is
+// synchronised, derived once from the HF tensor list:
+//   dense tensors  every rank holds a replica; gradients summed over the whole pool
+//   expert tensors EP rank j computes experts [j E/ep, (j+1) E/ep); their gradients are summed
+//                  over the expert-data-parallel group (ranks with the same EP index).
+// Adjacent tensors of the same kind and weight-decay class are merged into one range, so a
+// reduction or an optimizer update touches a few large contiguous ranges. A tied LM head
+// aliases the embedding and is listed once.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/qwen3_moe_parameters.hpp"
+
+namespace dyncp::parallel {
+
+struct ParameterRange {
+  std::int64_t offset = 0;  // elements into all_values() / all_grads()
+  std::int64_t count = 0;
+  bool is_expert = false;
+  bool weight_decay = true;  // false for norm weights
+};
+
+struct ParameterPartition {
+  std::vector<ParameterRange> ranges;  // ascending offsets, this rank's only
+  std::int64_t dense_elements = 0;
+  std::int64_t expert_elements = 0;
+};
+
+// Expert index from an HF name "...mlp.experts.{e}...."; -1 for a non-expert tensor.
+std::int64_t expert_index_of(const std::string& hf_name);
+// True for tensors excluded from weight decay (every norm weight).
+bool is_norm_weight(const std::string& hf_name);
+
+ParameterPartition partition_parameters(const model::Qwen3MoeParameters& parameters,
+                                        std::int64_t first_local_expert,
+                                        std::int64_t num_local_experts);
+
+}  // namespace dyncp::parallel

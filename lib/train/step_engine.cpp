@@ -1,0 +1,186 @@
+#include "train/step_engine.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include "core/error.hpp"
+#include "packing/alignment.hpp"
+#include "packing/cost_aware.hpp"
+#include "packing/default_dynamic_cp.hpp"
+#include "packing/dp_balanced.hpp"
+#include "packing/packed_seq_params.hpp"
+
+namespace dyncp::train {
+
+namespace {
+
+double elapsed_ms(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
+}
+
+}  // namespace
+
+StepEngine::StepEngine(model::Qwen3MoeModel& model, dist::ParallelState& parallel_state,
+                       const data::SampleSource& source, const StepEngineOptions& options)
+    : model_(model),
+      parallel_state_(parallel_state),
+      source_(source),
+      options_(options),
+      cost_model_(packing::model_cost_from_architecture(model.architecture()), options.cost_model),
+      attention_(&counters_),
+      experts_(parallel_state.expert_parallel(), model.architecture().num_experts,
+               model.architecture().num_hidden_layers, &counters_),
+      statistics_(&counters_),
+      partition_(parallel::partition_parameters(model.parameters(), experts_.first_local_expert(),
+                                                experts_.num_local_experts())),
+      gradient_sync_(partition_, model.parameters().all_grads().data<float>(),
+                     parallel_state.pool(), parallel_state.expert_data_parallel(),
+                     parallel_state.expert_parallel()) {}
+
+packing::Schedule StepEngine::make_schedule(std::span<const std::int64_t> padded_lengths) const {
+  const dist::ParallelLayout& layout = parallel_state_.layout();
+  packing::SchedulerInput input;
+  input.lengths = padded_lengths;
+  input.data_parallel_size = layout.data_parallel_size;
+  input.context_parallel_size = layout.context_parallel_size;
+  input.max_seqlen_per_dp_cp_rank = options_.max_seqlen_per_dp_cp_rank;
+  input.min_group_size = layout.min_dynamic_context_parallel_size;
+  switch (options_.scheduler) {
+    case config::PackingScheduler::dp_balanced: return packing::schedule_dp_balanced(input);
+    case config::PackingScheduler::default_dynamic_cp:
+      return packing::schedule_default_dynamic_cp(input);
+    case config::PackingScheduler::cost_aware:
+      return packing::schedule_cost_aware(input, cost_model_);
+  }
+  core::throw_runtime_error("unknown packing scheduler");
+}
+
+dist::Comm* StepEngine::runtime_group(std::int64_t size) {
+  if (size == 1) return nullptr;
+  if (parallel_state_.layout().dynamic_context_parallel) {
+    return &parallel_state_.dynamic_group(static_cast<int>(size));
+  }
+  DYNCP_CHECK(size == parallel_state_.layout().context_parallel_size,
+              "a static layout runs every microbatch on its CP group");
+  return &parallel_state_.context_parallel();
+}
+
+StepOutcome StepEngine::forward_backward(std::span<const std::int64_t> sample_ids) {
+  StepOutcome outcome;
+  const auto batch_size = static_cast<std::int64_t>(sample_ids.size());
+  const std::int64_t rank = parallel_state_.rank();
+  counters_.reset();
+
+  // Lengths and the schedule: the same on every rank, no communication.
+  auto clock = std::chrono::steady_clock::now();
+  original_lengths_.resize(sample_ids.size());
+  padded_lengths_.resize(sample_ids.size());
+  for (std::int64_t i = 0; i < batch_size; ++i) {
+    const auto length = source_.length(sample_ids[static_cast<std::size_t>(i)]);
+    const auto aligned = packing::align_sequence(length, options_.alignment_multiple,
+                                                 options_.fold_alignment_padding);
+    original_lengths_[static_cast<std::size_t>(i)] = length;
+    padded_lengths_[static_cast<std::size_t>(i)] = aligned.padded;
+    outcome.real_tokens += length;
+    outcome.model_flops += cost_model_.sequence_flops(aligned.padded);
+  }
+  schedule_ = make_schedule(padded_lengths_);
+  outcome.microbatches = schedule_.num_microbatches();
+  std::vector<int> sizes;
+  for (const packing::ScheduleGroup& group : schedule_.groups) {
+    ++outcome.group_sizes[static_cast<int>(group.size)];
+    if (std::find(sizes.begin(), sizes.end(), group.size) == sizes.end())
+      sizes.push_back(static_cast<int>(group.size));
+  }
+  if (parallel_state_.layout().dynamic_context_parallel) {
+    sizes.erase(std::remove(sizes.begin(), sizes.end(), 1), sizes.end());
+    parallel_state_.ensure_dynamic_groups(sizes);
+  }
+  outcome.time.schedule_ms = elapsed_ms(clock);
+
+  // This rank's samples for every microbatch, and the global loss-token count before forward.
+  clock = std::chrono::steady_clock::now();
+  const std::int64_t microbatches = schedule_.num_microbatches();
+  // Reused from step to step: their capacity stays.
+  std::vector<packing::PackedSeqParams>& params = microbatch_params_;
+  std::vector<std::vector<data::Sample>>& samples = microbatch_samples_;
+  if (static_cast<std::int64_t>(params.size()) < microbatches) {
+    params.resize(static_cast<std::size_t>(microbatches));
+    samples.resize(static_cast<std::size_t>(microbatches));
+  }
+  std::int64_t local_loss_tokens = 0;
+  for (std::int64_t m = 0; m < microbatches; ++m) {
+    auto& p = params[static_cast<std::size_t>(m)];
+    p = packing::make_packed_seq_params(schedule_, m, rank, original_lengths_, padded_lengths_);
+    auto& bin = samples[static_cast<std::size_t>(m)];
+    bin.clear();
+    for (const std::int64_t position : p.sample_ids) {
+      bin.push_back(source_.sample(sample_ids[static_cast<std::size_t>(position)],
+                                   options_.alignment_multiple, options_.pad_token_id));
+      data::Sample& sample = bin.back();
+      if (sample.padded_len != padded_lengths_[static_cast<std::size_t>(position)]) {
+        // fold_alignment_padding or an alignment the source rounded differently: re-pad.
+        sample.tokens.resize(static_cast<std::size_t>(padded_lengths_[static_cast<std::size_t>(position)]),
+                             options_.pad_token_id);
+        sample.labels.resize(sample.tokens.size(), data::ignore_label);
+        sample.loss_mask.resize(sample.tokens.size(), 0);
+        sample.padded_len = padded_lengths_[static_cast<std::size_t>(position)];
+      }
+    }
+    for (const packing::TokenRange& range : p.local_ranges) {
+      const auto& sample = bin[static_cast<std::size_t>(range.sequence)];
+      const std::int64_t start = p.cu_seqlens_padded[static_cast<std::size_t>(range.sequence)];
+      for (std::int64_t row = range.begin; row < range.end; ++row)
+        local_loss_tokens += sample.loss_mask[static_cast<std::size_t>(row - start)];
+    }
+  }
+  outcome.time.data_ms = elapsed_ms(clock);
+
+  clock = std::chrono::steady_clock::now();
+  std::int64_t global_loss_tokens = local_loss_tokens;
+  parallel_state_.pool().all_reduce(&global_loss_tokens, &global_loss_tokens, 1,
+                                    core::DType::i64, dist::ReduceOp::sum);
+  outcome.time.grad_sync_ms = elapsed_ms(clock);
+  outcome.loss_tokens = global_loss_tokens;
+  const double inverse_tokens = global_loss_tokens > 0 ? 1.0 / static_cast<double>(global_loss_tokens) : 0.0;
+
+  model_.parameters().zero_grads();
+  double local_sums[2] = {0.0, 0.0};  // CE sum, aux (once per group)
+  clock = std::chrono::steady_clock::now();
+  for (std::int64_t m = 0; m < microbatches; ++m) {
+    const auto& p = params[static_cast<std::size_t>(m)];
+    const auto build_start = std::chrono::steady_clock::now();
+    const model::PackedBin& bin = bin_builder_.build(p, samples[static_cast<std::size_t>(m)]);
+    outcome.time.data_ms += elapsed_ms(build_start);
+    dist::Comm* group = runtime_group(p.group_size);
+    attention_.set_group(group);
+    statistics_.set_group(group);
+    model::BinOptions bin_options;
+    bin_options.loss_grad_scale = inverse_tokens;
+    bin_options.aux_num_sequences_global = batch_size;
+    bin_options.aux_loss_grad_scale = 1.0;
+    const model::BinResult result =
+        model_.run_bin(bin, {&attention_, &experts_, &statistics_}, bin_options);
+    local_sums[0] += result.loss_sum;
+    if (p.rank_in_group == 0) local_sums[1] += result.aux_loss;
+  }
+  const double bins_ms = elapsed_ms(clock);
+  outcome.time.cp_comm_ms = counters_.cp_comm_ms;
+  outcome.time.ep_comm_ms = counters_.ep_comm_ms;
+  outcome.time.compute_ms = std::max(0.0, bins_ms - counters_.cp_comm_ms - counters_.ep_comm_ms);
+
+  clock = std::chrono::steady_clock::now();
+  gradient_sync_.reduce_gradients();
+  parallel_state_.pool().all_reduce(local_sums, local_sums, 2, core::DType::f64,
+                                    dist::ReduceOp::sum);
+  outcome.grad_sum_of_squares = gradient_sync_.global_sum_of_squares();
+  outcome.time.grad_sync_ms += elapsed_ms(clock);
+
+  outcome.loss_sum = local_sums[0];
+  outcome.aux_loss = local_sums[1];
+  outcome.loss = outcome.loss_sum * inverse_tokens;
+  return outcome;
+}
+
+}  // namespace dyncp::train

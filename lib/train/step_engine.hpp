@@ -1,0 +1,97 @@
+#pragma once
+// One step's forward and backward over a global batch, on any layout (1 rank, DP, static CP,
+// dynamic CP, EP), ending with gradients summed over the ranks that share them. This is the
+// part of the trainer the layout-equivalence tests drive directly.
+//
+//   positions 0..GBS-1 of the global batch -> padded lengths -> Schedule (every rank computes
+//   the same one) -> dynamic CP groups ensured -> for each microbatch: this rank's samples ->
+//   zigzag bin -> model forward+backward on the runtime group -> gradient sync.
+//
+// Normalisation (docs/architecture.md §4.6): the loss is the sum of token losses over the
+// global batch divided by its loss tokens N, known before the step from the data, so each
+// microbatch's gradient is of (CE_sum / N + aux): the model scales its CE gradient by 1 / N and
+// the aux gradient by 1; no group size enters.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "config/config_container.hpp"
+#include "data/sample.hpp"
+#include "dist/parallel_state.hpp"
+#include "model/qwen3_moe_model.hpp"
+#include "packing/cost_model.hpp"
+#include "packing/schedule.hpp"
+#include "parallel/comm_timing.hpp"
+#include "parallel/cp_attention.hpp"
+#include "parallel/ep_dispatcher.hpp"
+#include "parallel/gradient_sync.hpp"
+#include "parallel/group_statistics.hpp"
+#include "parallel/parameter_partition.hpp"
+#include "train/bin_builder.hpp"
+#include "train/step_metrics.hpp"
+
+namespace dyncp::train {
+
+struct StepEngineOptions {
+  config::PackingScheduler scheduler = config::PackingScheduler::default_dynamic_cp;
+  std::int64_t max_seqlen_per_dp_cp_rank = 4096;
+  std::int64_t alignment_multiple = 1;
+  bool fold_alignment_padding = false;
+  std::int32_t pad_token_id = 0;
+  packing::CostModelParameters cost_model;  // for the cost_aware scheduler and FLOP counts
+};
+
+// What one step's forward/backward produced, reduced over the pool.
+struct StepOutcome {
+  double loss_sum = 0;          // Σ token losses over the global batch
+  std::int64_t loss_tokens = 0; // N
+  double aux_loss = 0;          // Σ over MoE layers (already / N_seq)
+  double loss = 0;              // loss_sum / N
+  double grad_sum_of_squares = 0;  // of the normalised gradient (1 / N applied)
+  std::int64_t microbatches = 0;
+  std::map<int, int> group_sizes;  // runtime group size -> groups over the step
+  std::int64_t real_tokens = 0;    // Σ original lengths
+  double model_flops = 0;          // Megatron's formula on padded lengths, whole batch
+  StepTimeBreakdown time;
+};
+
+class StepEngine {
+ public:
+  StepEngine(model::Qwen3MoeModel& model, dist::ParallelState& parallel_state,
+             const data::SampleSource& source, const StepEngineOptions& options);
+
+  // Zeroes the gradients, runs every microbatch of the batch (dataset sample ids, in batch
+  // order) and leaves normalised, synchronised gradients in the model's gradient buffer.
+  StepOutcome forward_backward(std::span<const std::int64_t> sample_ids);
+
+  const parallel::ParameterPartition& partition() const { return partition_; }
+  const parallel::SeamCounters& seam_counters() const { return counters_; }
+  const packing::Schedule& last_schedule() const { return schedule_; }
+
+ private:
+  packing::Schedule make_schedule(std::span<const std::int64_t> padded_lengths) const;
+  dist::Comm* runtime_group(std::int64_t size);
+
+  model::Qwen3MoeModel& model_;
+  dist::ParallelState& parallel_state_;
+  const data::SampleSource& source_;
+  StepEngineOptions options_;
+  packing::CostModel cost_model_;
+  parallel::SeamCounters counters_;
+  parallel::CpAttentionContext attention_;
+  parallel::EpExpertDispatcher experts_;
+  parallel::GroupStatisticsReducer statistics_;
+  parallel::ParameterPartition partition_;
+  parallel::GradientSync gradient_sync_;
+  BinBuilder bin_builder_;
+  packing::Schedule schedule_;
+  std::vector<std::int64_t> original_lengths_;
+  std::vector<std::int64_t> padded_lengths_;
+  std::vector<packing::PackedSeqParams> microbatch_params_;
+  std::vector<std::vector<data::Sample>> microbatch_samples_;
+};
+
+}  // namespace dyncp::train

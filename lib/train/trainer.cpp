@@ -1,0 +1,312 @@
+#include "train/trainer.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <spdlog/spdlog.h>
+#include <string>
+
+#include "core/error.hpp"
+#include "data/mock_dataset.hpp"
+#include "data/prepared_dataset.hpp"
+#include "data/sampler.hpp"
+#include "dist/parallel_layout.hpp"
+#include "dist/parallel_state.hpp"
+#include "model/hf_checkpoint.hpp"
+#include "ops/grad_norm.hpp"
+#include "parallel/expert_replicas.hpp"
+#include "train/checkpoint_store.hpp"
+#include "train/lr_schedule.hpp"
+#include "train/optimizer.hpp"
+#include "train/signal_flag.hpp"
+#include "train/step_engine.hpp"
+#include "train/step_metrics.hpp"
+#include "train/training_checkpoint.hpp"
+
+namespace dyncp::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The data every rank reads: the mock generator or the prepared (tokenized) cache.
+struct TrainingData {
+  std::unique_ptr<data::SampleSource> source;
+  std::unique_ptr<data::Tokenizer> tokenizer;
+  std::int32_t pad_token_id = 0;
+  std::int64_t skipped_samples = 0;
+};
+
+fs::path tokenizer_directory(const config::ConfigContainer& config) {
+  fs::path path = config.tokenizer.tokenizer_model.empty() ? fs::path(config.model.hf_model_path)
+                                                           : fs::path(config.tokenizer.tokenizer_model);
+  if (path.filename() == "tokenizer.json") path = path.parent_path();
+  if (path.empty()) {
+    core::throw_config_error("tokenizer.tokenizer_model",
+                             "must name a folder holding tokenizer.json for dataset.type " +
+                                 std::string(config::to_string(config.dataset.type)));
+  }
+  return path;
+}
+
+TrainingData open_training_data(const config::ConfigContainer& config) {
+  TrainingData out;
+  const auto& dataset = config.dataset;
+  if (dataset.type == config::DatasetType::mock_varlen) {
+    data::MockVarlenOptions options;
+    options.distribution = dataset.mock_length_distribution;
+    options.num_samples = dataset.mock_num_samples;
+    options.vocab_size = static_cast<std::int32_t>(config.model.architecture.vocab_size);
+    options.seed = static_cast<std::uint64_t>(config.rng.seed);
+    out.source = std::make_unique<data::MockVarlenDataset>(options);
+    return out;
+  }
+  out.tokenizer = std::make_unique<data::Tokenizer>(data::Tokenizer::from_directory(tokenizer_directory(config)));
+  out.pad_token_id = out.tokenizer->pad_token_id();
+  if (out.tokenizer->vocab_size() > config.model.architecture.vocab_size) {
+    core::throw_config_error("model.vocab_size",
+                             std::to_string(config.model.architecture.vocab_size) +
+                                 ": smaller than the tokenizer's " +
+                                 std::to_string(out.tokenizer->vocab_size()) + " ids");
+  }
+  data::PrepareOptions prepare;
+  data::DatasetFormat format = data::DatasetFormat::chat_jsonl;
+  if (dataset.type == config::DatasetType::token_jsonl) format = data::DatasetFormat::tokens_jsonl;
+  if (dataset.type == config::DatasetType::megatron_indexed) format = data::DatasetFormat::indexed;
+  prepare.inputs.push_back({dataset.data_path, format});
+  prepare.cache_dir = dataset.cache_dir;
+  prepare.seq_length = dataset.seq_length.value_or(config.model.seq_length);
+  prepare.truncation = static_cast<data::Truncation>(static_cast<int>(dataset.truncation));
+  prepare.on_bad_sample = static_cast<data::OnBadSample>(static_cast<int>(dataset.on_bad_sample));
+  // One process prepares under a file lock while the others wait on it.
+  const fs::path cache = data::prepare_dataset(prepare, *out.tokenizer);
+  auto prepared = std::make_unique<data::PreparedDataset>(cache, out.tokenizer.get());
+  const auto& stats = prepared->stats();
+  out.skipped_samples = static_cast<std::int64_t>(stats.dropped_too_long + stats.dropped_no_loss +
+                                                  stats.skipped_bad);
+  spdlog::info("data: {} samples, {} tokens ({} loss tokens); filtered: {} too long, {} without "
+               "loss tokens, {} bad records skipped, {} truncated",
+               stats.samples_kept, stats.total_tokens, stats.total_loss_tokens,
+               stats.dropped_too_long, stats.dropped_no_loss, stats.skipped_bad, stats.truncated);
+  out.source = std::move(prepared);
+  return out;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& world) {
+  TrainerReport report;
+  const auto& model_config = config.model;
+  const dist::ParallelLayout layout = dist::layout_for_world(
+      world.size(), static_cast<int>(model_config.context_parallel_size),
+      static_cast<int>(model_config.expert_model_parallel_size),
+      model_config.dynamic_context_parallel,
+      static_cast<int>(model_config.min_dynamic_context_parallel_size));
+  dist::ParallelState parallel_state(world, layout);
+  if (config.dist.eager_dynamic_cp_groups && layout.dynamic_context_parallel)
+    parallel_state.ensure_all_dynamic_groups();
+  spdlog::info("layout: world {} = dp {} x cp {}, ep {}, {} CP, alignment multiple {}",
+               world.size(), layout.data_parallel_size, layout.context_parallel_size,
+               layout.expert_model_parallel_size,
+               layout.dynamic_context_parallel ? "dynamic" : "static",
+               config.layout.alignment_multiple);
+
+  TrainingData training_data = open_training_data(config);
+
+  model::ModelOptions model_options;
+  model_options.recompute_full =
+      model_config.recompute_granularity == config::RecomputeGranularity::full;
+  model_options.aux_loss = model_config.moe_router_load_balancing_type == config::LoadBalancingType::none
+                               ? ops::MoeAuxLossType::none
+                               : ops::MoeAuxLossType::seq_aux_loss;
+  model::Qwen3MoeModel model(model_config.architecture, model_options);
+  const std::string& initial = !config.checkpoint.pretrained_checkpoint.empty()
+                                   ? config.checkpoint.pretrained_checkpoint
+                                   : model_config.hf_model_path;
+  if (!initial.empty() && fs::exists(fs::path(initial) / "config.json") &&
+      (fs::exists(fs::path(initial) / "model.safetensors") ||
+       fs::exists(fs::path(initial) / "model.safetensors.index.json"))) {
+    model::load_hf_weights(initial, model.parameters());
+    spdlog::info("model: {} parameters loaded from {}", model.parameters().num_parameters(), initial);
+  } else {
+    model.parameters().init_random(static_cast<std::uint64_t>(config.rng.seed));
+    spdlog::info("model: {} parameters, seeded random init (seed {})",
+                 model.parameters().num_parameters(), config.rng.seed);
+  }
+
+  StepEngineOptions engine_options;
+  engine_options.scheduler = model_config.sequence_packing_scheduler.value_or(
+      layout.dynamic_context_parallel ? config::PackingScheduler::default_dynamic_cp
+                                      : config::PackingScheduler::dp_balanced);
+  engine_options.max_seqlen_per_dp_cp_rank = model_config.max_seqlen_per_dp_cp_rank.value_or(model_config.seq_length);
+  engine_options.alignment_multiple = config.layout.alignment_multiple;
+  engine_options.fold_alignment_padding = config.dataset.fold_alignment_padding;
+  engine_options.pad_token_id = training_data.pad_token_id;
+  engine_options.cost_model.device_flops_per_second = config.packing.device_flops_per_second;
+  engine_options.cost_model.link_bytes_per_second = config.packing.link_bytes_per_second;
+  engine_options.cost_model.collective_latency_seconds = config.packing.collective_latency_seconds;
+  engine_options.cost_model.microbatch_overhead_seconds = config.packing.microbatch_overhead_seconds;
+  StepEngine engine(model, parallel_state, *training_data.source, engine_options);
+
+  AdamWSettings adam;
+  adam.beta1 = config.optimizer.adam_beta1;
+  adam.beta2 = config.optimizer.adam_beta2;
+  adam.eps = config.optimizer.adam_eps;
+  adam.weight_decay = config.optimizer.weight_decay;
+  AdamWOptimizer optimizer(model.parameters(), engine.partition(), adam);
+  LrSchedule lr_schedule;
+  lr_schedule.max_lr = config.optimizer.lr;
+  lr_schedule.min_lr = config.optimizer.min_lr;
+  lr_schedule.warmup_iters = config.scheduler.lr_warmup_iters;
+  lr_schedule.decay_iters = config.scheduler.lr_decay_iters.value_or(config.train.train_iters);
+  lr_schedule.style = config.scheduler.lr_decay_style;
+
+  // Resume.
+  LoopState state;
+  state.seed = config.rng.seed;
+  if (!config.checkpoint.load.empty()) {
+    const auto latest = CheckpointStore::find_latest(config.checkpoint.load);
+    if (latest) {
+      state = read_training_checkpoint(*latest, model.parameters(), optimizer.exp_avg(),
+                                       optimizer.exp_avg_sq());
+      spdlog::info("resumed from {} at iteration {} ({} samples consumed)", latest->string(),
+                   state.iteration, state.consumed_samples);
+    } else {
+      spdlog::warn("checkpoint.load: no checkpoint in '{}' yet; starting from the beginning",
+                   config.checkpoint.load);
+    }
+  }
+  data::SamplerOptions sampler_options;
+  sampler_options.type = config.dataset.dataloader_type == config::DataloaderType::cyclic
+                             ? data::SamplerType::cyclic
+                             : data::SamplerType::single;
+  sampler_options.seed = static_cast<std::uint64_t>(config.rng.seed);
+  sampler_options.global_batch_size = config.train.global_batch_size;
+  data::Sampler sampler(sampler_options, training_data.source->size(),
+                        {state.epoch, state.index_in_epoch, state.consumed_samples});
+
+  std::unique_ptr<CheckpointStore> store;
+  if (!config.checkpoint.save.empty()) {
+    store = std::make_unique<CheckpointStore>(config.checkpoint.save,
+                                              static_cast<int>(config.checkpoint.most_recent_k));
+  }
+  const auto save_checkpoint = [&] {
+    const core::Tensor buffers[] = {model.parameters().all_values(), optimizer.exp_avg(),
+                                    optimizer.exp_avg_sq()};
+    parallel::gather_expert_replicas(model.parameters(), buffers, parallel_state.expert_parallel());
+    if (world.rank() == 0 && store) {
+      const fs::path folder = store->begin(state.iteration);
+      try {
+        write_training_checkpoint(folder, model.parameters(), optimizer.exp_avg(),
+                                  optimizer.exp_avg_sq(), state);
+        spdlog::info("checkpoint saved: {}", store->commit(state.iteration).string());
+      } catch (const core::Error& error) {
+        store->abandon(state.iteration);
+        spdlog::error("checkpoint at iteration {} failed, the previous one is kept: {}",
+                      state.iteration, error.what());
+      }
+    }
+    world.barrier();
+  };
+
+  install_stop_signal_handlers();
+  MetricsWriter metrics_writer(world.rank() == 0 ? config.logger.metrics_path : std::string());
+  const auto run_start = std::chrono::steady_clock::now();
+  const std::int64_t first_iteration = state.iteration;
+  while (state.iteration < config.train.train_iters) {
+    const auto step_start = std::chrono::steady_clock::now();
+    const std::vector<std::int64_t> batch = sampler.next_global_batch();
+    const double data_ms = seconds_since(step_start) * 1e3;
+    const StepOutcome outcome = engine.forward_backward(batch);
+
+    StepMetrics metrics;
+    metrics.iteration = state.iteration + 1;
+    metrics.train_iters = config.train.train_iters;
+    metrics.time = outcome.time;
+    metrics.time.data_ms += data_ms;
+    metrics.loss = outcome.loss + outcome.aux_loss;
+    metrics.grad_norm = std::sqrt(outcome.grad_sum_of_squares);
+    metrics.lr = lr_schedule.lr_at(state.iteration);
+    const bool finite = std::isfinite(metrics.loss) && std::isfinite(metrics.grad_norm);
+    const auto optimizer_start = std::chrono::steady_clock::now();
+    if (finite) {
+      const double clip = ops::clip_coefficient(metrics.grad_norm, config.optimizer.clip_grad);
+      optimizer.step(metrics.lr, state.iteration + 1, clip);
+    } else {
+      ++state.skipped_steps;
+      if (config.train.stop_on_nan) {
+        core::throw_runtime_error("iteration " + std::to_string(metrics.iteration) +
+                                  ": loss or gradient norm is not finite (loss " +
+                                  std::to_string(metrics.loss) + ", grad norm " +
+                                  std::to_string(metrics.grad_norm) +
+                                  "); set train.stop_on_nan=false to skip such steps");
+      }
+      spdlog::warn("iteration {}: non-finite loss or gradient norm; step skipped", metrics.iteration);
+    }
+    metrics.time.optimizer_ms = seconds_since(optimizer_start) * 1e3;
+    ++state.iteration;
+    state.consumed_samples = sampler.position().consumed_samples;
+    state.epoch = sampler.position().epoch;
+    state.index_in_epoch = sampler.position().index_in_epoch;
+
+    metrics.elapsed_ms = seconds_since(step_start) * 1e3;
+    metrics.consumed_samples = state.consumed_samples;
+    metrics.loss_tokens = outcome.loss_tokens;
+    metrics.real_tokens = outcome.real_tokens;
+    metrics.tokens_per_s = static_cast<double>(outcome.real_tokens) / (metrics.elapsed_ms / 1e3);
+    metrics.tflops_per_device = outcome.model_flops / (metrics.elapsed_ms / 1e3) / 1e12 / world.size();
+    metrics.microbatches = outcome.microbatches;
+    metrics.group_sizes = outcome.group_sizes;
+    metrics.skipped_samples = training_data.skipped_samples;
+    metrics.skipped_steps = state.skipped_steps;
+    metrics_writer.write(metrics);
+    if (config.logger.log_interval > 0 && metrics.iteration % config.logger.log_interval == 0)
+      spdlog::info("{}", format_console_line(metrics));
+    report.last_loss = metrics.loss;
+    ++report.iterations;
+
+    // Every rank must agree to stop on a signal, so the flag is all-reduced.
+    std::int32_t stop = stop_requested() ? 1 : 0;
+    world.all_reduce(&stop, &stop, 1, core::DType::i32, dist::ReduceOp::max);
+    const bool due = config.checkpoint.save_interval &&
+                     state.iteration % *config.checkpoint.save_interval == 0;
+    if (stop != 0) {
+      spdlog::warn("stop signal received: saving a checkpoint at iteration {} and exiting",
+                   state.iteration);
+      save_checkpoint();
+      report.stopped_by_signal = true;
+      return report;
+    }
+    if (due && store) save_checkpoint();
+  }
+  const double total_seconds = seconds_since(run_start);
+  spdlog::info("trained {} iterations in {:.1f} s", state.iteration - first_iteration, total_seconds);
+  const bool saved_last = config.checkpoint.save_interval &&
+                          state.iteration % *config.checkpoint.save_interval == 0;
+  if (store && !saved_last && report.iterations > 0) save_checkpoint();
+  if (!config.checkpoint.export_hf.empty()) {
+    const core::Tensor buffers[] = {model.parameters().all_values()};
+    parallel::gather_expert_replicas(model.parameters(), buffers, parallel_state.expert_parallel());
+    if (world.rank() == 0) {
+      model::save_hf_checkpoint(config.checkpoint.export_hf, model.parameters(),
+                                model::StoredDType::bf16);
+      if (training_data.tokenizer) {
+        const fs::path tokenizer_dir = tokenizer_directory(config);
+        for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
+          if (fs::exists(tokenizer_dir / name))
+            fs::copy_file(tokenizer_dir / name, fs::path(config.checkpoint.export_hf) / name,
+                          fs::copy_options::overwrite_existing);
+        }
+      }
+      spdlog::info("HF weights exported to {}", config.checkpoint.export_hf);
+    }
+    world.barrier();
+  }
+  return report;
+}
+
+}  // namespace dyncp::train

@@ -1,0 +1,253 @@
+// The invariant behind dynamic CP: one global batch gives the same loss and gradients on every
+// layout. Run under mpirun with the layout on the command line; every rank also computes the
+// one-rank reference in-process (same seeded weights, whole sequences in one bin, local seams)
+// and compares its own gradient ranges with it.
+//
+//   mpirun -np 4 layout_equivalence --cp 2 --dynamic 1 --ep 2 --scheduler default_dynamic_cp
+//
+// Checks, each reported as passed/failed: loss, aux loss, every owned gradient range
+// (||ours - ref|| / ||ref|| <= 1e-5), and that work is divided: over the pool every query row
+// was processed exactly once per layer (no rank recomputed another's share).
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/rng.hpp"
+#include "data/sample.hpp"
+#include "dist/abort.hpp"
+#include "dist/mpi_comm.hpp"
+#include "dist/parallel_layout.hpp"
+#include "dist/parallel_state.hpp"
+#include "model/local_seams.hpp"
+#include "model/qwen3_moe_model.hpp"
+#include "packing/alignment.hpp"
+#include "train/step_engine.hpp"
+
+using namespace dyncp;
+
+namespace {
+
+// Short and long sequences mixed, fixed token ids, loss on every next token.
+class FixedSource final : public data::SampleSource {
+ public:
+  FixedSource(std::vector<std::int64_t> lengths, std::int64_t vocab) : lengths_(std::move(lengths)) {
+    for (std::size_t i = 0; i < lengths_.size(); ++i) {
+      std::vector<std::int32_t> tokens(static_cast<std::size_t>(lengths_[i]));
+      core::Rng rng(99, core::RngPurpose::test, i);
+      for (auto& token : tokens) token = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(vocab)));
+      tokens_.push_back(std::move(tokens));
+    }
+  }
+  std::int64_t size() const override { return static_cast<std::int64_t>(lengths_.size()); }
+  std::int64_t length(std::int64_t index) const override { return lengths_[static_cast<std::size_t>(index)]; }
+  data::Sample sample(std::int64_t index, std::int64_t alignment, std::int32_t pad) const override {
+    const auto& tokens = tokens_[static_cast<std::size_t>(index)];
+    const std::vector<std::uint8_t> targets(tokens.size(), 1);
+    return data::make_sample(index, tokens, targets, alignment, pad);
+  }
+
+ private:
+  std::vector<std::int64_t> lengths_;
+  std::vector<std::vector<std::int32_t>> tokens_;
+};
+
+config::ModelArchitecture tiny_architecture() {
+  config::ModelArchitecture a;
+  a.model_type = "qwen3_moe";
+  a.vocab_size = 96;
+  a.hidden_size = 32;
+  a.intermediate_size = 40;
+  a.num_hidden_layers = 2;
+  a.num_attention_heads = 4;
+  a.num_key_value_heads = 2;
+  a.head_dim = 12;
+  a.num_experts = 8;
+  a.num_experts_per_tok = 2;
+  a.moe_intermediate_size = 20;
+  a.mlp_only_layers = {0};
+  a.norm_topk_prob = true;
+  a.rope_theta = 10000.0;
+  a.router_aux_loss_coef = 0.01;
+  a.resolve();
+  return a;
+}
+
+struct Options {
+  int cp = 1;
+  int ep = 1;
+  bool dynamic = false;
+  int min_cp = 1;
+  bool aux = false;
+  bool recompute = false;
+  config::PackingScheduler scheduler = config::PackingScheduler::dp_balanced;
+};
+
+Options parse(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string key = argv[i];
+    const std::string value = argv[i + 1];
+    if (key == "--cp") options.cp = std::stoi(value);
+    else if (key == "--ep") options.ep = std::stoi(value);
+    else if (key == "--dynamic") options.dynamic = value == "1";
+    else if (key == "--min-cp") options.min_cp = std::stoi(value);
+    else if (key == "--aux") options.aux = value == "1";
+    else if (key == "--recompute") options.recompute = value == "1";
+    else if (key == "--scheduler") {
+      options.scheduler = value == "cost_aware"           ? config::PackingScheduler::cost_aware
+                          : value == "default_dynamic_cp" ? config::PackingScheduler::default_dynamic_cp
+                                                          : config::PackingScheduler::dp_balanced;
+    } else {
+      throw std::runtime_error("unknown option " + key);
+    }
+  }
+  return options;
+}
+
+double norm(const float* x, std::int64_t n) {
+  double sum = 0;
+  for (std::int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  return std::sqrt(sum);
+}
+
+double difference_norm(const float* a, const float* b, std::int64_t n) {
+  double sum = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(a[i]) - b[i];
+    sum += d * d;
+  }
+  return std::sqrt(sum);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  dist::MpiRuntime runtime(&argc, &argv);
+  int passed = 0;
+  int failed = 0;
+  try {
+    const Options options = parse(argc, argv);
+    auto world = runtime.world();
+    const int rank = world->rank();
+    const auto check = [&](bool ok, const std::string& what) {
+      if (ok) {
+        ++passed;
+      } else {
+        ++failed;
+        std::printf("rank %d FAILED: %s\n", rank, what.c_str());
+      }
+    };
+
+    const config::ModelArchitecture architecture = tiny_architecture();
+    model::ModelOptions model_options;
+    model_options.recompute_full = options.recompute;
+    model_options.aux_loss = options.aux ? ops::MoeAuxLossType::seq_aux_loss : ops::MoeAuxLossType::none;
+    const std::vector<std::int64_t> lengths = {5, 7, 3, 41, 9, 12, 2, 60, 4, 6, 8, 10, 30, 3, 5, 21};
+    FixedSource source(lengths, architecture.vocab_size);
+    const auto batch_size = static_cast<std::int64_t>(lengths.size());
+
+    // Reference: one rank, whole sequences, one bin.
+    model::Qwen3MoeModel reference(architecture, model_options);
+    reference.parameters().init_random(7);
+    std::vector<data::Sample> whole;
+    packing::PackedSeqParams whole_params;
+    whole_params.cu_seqlens_padded.push_back(0);
+    whole_params.cu_seqlens.push_back(0);
+    std::int64_t reference_tokens = 0;
+    for (std::int64_t i = 0; i < batch_size; ++i) {
+      whole.push_back(source.sample(i, 1, 0));
+      const std::int64_t n = lengths[static_cast<std::size_t>(i)];
+      whole_params.sample_ids.push_back(i);
+      whole_params.local_ranges.push_back({whole_params.cu_seqlens_padded.back(),
+                                           whole_params.cu_seqlens_padded.back() + n, i, 0});
+      whole_params.cu_seqlens_padded.push_back(whole_params.cu_seqlens_padded.back() + n);
+      whole_params.cu_seqlens.push_back(whole_params.cu_seqlens_padded.back());
+      for (auto mask : whole.back().loss_mask) reference_tokens += mask;
+    }
+    train::BinBuilder builder;
+    model::LocalSeams local;
+    model::BinOptions reference_options;
+    reference_options.loss_grad_scale = 1.0 / static_cast<double>(reference_tokens);
+    reference_options.aux_num_sequences_global = batch_size;
+    reference.parameters().zero_grads();
+    const model::BinResult reference_result =
+        reference.run_bin(builder.build(whole_params, whole), local.seams(), reference_options);
+    const double reference_loss = reference_result.loss_sum / static_cast<double>(reference_tokens);
+
+    // The layout under test.
+    const dist::ParallelLayout layout = dist::layout_for_world(
+        world->size(), options.cp, options.ep, options.dynamic, options.min_cp);
+    dist::ParallelState parallel_state(*world, layout);
+    model::Qwen3MoeModel model(architecture, model_options);
+    model.parameters().init_random(7);
+    train::StepEngineOptions engine_options;
+    engine_options.scheduler = options.scheduler;
+    // Static CP must fit the longest sequence (60, padded to 64) on cp ranks; dynamic CP uses a
+    // capacity that sends it to a group of two or more while short ones run alone.
+    engine_options.max_seqlen_per_dp_cp_rank = options.dynamic ? 32 : 64 / options.cp;
+    engine_options.alignment_multiple = packing::alignment_multiple(
+        {layout.data_parallel_size, layout.context_parallel_size, layout.dynamic_context_parallel});
+    train::StepEngine engine(model, parallel_state, source, engine_options);
+    std::vector<std::int64_t> ids(static_cast<std::size_t>(batch_size));
+    for (std::int64_t i = 0; i < batch_size; ++i) ids[static_cast<std::size_t>(i)] = i;
+    const train::StepOutcome outcome = engine.forward_backward(ids);
+
+    char line[256];
+    std::snprintf(line, sizeof line, "loss %.9g vs reference %.9g", outcome.loss, reference_loss);
+    check(outcome.loss_tokens == reference_tokens, "loss tokens " + std::to_string(outcome.loss_tokens) +
+                                                       " vs " + std::to_string(reference_tokens));
+    check(std::abs(outcome.loss - reference_loss) <= 1e-5 * std::abs(reference_loss), line);
+    if (options.aux) {
+      std::snprintf(line, sizeof line, "aux loss %.9g vs reference %.9g", outcome.aux_loss,
+                    reference_result.aux_loss);
+      check(reference_result.aux_loss > 0 &&
+                std::abs(outcome.aux_loss - reference_result.aux_loss) <= 1e-5 * reference_result.aux_loss,
+            line);
+    }
+
+    const float* ours = model.parameters().all_grads().data<float>();
+    const float* theirs = reference.parameters().all_grads().data<float>();
+    double worst = 0;
+    for (const auto& range : engine.partition().ranges) {
+      const double reference_norm = norm(theirs + range.offset, range.count);
+      const double error = difference_norm(ours + range.offset, theirs + range.offset, range.count) /
+                           std::max(reference_norm, 1e-12);
+      worst = std::max(worst, error);
+      std::snprintf(line, sizeof line, "gradient range at %lld (%lld elements, expert %d): relative error %.3g",
+                    static_cast<long long>(range.offset), static_cast<long long>(range.count),
+                    range.is_expert ? 1 : 0, error);
+      check(error <= 1e-5, line);
+    }
+
+    // Work is divided: over the pool, every padded row of the batch is a query row exactly
+    // once per layer (twice with full recompute, whose backward re-runs the forward).
+    std::int64_t rows = engine.seam_counters().attention_query_rows;
+    parallel_state.pool().all_reduce(&rows, &rows, 1, core::DType::i64, dist::ReduceOp::sum);
+    std::int64_t padded_total = 0;
+    for (const auto length : lengths)
+      padded_total += packing::padded_length(length, engine_options.alignment_multiple);
+    const std::int64_t expected_rows =
+        padded_total * architecture.num_hidden_layers * (options.recompute ? 2 : 1);
+    check(rows == expected_rows, "query rows over the pool " + std::to_string(rows) + " vs " +
+                                     std::to_string(expected_rows));
+
+    if (rank == 0) {
+      std::printf("layout dp=%d cp=%d ep=%d dynamic=%d: microbatches %lld, worst gradient error %.3g\n",
+                  layout.data_parallel_size, layout.context_parallel_size,
+                  layout.expert_model_parallel_size, layout.dynamic_context_parallel ? 1 : 0,
+                  static_cast<long long>(outcome.microbatches), worst);
+    }
+    int totals[2] = {passed, failed};
+    parallel_state.pool().all_reduce(totals, totals, 2, core::DType::i32, dist::ReduceOp::sum);
+    if (rank == 0) std::printf("%d passed, %d failed\n", totals[0], totals[1]);
+    return totals[1] == 0 ? 0 : 1;
+  } catch (const std::exception& error) {
+    std::printf("error: %s\n", error.what());
+    dist::abort_job(error.what());
+  }
+}
