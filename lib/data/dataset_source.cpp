@@ -1,0 +1,159 @@
+#include "data/dataset_source.hpp"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "data/chat_json.hpp"
+#include "data/chat_template.hpp"
+#include "data/indexed_dataset.hpp"
+#include "data/utf8.hpp"
+
+namespace dyncp::data {
+
+DatasetFormat parse_dataset_format(std::string_view name, const std::string& key_path) {
+  if (name == "chat_jsonl") return DatasetFormat::chat_jsonl;
+  if (name == "tokens_jsonl") return DatasetFormat::tokens_jsonl;
+  if (name == "indexed") return DatasetFormat::indexed;
+  core::throw_config_error(
+      key_path, std::string(name) + ": expected one of [chat_jsonl, tokens_jsonl, indexed]");
+}
+
+const char* to_string(DatasetFormat format) {
+  switch (format) {
+    case DatasetFormat::chat_jsonl:
+      return "chat_jsonl";
+    case DatasetFormat::tokens_jsonl:
+      return "tokens_jsonl";
+    case DatasetFormat::indexed:
+      return "indexed";
+  }
+  return "?";
+}
+
+RawRecord parse_token_record(std::string_view line, const std::string& where,
+                             std::int32_t vocab_size) {
+  nlohmann::json root;
+  try {
+    root = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::exception& error) {
+    core::throw_data_error(where, std::string("invalid JSON: ") + error.what());
+  }
+  if (!root.is_object() || !root.contains("input_ids") || !root["input_ids"].is_array()) {
+    core::throw_data_error(
+        where,
+        "missing \"input_ids\"; a token sample is {\"input_ids\": [...], \"loss_mask\"?: [...]}");
+  }
+  RawRecord record;
+  record.where = where;
+  const auto& ids = root["input_ids"];
+  record.tokens.reserve(ids.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (!ids[i].is_number_integer() || ids[i].get<std::int64_t>() < 0 ||
+        ids[i].get<std::int64_t>() >= vocab_size) {
+      core::throw_data_error(where, "input_ids[" + std::to_string(i) + "] = " + ids[i].dump() +
+                                        " is not a token id in [0, " + std::to_string(vocab_size) +
+                                        ")");
+    }
+    record.tokens.push_back(ids[i].get<std::int32_t>());
+  }
+  if (record.tokens.empty()) core::throw_data_error(where, "\"input_ids\" is empty");
+  if (root.contains("loss_mask") && !root["loss_mask"].is_null()) {
+    const auto& mask = root["loss_mask"];
+    if (!mask.is_array() || mask.size() != ids.size()) {
+      core::throw_data_error(where, "\"loss_mask\" must be a list as long as \"input_ids\" (" +
+                                        std::to_string(ids.size()) + ")");
+    }
+    for (std::size_t i = 0; i < mask.size(); ++i) {
+      const bool valid =
+          (mask[i].is_number_integer() && (mask[i] == 0 || mask[i] == 1)) || mask[i].is_boolean();
+      if (!valid)
+        core::throw_data_error(where, "loss_mask[" + std::to_string(i) + "] must be 0 or 1");
+      record.target_mask.push_back(mask[i].is_boolean()
+                                       ? (mask[i].get<bool>() ? 1 : 0)
+                                       : static_cast<std::uint8_t>(mask[i].get<int>()));
+    }
+  } else {
+    record.target_mask.assign(record.tokens.size(), 1);
+  }
+  return record;
+}
+
+void for_each_jsonl_line(const std::filesystem::path& path,
+                         const std::function<void(std::string_view, std::int64_t)>& on_line) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) core::throw_data_error(path.string(), "cannot open dataset file");
+  std::string line;
+  std::int64_t line_number = 0;
+  while (std::getline(in, line)) {
+    ++line_number;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    on_line(line, line_number);
+  }
+}
+
+void read_dataset_input(const DatasetInput& input, const Tokenizer& tokenizer,
+                        const std::function<void(RawRecord&)>& on_record,
+                        const std::function<void(const std::exception&)>& on_bad) {
+  const std::string file = input.path.string();
+  switch (input.format) {
+    case DatasetFormat::chat_jsonl:
+      require_supported_chat_template(tokenizer, file);
+      for_each_jsonl_line(input.path, [&](std::string_view line, std::int64_t line_number) {
+        RawRecord record;
+        record.where = file + ":" + std::to_string(line_number);
+        try {
+          const Conversation conversation = parse_chat_sample(line, record.where);
+          TokenizedChat chat = tokenize_chat(tokenizer, conversation, record.where);
+          record.tokens = std::move(chat.tokens);
+          record.target_mask = std::move(chat.loss_mask);
+        } catch (const core::Error& error) {
+          if (error.kind() != core::ErrorKind::data) throw;
+          on_bad(error);
+          return;
+        }
+        on_record(record);
+      });
+      break;
+    case DatasetFormat::tokens_jsonl:
+      for_each_jsonl_line(input.path, [&](std::string_view line, std::int64_t line_number) {
+        RawRecord record;
+        const std::string where = file + ":" + std::to_string(line_number);
+        try {
+          require_valid_utf8(line, where);
+          record = parse_token_record(line, where, tokenizer.vocab_size());
+        } catch (const core::Error& error) {
+          if (error.kind() != core::ErrorKind::data) throw;
+          on_bad(error);
+          return;
+        }
+        on_record(record);
+      });
+      break;
+    case DatasetFormat::indexed: {
+      const IndexedDataset dataset(input.path);
+      for (std::int64_t document = 0; document < dataset.num_documents(); ++document) {
+        RawRecord record;
+        record.where = file + "#" + std::to_string(document);
+        dataset.read_document(document, record.tokens);
+        bool in_vocabulary = true;
+        for (std::size_t i = 0; i < record.tokens.size(); ++i) {
+          if (record.tokens[i] < 0 || record.tokens[i] >= tokenizer.vocab_size()) {
+            on_bad(core::Error(core::ErrorKind::data, record.where,
+                               "token " + std::to_string(record.tokens[i]) + " at position " +
+                                   std::to_string(i) + " is outside the tokenizer's vocabulary"));
+            in_vocabulary = false;
+            break;
+          }
+        }
+        if (!in_vocabulary) continue;
+        record.target_mask.assign(record.tokens.size(), 1);
+        on_record(record);
+      }
+      break;
+    }
+  }
+}
+
+}  // namespace dyncp::data

@@ -1,0 +1,51 @@
+#pragma once
+// Input datasets and how their records become (tokens, target mask) pairs.
+//   chat_jsonl    one chat sample per line (chat_json.hpp), rendered with the Qwen3 template
+//   tokens_jsonl  one {"input_ids": [...], "loss_mask"?: [...]} per line; loss_mask is aligned
+//                 with input_ids (1 = this token is a training target) and defaults to all ones
+//   indexed       a Megatron .bin/.idx pair (give the path prefix); every token is a target
+// Blank lines in JSONL files are ignored.
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "data/tokenizer.hpp"
+
+namespace dyncp::data {
+
+enum class DatasetFormat { chat_jsonl, tokens_jsonl, indexed };
+
+// "chat_jsonl" | "tokens_jsonl" | "indexed"; a config error naming `key_path` otherwise.
+DatasetFormat parse_dataset_format(std::string_view name, const std::string& key_path);
+const char* to_string(DatasetFormat format);
+
+struct DatasetInput {
+  std::filesystem::path path;  // a file, or the .bin/.idx prefix for `indexed`
+  DatasetFormat format = DatasetFormat::chat_jsonl;
+};
+
+struct RawRecord {
+  std::vector<std::int32_t> tokens;
+  std::vector<std::uint8_t> target_mask;
+  std::string where;  // file:line or file#document
+};
+
+// Parses one token-id JSONL line; ids must lie in [0, vocab_size).
+RawRecord parse_token_record(std::string_view line, const std::string& where,
+                             std::int32_t vocab_size);
+
+// Calls on_line(line, line_number) for each non-blank line (1-based numbers).
+void for_each_jsonl_line(const std::filesystem::path& path,
+                         const std::function<void(std::string_view, std::int64_t)>& on_line);
+
+// Reads every record of `input`. A record that fails to parse or render is passed to
+// on_bad(error) (which rethrows or counts it); good ones go to on_record.
+void read_dataset_input(const DatasetInput& input, const Tokenizer& tokenizer,
+                        const std::function<void(RawRecord&)>& on_record,
+                        const std::function<void(const std::exception&)>& on_bad);
+
+}  // namespace dyncp::data
