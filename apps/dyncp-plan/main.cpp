@@ -16,7 +16,7 @@
 #include "lengths_file.hpp"
 #include "packing/alignment.hpp"
 #include "packing/cost_model.hpp"
-#include "packing/length_distribution.hpp"
+#include "config/length_distribution.hpp"
 #include "plan_report.hpp"
 
 namespace {
@@ -158,7 +158,7 @@ int run(const Options& options) {
     }
   } else {
     const auto distribution =
-        packing::parse_length_distribution(options.distribution, "--distribution");
+        config::parse_length_distribution(options.distribution, "--distribution");
     // Lengths are capped so the static layout can run them, then padded to the layout's
     // alignment multiple (as dyncp-train's datasets do).
     const std::int64_t longest = options.cp * options.cap / multiple * multiple;
@@ -168,7 +168,7 @@ int run(const Options& options) {
                               ": raise --cap");
     }
     for (std::int64_t step = 0; step < options.steps; ++step) {
-      auto lengths = packing::sample_lengths(distribution,
+      auto lengths = config::sample_lengths(distribution,
                                              static_cast<std::size_t>(*options.global_batch_size),
                                              options.seed, static_cast<std::uint64_t>(step));
       for (auto& length : lengths) {

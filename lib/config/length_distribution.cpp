@@ -1,4 +1,4 @@
-#include "packing/length_distribution.hpp"
+#include "config/length_distribution.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -9,7 +9,7 @@
 #include "core/error.hpp"
 #include "core/rng.hpp"
 
-namespace dyncp::packing {
+namespace dyncp::config {
 namespace {
 
 using Kind = LengthDistributionKind;
@@ -305,4 +305,4 @@ std::vector<std::int64_t> sample_lengths(const LengthDistribution& distribution,
   return lengths;
 }
 
-}  // namespace dyncp::packing
+}  // namespace dyncp::config

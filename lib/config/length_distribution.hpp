@@ -37,7 +37,7 @@
 #include <string_view>
 #include <vector>
 
-namespace dyncp::packing {
+namespace dyncp::config {
 
 enum class LengthDistributionKind { lognormal, llama3_long, lmsys, trajectory, uniform, equal };
 
@@ -79,4 +79,4 @@ std::vector<std::int64_t> sample_lengths(const LengthDistribution& distribution,
 // Names accepted by the parser, for help texts and "expected one of" messages.
 std::vector<std::string> length_distribution_names();
 
-}  // namespace dyncp::packing
+}  // namespace dyncp::config

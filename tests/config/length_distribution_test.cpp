@@ -1,4 +1,4 @@
-#include "packing/length_distribution.hpp"
+#include "config/length_distribution.hpp"
 
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -8,7 +8,7 @@
 
 using dyncp::core::Error;
 using dyncp::core::ErrorKind;
-using namespace dyncp::packing;
+using namespace dyncp::config;
 
 TEST_CASE("every named distribution parses with its defaults and round-trips", "[packing]") {
   for (const auto& name : length_distribution_names()) {

@@ -5,10 +5,13 @@
 #include "core/rng.hpp"
 #include "packing/default_dynamic_cp.hpp"
 #include "packing/dp_balanced.hpp"
-#include "packing/length_distribution.hpp"
+#include "config/length_distribution.hpp"
 
 using namespace dyncp;
 using namespace dyncp::packing;
+using dyncp::config::LengthDistribution;
+using dyncp::config::parse_length_distribution;
+using dyncp::config::sample_lengths;
 
 TEST_CASE("default_dynamic_cp meets the schedule contract on random batches, pools 2..1024",
           "[packing]") {

@@ -23,9 +23,12 @@
 #include "packing/cost_model.hpp"
 #include "packing/default_dynamic_cp.hpp"
 #include "packing/dp_balanced.hpp"
-#include "packing/length_distribution.hpp"
+#include "config/length_distribution.hpp"
 
 using namespace dyncp::packing;
+using dyncp::config::LengthDistribution;
+using dyncp::config::parse_length_distribution;
+using dyncp::config::sample_lengths;
 
 namespace {
 
