@@ -16,6 +16,7 @@
 #include "dist/abort.hpp"
 #include "dist/launch_env.hpp"
 #include "dist/mpi_comm.hpp"
+#include "train/dry_run.hpp"
 #include "train/trainer.hpp"
 
 namespace {
@@ -63,10 +64,17 @@ int run(const Options& options) {
               << ", from " << (options.world_size ? "--world-size" : launch.source) << ")\n";
     std::cout << config::describe_run(config) << config::describe_layout(config);
     for (const auto& line : missing) std::cout << "note: not built yet: " << line << "\n";
-    return 0;
+    // A schedule that breaks the contract is a scheduler bug: a runtime failure.
+    return train::write_dry_run_report(std::cout, config) ? 0 : 1;
   }
   if (options.print_config) return 0;
 
+  if (config.model.architecture.is_hybrid()) {
+    core::throw_config_error("model.model_type",
+                             config.model.architecture.model_type +
+                                 ": training the Qwen3.5 / Qwen3-Next hybrid model is not built "
+                                 "yet (--dry-run validates such recipes); qwen3_moe trains");
+  }
   if (!missing.empty()) {
     std::string message = "the recipe asks for features that are not built yet:";
     for (const auto& line : missing) message += "\n  " + line;
@@ -112,7 +120,8 @@ int main(int argc, char** argv) {
   app.add_option("--config", options.config_path, "Recipe YAML file");
   app.add_option("overrides", options.overrides, "key.path=value overrides, after the options");
   app.add_flag("--dry-run", options.dry_run,
-               "Validate, print the resolved settings and the parallel layout, and exit");
+               "Validate, print the resolved settings, the parallel layout, a schedule "
+               "preview of the first step and a per-rank memory estimate, and exit");
   app.add_flag("--print-config", options.print_config,
                "Print the resolved configuration as YAML (it loads back to the same config)");
   app.add_option("--world-size", options.world_size,

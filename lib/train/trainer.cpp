@@ -7,8 +7,6 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "data/mock_dataset.hpp"
-#include "data/prepared_dataset.hpp"
 #include "data/sampler.hpp"
 #include "dist/parallel_layout.hpp"
 #include "dist/parallel_state.hpp"
@@ -17,80 +15,19 @@
 #include "parallel/expert_replicas.hpp"
 #include "train/checkpoint_store.hpp"
 #include "train/lr_schedule.hpp"
+#include "train/memory_estimate.hpp"
 #include "train/optimizer.hpp"
 #include "train/signal_flag.hpp"
 #include "train/step_engine.hpp"
 #include "train/step_metrics.hpp"
 #include "train/training_checkpoint.hpp"
+#include "train/training_data.hpp"
 
 namespace dyncp::train {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-// The data every rank reads: the mock generator or the prepared (tokenized) cache.
-struct TrainingData {
-  std::unique_ptr<data::SampleSource> source;
-  std::unique_ptr<data::Tokenizer> tokenizer;
-  std::int32_t pad_token_id = 0;
-  std::int64_t skipped_samples = 0;
-};
-
-fs::path tokenizer_directory(const config::ConfigContainer& config) {
-  fs::path path = config.tokenizer.tokenizer_model.empty() ? fs::path(config.model.hf_model_path)
-                                                           : fs::path(config.tokenizer.tokenizer_model);
-  if (path.filename() == "tokenizer.json") path = path.parent_path();
-  if (path.empty()) {
-    core::throw_config_error("tokenizer.tokenizer_model",
-                             "must name a folder holding tokenizer.json for dataset.type " +
-                                 std::string(config::to_string(config.dataset.type)));
-  }
-  return path;
-}
-
-TrainingData open_training_data(const config::ConfigContainer& config) {
-  TrainingData out;
-  const auto& dataset = config.dataset;
-  if (dataset.type == config::DatasetType::mock_varlen) {
-    data::MockVarlenOptions options;
-    options.distribution = dataset.mock_length_distribution;
-    options.num_samples = dataset.mock_num_samples;
-    options.vocab_size = static_cast<std::int32_t>(config.model.architecture.vocab_size);
-    options.seed = static_cast<std::uint64_t>(config.rng.seed);
-    out.source = std::make_unique<data::MockVarlenDataset>(options);
-    return out;
-  }
-  out.tokenizer = std::make_unique<data::Tokenizer>(data::Tokenizer::from_directory(tokenizer_directory(config)));
-  out.pad_token_id = out.tokenizer->pad_token_id();
-  if (out.tokenizer->vocab_size() > config.model.architecture.vocab_size) {
-    core::throw_config_error("model.vocab_size",
-                             std::to_string(config.model.architecture.vocab_size) +
-                                 ": smaller than the tokenizer's " +
-                                 std::to_string(out.tokenizer->vocab_size()) + " ids");
-  }
-  data::PrepareOptions prepare;
-  data::DatasetFormat format = data::DatasetFormat::chat_jsonl;
-  if (dataset.type == config::DatasetType::token_jsonl) format = data::DatasetFormat::tokens_jsonl;
-  if (dataset.type == config::DatasetType::megatron_indexed) format = data::DatasetFormat::indexed;
-  prepare.inputs.push_back({dataset.data_path, format});
-  prepare.cache_dir = dataset.cache_dir;
-  prepare.seq_length = dataset.seq_length.value_or(config.model.seq_length);
-  prepare.truncation = static_cast<data::Truncation>(static_cast<int>(dataset.truncation));
-  prepare.on_bad_sample = static_cast<data::OnBadSample>(static_cast<int>(dataset.on_bad_sample));
-  // One process prepares under a file lock while the others wait on it.
-  const fs::path cache = data::prepare_dataset(prepare, *out.tokenizer);
-  auto prepared = std::make_unique<data::PreparedDataset>(cache, out.tokenizer.get());
-  const auto& stats = prepared->stats();
-  out.skipped_samples = static_cast<std::int64_t>(stats.dropped_too_long + stats.dropped_no_loss +
-                                                  stats.skipped_bad);
-  spdlog::info("data: {} samples, {} tokens ({} loss tokens); filtered: {} too long, {} without "
-               "loss tokens, {} bad records skipped, {} truncated",
-               stats.samples_kept, stats.total_tokens, stats.total_loss_tokens,
-               stats.dropped_too_long, stats.dropped_no_loss, stats.skipped_bad, stats.truncated);
-  out.source = std::move(prepared);
-  return out;
-}
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -150,6 +87,15 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
   engine_options.cost_model.link_bytes_per_second = config.packing.link_bytes_per_second;
   engine_options.cost_model.collective_latency_seconds = config.packing.collective_latency_seconds;
   engine_options.cost_model.microbatch_overhead_seconds = config.packing.microbatch_overhead_seconds;
+  // A sample longer than the largest group can hold can never be scheduled: say which, now,
+  // rather than when a global batch first draws it.
+  const std::int64_t largest_group =
+      layout.dynamic_context_parallel ? layout.pool_size() : layout.context_parallel_size;
+  data::require_samples_fit(*training_data.source,
+                            largest_group * engine_options.max_seqlen_per_dp_cp_rank,
+                            engine_options.alignment_multiple,
+                            std::to_string(largest_group) + " ranks x model.max_seqlen_per_dp_cp_rank " +
+                                std::to_string(engine_options.max_seqlen_per_dp_cp_rank));
   StepEngine engine(model, parallel_state, *training_data.source, engine_options);
 
   AdamWSettings adam;
@@ -261,6 +207,7 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
     metrics.tflops_per_device = outcome.model_flops / (metrics.elapsed_ms / 1e3) / 1e12 / world.size();
     metrics.microbatches = outcome.microbatches;
     metrics.group_sizes = outcome.group_sizes;
+    metrics.comm_bytes = outcome.comm_bytes;
     metrics.skipped_samples = training_data.skipped_samples;
     metrics.skipped_steps = state.skipped_steps;
     metrics_writer.write(metrics);
@@ -285,6 +232,22 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
   }
   const double total_seconds = seconds_since(run_start);
   spdlog::info("trained {} iterations in {:.1f} s", state.iteration - first_iteration, total_seconds);
+  {
+    // Measured against the --dry-run estimate (train/memory_estimate.hpp).
+    const MemoryEstimate estimate = estimate_memory(memory_estimate_input(config));
+    const double state_bytes =
+        4.0 * static_cast<double>(model.parameters().all_values().numel() +
+                                  model.parameters().all_grads().numel() +
+                                  optimizer.exp_avg().numel() + optimizer.exp_avg_sq().numel());
+    const double arena_bytes = static_cast<double>(model.activation_high_water_bytes());
+    constexpr double mebibyte = 1024.0 * 1024.0;
+    spdlog::info("memory: measured {:.1f} MiB (parameters, gradients, optimizer {:.1f} MiB + "
+                 "activation arenas high-water {:.1f} MiB); dry-run estimate {:.1f} MiB "
+                 "({:.1f} + {:.1f} MiB)",
+                 (state_bytes + arena_bytes) / mebibyte, state_bytes / mebibyte,
+                 arena_bytes / mebibyte, estimate.total_bytes() / mebibyte,
+                 estimate.parameter_state_bytes / mebibyte, estimate.per_bin_bytes / mebibyte);
+  }
   const bool saved_last = config.checkpoint.save_interval &&
                           state.iteration % *config.checkpoint.save_interval == 0;
   if (store && !saved_last && report.iterations > 0) save_checkpoint();

@@ -1,0 +1,191 @@
+#include "train/dry_run.hpp"
+
+#include <cstdio>
+#include <sstream>
+#include <vector>
+
+#include "core/error.hpp"
+#include "data/sampler.hpp"
+#include "dist/parallel_layout.hpp"
+#include "packing/alignment.hpp"
+#include "packing/cost_aware.hpp"
+#include "packing/cost_model.hpp"
+#include "packing/default_dynamic_cp.hpp"
+#include "packing/dp_balanced.hpp"
+#include "packing/schedule.hpp"
+#include "train/memory_estimate.hpp"
+#include "train/training_data.hpp"
+
+namespace dyncp::train {
+
+namespace {
+
+std::string milliseconds(double seconds) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.3g ms", seconds * 1e3);
+  return buffer;
+}
+
+std::string ratio(double numerator, double denominator) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.2fx", numerator / denominator);
+  return buffer;
+}
+
+}  // namespace
+
+SchedulePreview preview_first_step(const config::ConfigContainer& config,
+                                   const data::SampleSource& source) {
+  const auto& model = config.model;
+  // The same layout, scheduler and cost model the trainer derives (trainer.cpp, step_engine.cpp).
+  const dist::ParallelLayout layout = dist::layout_for_world(
+      static_cast<int>(config.layout.world_size), static_cast<int>(model.context_parallel_size),
+      static_cast<int>(model.expert_model_parallel_size), model.dynamic_context_parallel,
+      static_cast<int>(model.min_dynamic_context_parallel_size));
+  const config::PackingScheduler scheduler = model.sequence_packing_scheduler.value_or(
+      layout.dynamic_context_parallel ? config::PackingScheduler::default_dynamic_cp
+                                      : config::PackingScheduler::dp_balanced);
+  const std::int64_t cap = model.max_seqlen_per_dp_cp_rank.value_or(model.seq_length);
+  const packing::CostModel cost_model(packing::model_cost_from_architecture(model.architecture),
+                                      packing::cost_model_parameters(config.packing));
+
+  SchedulePreview preview;
+  preview.scheduler = config::to_string(scheduler);
+  preview.samples_in_source = source.size();
+  preview.pool_size = layout.pool_size();
+
+  data::SamplerOptions sampler_options;
+  sampler_options.type = config.dataset.dataloader_type == config::DataloaderType::cyclic
+                             ? data::SamplerType::cyclic
+                             : data::SamplerType::single;
+  sampler_options.seed = static_cast<std::uint64_t>(config.rng.seed);
+  sampler_options.global_batch_size = config.train.global_batch_size;
+  data::Sampler sampler(sampler_options, source.size());
+  const std::vector<std::int64_t> batch = sampler.next_global_batch();
+  preview.batch_size = static_cast<std::int64_t>(batch.size());
+
+  std::vector<std::int64_t> padded;
+  padded.reserve(batch.size());
+  for (const std::int64_t id : batch) {
+    const auto aligned = packing::align_sequence(
+        source.length(id), config.layout.alignment_multiple, config.dataset.fold_alignment_padding);
+    preview.real_tokens += aligned.original;
+    preview.padded_tokens += aligned.padded;
+    padded.push_back(aligned.padded);
+  }
+
+  packing::SchedulerInput input;
+  input.lengths = padded;
+  input.data_parallel_size = layout.data_parallel_size;
+  input.context_parallel_size = layout.context_parallel_size;
+  input.max_seqlen_per_dp_cp_rank = cap;
+  input.min_group_size = layout.min_dynamic_context_parallel_size;
+  packing::Schedule schedule;
+  switch (scheduler) {
+    case config::PackingScheduler::dp_balanced:
+      schedule = packing::schedule_dp_balanced(input);
+      break;
+    case config::PackingScheduler::default_dynamic_cp:
+      schedule = packing::schedule_default_dynamic_cp(input);
+      break;
+    case config::PackingScheduler::cost_aware:
+      schedule = packing::schedule_cost_aware(input, cost_model);
+      break;
+  }
+  const bool fixed_groups = scheduler == config::PackingScheduler::dp_balanced;
+  preview.check_problem =
+      packing::check_schedule(schedule, padded, cap,
+                              {fixed_groups ? layout.context_parallel_size : 0,
+                               fixed_groups ? 1 : layout.min_dynamic_context_parallel_size});
+  preview.microbatches = schedule.num_microbatches();
+  preview.groups = static_cast<std::int64_t>(schedule.groups.size());
+  for (const auto& group : schedule.groups) ++preview.group_sizes[group.size];
+
+  preview.step_seconds = cost_model.step_time(schedule, padded).step_seconds;
+  packing::SchedulerInput static_input = input;
+  static_input.min_group_size = 1;
+  try {
+    preview.static_cp_step_seconds =
+        cost_model.step_time(packing::schedule_dp_balanced(static_input), padded).step_seconds;
+  } catch (const core::Error&) {
+    // A sequence longer than cp x cap: the static layout cannot run this batch at all.
+  }
+  preview.lower_bound_seconds = cost_model.tight_lower_bound_seconds(
+      padded, layout.pool_size(), cap, layout.min_dynamic_context_parallel_size);
+  return preview;
+}
+
+std::string format_group_histogram(const std::map<std::int64_t, std::int64_t>& group_sizes) {
+  std::string out;
+  for (const auto& [size, count] : group_sizes) {
+    if (!out.empty()) out += ' ';
+    out += "cp" + std::to_string(size) + ":" + std::to_string(count);
+  }
+  return out;
+}
+
+std::string format_schedule_preview(const SchedulePreview& preview) {
+  std::ostringstream out;
+  const double padding =
+      preview.padded_tokens > 0
+          ? 100.0 * static_cast<double>(preview.padded_tokens - preview.real_tokens) /
+                static_cast<double>(preview.padded_tokens)
+          : 0.0;
+  char padding_text[32];
+  std::snprintf(padding_text, sizeof padding_text, "%.1f%%", padding);
+  out << "schedule preview (first global batch, " << preview.scheduler << "):\n"
+      << "  data:               " << preview.data << " (" << preview.samples_in_source
+      << " samples)\n"
+      << "  global batch:       " << preview.batch_size << " samples, " << preview.real_tokens
+      << " real tokens, " << preview.padded_tokens << " padded (" << padding_text
+      << " alignment padding)\n"
+      << "  microbatches:       " << preview.microbatches << " on a pool of " << preview.pool_size
+      << " ranks, " << preview.groups << " groups\n"
+      << "  groups by CP size:  " << format_group_histogram(preview.group_sizes) << "\n"
+      << "  schedule check:     "
+      << (preview.check_problem.empty() ? "ok" : "FAILED: " + preview.check_problem) << "\n"
+      << "  modelled step:      " << milliseconds(preview.step_seconds) << "\n"
+      << "  static CP:          ";
+  if (preview.static_cp_step_seconds >= 0) {
+    out << milliseconds(preview.static_cp_step_seconds) << " (dp_balanced; "
+        << ratio(preview.static_cp_step_seconds, preview.step_seconds) << " the modelled step)\n";
+  } else {
+    out << "cannot run this batch (a sequence exceeds cp x max_seqlen_per_dp_cp_rank)\n";
+  }
+  out << "  lower bound:        " << milliseconds(preview.lower_bound_seconds)
+      << " (modelled step is " << ratio(preview.step_seconds, preview.lower_bound_seconds)
+      << " the bound)\n";
+  return out.str();
+}
+
+bool write_dry_run_report(std::ostream& out, const config::ConfigContainer& config,
+                          std::int64_t max_records) {
+  bool valid = true;
+  TrainingData data = open_preview_data(config, max_records);
+  if (data.source) {
+    SchedulePreview preview = preview_first_step(config, *data.source);
+    preview.data = data.description;
+    out << format_schedule_preview(preview);
+    valid = preview.check_problem.empty();
+  } else {
+    out << "schedule preview: skipped: " << data.description << "\n";
+  }
+  const MemoryEstimateInput input = memory_estimate_input(config);
+  const MemoryEstimate estimate = estimate_memory(input);
+  out << "memory estimate per rank (fp32; " << input.tokens_per_rank << " tokens per rank; "
+      << (input.recompute_full ? "recompute full" : "no recompute")
+      << (input.architecture.is_hybrid() ? "; linear-attention layers counted as full attention"
+                                         : "")
+      << "):\n"
+      << format_memory_table(estimate);
+  if (config.dist.device == config::Device::cpu) {
+    // CPU runs usually put every rank on one machine: they share its memory.
+    out << memory_fit_line(estimate, config.layout.world_size, host_memory_bytes(),
+                           "host memory (every rank on this machine)");
+  } else {
+    out << memory_fit_line(estimate, 1, 0, "a dry run does not query GPU memory");
+  }
+  return valid;
+}
+
+}  // namespace dyncp::train

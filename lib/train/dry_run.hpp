@@ -1,0 +1,50 @@
+#pragma once
+// What `dyncp-train --dry-run` adds to the validated settings: a preview of the first step's
+// schedule on the real data and a per-rank memory estimate. Nothing here builds communicators
+// or weights; the schedule is computed exactly as StepEngine computes it on every rank.
+
+#include <cstdint>
+#include <map>
+#include <ostream>
+#include <string>
+
+#include "config/config_container.hpp"
+#include "data/sample.hpp"
+
+namespace dyncp::train {
+
+struct SchedulePreview {
+  std::string scheduler;  // the packing scheduler the trainer would run
+  std::string data;       // where the samples came from
+  std::int64_t samples_in_source = 0;
+  std::int64_t batch_size = 0;  // samples in the first global batch
+  std::int64_t microbatches = 0;
+  std::map<std::int64_t, std::int64_t> group_sizes;  // runtime group size -> groups in the step
+  std::int64_t groups = 0;
+  std::int64_t real_tokens = 0;    // sum of original lengths
+  std::int64_t padded_tokens = 0;  // sum of aligned lengths (what the scheduler packs)
+  std::int64_t pool_size = 1;
+  std::string check_problem;           // packing::check_schedule's verdict; empty when valid
+  double step_seconds = 0;             // cost model, the configured scheduler
+  double static_cp_step_seconds = -1;  // dp_balanced on the static layout; < 0: cannot run
+  double lower_bound_seconds = 0;
+};
+
+// Draws the first global batch from `source` (data::Sampler with the recipe's settings), pads
+// the lengths, runs the configured scheduler and checks its schedule. Data errors (a sample
+// that fits no group) propagate as core::Error.
+SchedulePreview preview_first_step(const config::ConfigContainer& config,
+                                   const data::SampleSource& source);
+
+// "cp1:12 cp2:3 cp4:1"
+std::string format_group_histogram(const std::map<std::int64_t, std::int64_t>& group_sizes);
+
+std::string format_schedule_preview(const SchedulePreview& preview);
+
+// Writes the dry-run report that follows the layout: the preview (or a note saying why it is
+// skipped) and the memory table. `max_records`: how much of a not-yet-prepared data file to
+// tokenize. Returns false when the scheduler broke the schedule contract (a bug: exit 1).
+bool write_dry_run_report(std::ostream& out, const config::ConfigContainer& config,
+                          std::int64_t max_records = 4096);
+
+}  // namespace dyncp::train

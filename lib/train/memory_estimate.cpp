@@ -1,0 +1,228 @@
+#include "train/memory_estimate.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+namespace dyncp::train {
+
+namespace {
+
+constexpr double bytes_per_value = 4.0;  // fp32 (i32 ids count the same)
+constexpr double mebibyte = 1024.0 * 1024.0;
+
+struct Shape {
+  double hidden, q_width, kv_width, q_heads, kv_heads, experts, top_k, moe_intermediate,
+      dense_intermediate, vocab;
+};
+
+Shape shape_of(const config::ModelArchitecture& a) {
+  const auto head_dim = a.head_dim > 0 ? a.head_dim : a.hidden_size / a.num_attention_heads;
+  return {static_cast<double>(a.hidden_size),
+          static_cast<double>(a.num_attention_heads * head_dim),
+          static_cast<double>(a.num_key_value_heads * head_dim),
+          static_cast<double>(a.num_attention_heads),
+          static_cast<double>(a.num_key_value_heads),
+          static_cast<double>(a.num_experts),
+          static_cast<double>(a.num_experts_per_tok),
+          static_cast<double>(a.moe_intermediate_size),
+          static_cast<double>(a.intermediate_size),
+          static_cast<double>(a.vocab_size)};
+}
+
+// Values one layer saves for backward, per local token.
+double attention_saved_per_token(const Shape& s) {
+  return 3 * s.hidden                     // normed input, mid (residual), normed mid
+         + 2                              // input and post-attention norm statistics
+         + 3 * s.q_width + 2 * s.q_heads  // q raw, q, attention output; q-norm stats, lse
+         + 3 * s.kv_width + s.kv_heads;   // k raw, k, v; k-norm stats
+}
+
+double moe_saved_per_token(const Shape& s, std::int64_t ep) {
+  const double rows = s.top_k;                      // every token is routed to k experts
+  double values = s.experts                         // router probabilities
+                  + 4 * s.top_k                     // expert ids, weights, permute order and rows
+                  + 2 * rows * s.hidden             // x_perm, y_perm
+                  + 3 * rows * s.moe_intermediate;  // expert gate_up and hidden
+  if (ep > 1) values += rows * s.hidden;            // rows received from the EP group
+  return values;
+}
+
+double dense_saved_per_token(const Shape& s) {
+  return 3 * s.dense_intermediate;
+}
+
+// One layer's backward temporaries, per token (the larger of the MLP and attention phases).
+double backward_scratch_per_token(const Shape& s, bool moe_layers) {
+  const double attention = s.hidden + 2 * s.q_width + 2 * s.kv_width + s.q_width;
+  const double mlp = moe_layers ? s.hidden + 2 * s.top_k * s.hidden + s.top_k + s.experts +
+                                      3 * s.top_k * s.moe_intermediate
+                                : s.hidden + 3 * s.dense_intermediate;
+  return std::max(attention, mlp);
+}
+
+std::string with_commas(double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.0f", value);
+  const std::string digits = buffer;
+  std::string out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+}  // namespace
+
+std::int64_t count_parameters(const config::ModelArchitecture& a) {
+  const std::int64_t h = a.hidden_size;
+  const std::int64_t d = a.head_dim > 0 ? a.head_dim : a.hidden_size / a.num_attention_heads;
+  const std::int64_t q = a.num_attention_heads * d;
+  const std::int64_t kv = a.num_key_value_heads * d;
+  std::int64_t total = 0;
+  // lib/model starts every tensor on a 64-byte boundary (16 floats).
+  const auto add = [&total](std::int64_t numel) { total += (numel + 15) / 16 * 16; };
+  add(a.vocab_size * h);
+  if (!a.tie_word_embeddings) add(a.vocab_size * h);
+  add(h);
+  for (std::int64_t layer = 0; layer < a.num_hidden_layers; ++layer) {
+    for (const std::int64_t numel : {h, q * h, kv * h, kv * h, h * q, d, d, h}) add(numel);
+    if (a.is_moe_layer(layer)) {
+      add(a.num_experts * h);
+      add(a.num_experts * 2 * a.moe_intermediate_size * h);
+      add(a.num_experts * a.moe_intermediate_size * h);
+    } else {
+      add(2 * a.intermediate_size * h);
+      add(a.intermediate_size * h);
+    }
+  }
+  return total;
+}
+
+MemoryEstimate estimate_memory(const MemoryEstimateInput& input) {
+  const auto& a = input.architecture;
+  const Shape s = shape_of(a);
+  const double tokens = static_cast<double>(input.tokens_per_rank);
+  MemoryEstimate out;
+  out.num_parameters = count_parameters(a);
+  const double parameter_bytes = static_cast<double>(out.num_parameters) * bytes_per_value;
+  const std::string parameters = with_commas(static_cast<double>(out.num_parameters)) + " fp32";
+  out.lines.push_back({"weights", parameter_bytes, parameters});
+  out.lines.push_back({"gradients", parameter_bytes, parameters});
+  out.lines.push_back({"AdamW moments", 2 * parameter_bytes,
+                       "exp_avg + exp_avg_sq, full size (only owned ranges are updated)"});
+  out.parameter_state_bytes = 4 * parameter_bytes;
+
+  double all_layers = 0;
+  double largest_layer = 0;
+  bool any_moe = false;
+  for (std::int64_t layer = 0; layer < a.num_hidden_layers; ++layer) {
+    const bool moe = a.is_moe_layer(layer);
+    any_moe = any_moe || moe;
+    const double per_token =
+        attention_saved_per_token(s) +
+        (moe ? moe_saved_per_token(s, input.expert_model_parallel_size) : dense_saved_per_token(s));
+    all_layers += per_token;
+    largest_layer = std::max(largest_layer, per_token);
+  }
+  const std::string at_tokens = "at " + std::to_string(input.tokens_per_rank) + " tokens/rank";
+  const double residual_stream =
+      (static_cast<double>(a.num_hidden_layers) + 1 + 3) * s.hidden * tokens * bytes_per_value;
+  out.lines.push_back({"layer inputs + final norm", residual_stream,
+                       std::to_string(a.num_hidden_layers + 1) +
+                           " layer inputs + final norm and gradients, [T, h] each, " + at_tokens});
+  if (input.recompute_full) {
+    out.lines.push_back({"saved activations", (largest_layer + s.hidden) * tokens * bytes_per_value,
+                         "one layer at a time (recompute full)"});
+  } else {
+    out.lines.push_back({"saved activations", all_layers * tokens * bytes_per_value,
+                         "every layer, incl. " + std::to_string(a.num_experts_per_tok) +
+                             " top-k copies per token"});
+  }
+  out.lines.push_back({"backward scratch",
+                       backward_scratch_per_token(s, any_moe) * tokens * bytes_per_value,
+                       "one layer's gradient temporaries"});
+  const double token_chunk =
+      static_cast<double>(std::min(input.cross_entropy_token_chunk, input.tokens_per_rank));
+  const double vocab_chunk =
+      std::min(static_cast<double>(input.cross_entropy_vocab_chunk), s.vocab);
+  out.lines.push_back(
+      {"cross-entropy chunk", token_chunk * (vocab_chunk + 2 * s.hidden + 5) * bytes_per_value,
+       with_commas(token_chunk) + " tokens x " + with_commas(vocab_chunk) + " vocab tile"});
+  const double group = static_cast<double>(input.largest_cp_group);
+  out.lines.push_back(
+      {"CP all-gather",
+       input.largest_cp_group > 1 ? 5 * group * tokens * s.kv_width * bytes_per_value : 0.0,
+       "K, V, dK, dV + staging of a group of " + std::to_string(input.largest_cp_group)});
+  out.lines.push_back({"EP dispatch",
+                       input.expert_model_parallel_size > 1 && any_moe
+                           ? 2 * tokens * s.top_k * s.hidden * bytes_per_value
+                           : 0.0,
+                       "received rows + expert outputs, balanced routing over ep " +
+                           std::to_string(input.expert_model_parallel_size)});
+  for (std::size_t i = 3; i < out.lines.size(); ++i) out.per_bin_bytes += out.lines[i].bytes;
+  return out;
+}
+
+MemoryEstimateInput memory_estimate_input(const config::ConfigContainer& config) {
+  MemoryEstimateInput input;
+  input.architecture = config.model.architecture;
+  input.architecture.resolve();
+  input.tokens_per_rank = config.model.max_seqlen_per_dp_cp_rank.value_or(config.model.seq_length);
+  input.recompute_full = config.model.recompute_granularity == config::RecomputeGranularity::full;
+  const auto& sizes = config.layout.dynamic_group_sizes;
+  input.largest_cp_group = sizes.empty() ? config.model.context_parallel_size
+                                         : *std::max_element(sizes.begin(), sizes.end());
+  if (!config.model.dynamic_context_parallel)
+    input.largest_cp_group = config.model.context_parallel_size;
+  input.expert_model_parallel_size = config.model.expert_model_parallel_size;
+  return input;
+}
+
+std::string format_memory_table(const MemoryEstimate& estimate) {
+  std::ostringstream out;
+  char line[256];
+  for (const auto& item : estimate.lines) {
+    std::snprintf(line, sizeof line, "  %-26s %12.1f MiB  %s\n", item.name.c_str(),
+                  item.bytes / mebibyte, item.detail.c_str());
+    out << line;
+  }
+  std::snprintf(line, sizeof line,
+                "  %-26s %12.1f MiB  (parameters and optimizer %.1f MiB, "
+                "activations and buffers %.1f MiB)\n",
+                "total", estimate.total_bytes() / mebibyte,
+                estimate.parameter_state_bytes / mebibyte, estimate.per_bin_bytes / mebibyte);
+  out << line;
+  return out.str();
+}
+
+std::string memory_fit_line(const MemoryEstimate& estimate, std::int64_t ranks_here,
+                            double available_bytes, const std::string& available_what) {
+  char line[320];
+  const double needed = estimate.total_bytes() * static_cast<double>(ranks_here);
+  if (available_bytes <= 0) {
+    std::snprintf(
+        line, sizeof line,
+        "  fits?: not checked (%s): compare %.1f MiB per rank with the memory "
+                  "each rank has\n",
+        available_what.c_str(), estimate.total_bytes() / mebibyte);
+    return line;
+  }
+  std::snprintf(line, sizeof line, "  %s %.1f MiB x %lld rank(s) = %.1f MiB of %.1f MiB %s\n",
+                needed <= available_bytes ? "fits:" : "does NOT fit:",
+                estimate.total_bytes() / mebibyte, static_cast<long long>(ranks_here),
+                needed / mebibyte, available_bytes / mebibyte, available_what.c_str());
+  return line;
+}
+
+double host_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page_size <= 0) return 0;
+  return static_cast<double>(pages) * static_cast<double>(page_size);
+}
+
+}  // namespace dyncp::train

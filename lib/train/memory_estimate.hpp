@@ -1,0 +1,78 @@
+#pragma once
+// Per-rank memory estimate for `--dry-run`, and the figure the trainer compares its measured
+// peak with. Every buffer is fp32, as the model computes in fp32.
+//
+// Persistent state (every rank holds the whole model: EP ranks compute only their experts but
+// keep all of them, and the optimizer keeps full-size moment buffers while updating only the
+// ranges it owns): weights, gradients, AdamW exp_avg and exp_avg_sq, 4 bytes per parameter each.
+//
+// Per-bin memory at T = max_seqlen_per_dp_cp_rank local tokens (a zigzag shard never holds
+// more rows than that), following what lib/model saves for backward:
+//   layer inputs      (layers + 1) x T x h, plus the final norm, its gradient and the residual
+//                     gradient (3 x T x h)
+//   per-layer saved   attention (normed input, q/k raw and normed, v, output, lse, norm
+//                     statistics, residual mid, normed mid) and MoE (router probs, top-k ids and
+//                     weights, permute plan, x_perm and y_perm = k copies of the hidden state,
+//                     expert gate_up and hidden rows, the EP-received rows) or dense MLP;
+//                     all layers, or one layer (plus its discarded output) under recompute full
+//   backward scratch  one layer's temporaries (dq/dk/dv, d attention, MoE dy/dx_perm, d router)
+//   cross-entropy     one token_chunk x vocab_chunk logits tile and its row buffers
+//   CP all-gather     K and V of the largest group (c x T rows), their rank-order staging copy
+//                     and dK/dV: 5 x c x T x Hkv x d
+//   EP dispatch       arrived + expert outputs, T x k rows each (balanced routing; skewed
+//                     routing can exceed this)
+// Hybrid (Qwen3.5) layouts are estimated as if every layer were full attention.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/config_container.hpp"
+
+namespace dyncp::train {
+
+struct MemoryEstimateInput {
+  config::ModelArchitecture architecture;
+  std::int64_t tokens_per_rank = 4096;  // max_seqlen_per_dp_cp_rank
+  bool recompute_full = false;
+  std::int64_t largest_cp_group = 1;  // largest runtime CP group a bin may use
+  std::int64_t expert_model_parallel_size = 1;
+  std::int64_t cross_entropy_token_chunk = 256;  // model::ModelOptions defaults
+  std::int64_t cross_entropy_vocab_chunk = 32768;
+};
+
+struct MemoryLine {
+  std::string name;
+  double bytes = 0;
+  std::string detail;
+};
+
+struct MemoryEstimate {
+  std::vector<MemoryLine> lines;
+  std::int64_t num_parameters = 0;
+  double parameter_state_bytes = 0;  // weights + gradients + optimizer moments
+  double per_bin_bytes = 0;          // activations and every scratch buffer
+  double total_bytes() const { return parameter_state_bytes + per_bin_bytes; }
+};
+
+// Values a Qwen3-MoE architecture stores, as lib/model lays them out: tied embeddings once,
+// every tensor rounded up to 16 values.
+std::int64_t count_parameters(const config::ModelArchitecture& architecture);
+
+MemoryEstimate estimate_memory(const MemoryEstimateInput& input);
+
+// The input a resolved recipe implies (cap, recompute, largest group, EP size).
+MemoryEstimateInput memory_estimate_input(const config::ConfigContainer& config);
+
+// Whether `ranks_here` ranks of this estimate fit in `available_bytes` (0: unknown), as one
+// line for the dry run: "fits: ...", "does NOT fit: ..." or "fits?: not checked ...".
+std::string memory_fit_line(const MemoryEstimate& estimate, std::int64_t ranks_here,
+                            double available_bytes, const std::string& available_what);
+
+// Physical memory of this machine in bytes (0 when the system does not say).
+double host_memory_bytes();
+
+// A table in MiB: one line per item and the total.
+std::string format_memory_table(const MemoryEstimate& estimate);
+
+}  // namespace dyncp::train

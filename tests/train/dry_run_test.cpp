@@ -1,0 +1,146 @@
+// The --dry-run schedule preview: drawn, padded and scheduled like the trainer's first step.
+
+#include "train/dry_run.hpp"
+
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "config/config_loader.hpp"
+#include "config/resolve.hpp"
+#include "data/mock_dataset.hpp"
+#include "data/sampler.hpp"
+#include "packing/alignment.hpp"
+#include "train/training_data.hpp"
+
+namespace fs = std::filesystem;
+using namespace dyncp;
+
+namespace {
+
+config::ConfigContainer smoke_config(std::int64_t world_size,
+                                     const std::vector<std::string>& overrides = {}) {
+  auto config = config::load_config_file(
+      std::string(DYNCP_SOURCE_DIR) + "/configs/smoke/tiny_mock.yaml", overrides);
+  config::resolve_config(config, world_size);
+  return config;
+}
+
+// The histogram must account for every group and every rank of every microbatch.
+void check_histogram(const train::SchedulePreview& preview) {
+  std::int64_t groups = 0, rank_slots = 0;
+  for (const auto& [size, count] : preview.group_sizes) {
+    groups += count;
+    rank_slots += size * count;
+  }
+  CHECK(groups == preview.groups);
+  CHECK(rank_slots == preview.microbatches * preview.pool_size);
+}
+
+}  // namespace
+
+TEST_CASE("dry-run preview: the smoke recipe's first step passes the schedule check",
+          "[train][dry_run]") {
+  const auto config = smoke_config(4);
+  const train::TrainingData data = train::open_preview_data(config, 100);
+  REQUIRE(data.source != nullptr);
+  const train::SchedulePreview preview = train::preview_first_step(config, *data.source);
+  CHECK(preview.check_problem.empty());
+  CHECK(preview.scheduler == "default_dynamic_cp");
+  CHECK(preview.pool_size == 4);
+  CHECK(preview.batch_size == config.train.global_batch_size);
+  CHECK(preview.microbatches >= 1);
+  check_histogram(preview);
+
+  // Token counts: the first batch of the same sampler, padded to the alignment multiple.
+  data::Sampler sampler({data::SamplerType::single, static_cast<std::uint64_t>(config.rng.seed),
+                         config.train.global_batch_size},
+                        data.source->size());
+  std::int64_t real = 0, padded = 0;
+  for (const auto id : sampler.next_global_batch()) {
+    real += data.source->length(id);
+    padded += packing::padded_length(data.source->length(id), config.layout.alignment_multiple);
+  }
+  CHECK(preview.real_tokens == real);
+  CHECK(preview.padded_tokens == padded);
+  CHECK(preview.padded_tokens % config.layout.alignment_multiple == 0);
+
+  CHECK(preview.step_seconds > 0);
+  CHECK(preview.lower_bound_seconds > 0);
+  CHECK(preview.lower_bound_seconds <= preview.step_seconds * (1 + 1e-9));
+  // lognormal up to 256 tokens with cap 128 and cp 2: static CP can run every sequence.
+  CHECK(preview.static_cp_step_seconds >= preview.lower_bound_seconds * (1 - 1e-9));
+}
+
+TEST_CASE("dry-run preview: every scheduler and the static layout give valid schedules",
+          "[train][dry_run]") {
+  const std::vector<std::vector<std::string>> variants = {
+      {"model.sequence_packing_scheduler=cost_aware"},
+      {"model.dynamic_context_parallel=false", "model.max_seqlen_per_dp_cp_rank=128"},
+      {"train.global_batch_size=64", "model.max_seqlen_per_dp_cp_rank=256"},
+  };
+  for (const auto& overrides : variants) {
+    for (const std::int64_t world : {2, 8}) {
+      INFO(overrides.front() << ", world " << world);
+      const auto config = smoke_config(world, overrides);
+      const auto data = train::open_preview_data(config, 100);
+      const auto preview = train::preview_first_step(config, *data.source);
+      CHECK(preview.check_problem.empty());
+      CHECK(preview.batch_size == config.train.global_batch_size);
+      check_histogram(preview);
+      if (!config.model.dynamic_context_parallel || preview.scheduler == "dp_balanced") {
+        REQUIRE(preview.group_sizes.size() == 1);
+        CHECK(preview.group_sizes.begin()->first == config.model.context_parallel_size);
+      }
+    }
+  }
+}
+
+TEST_CASE("dry-run preview: group histogram format", "[train][dry_run]") {
+  CHECK(train::format_group_histogram({{1, 12}, {2, 3}, {4, 1}}) == "cp1:12 cp2:3 cp4:1");
+  CHECK(train::format_group_histogram({}) == "");
+}
+
+TEST_CASE("dry-run data: a missing data file is a note, not an error", "[train][dry_run]") {
+  auto config =
+      smoke_config(4, {"dataset.type=chat_jsonl", "dataset.data_path=/nonexistent/train.jsonl",
+                       "tokenizer.tokenizer_type=HuggingFaceTokenizer",
+                       "tokenizer.tokenizer_model=/nonexistent/tokenizer"});
+  const train::TrainingData data = train::open_preview_data(config, 100);
+  CHECK(data.source == nullptr);
+  CHECK(data.description.find("/nonexistent/train.jsonl") != std::string::npos);
+  CHECK(data.description.find("does not exist") != std::string::npos);
+}
+
+TEST_CASE("dry-run data: tokenizes only a prefix, then reuses the full cache once it exists",
+          "[train][dry_run]") {
+  const fs::path cache =
+      fs::temp_directory_path() / ("dyncp-dry-run-test-" + std::to_string(::getpid()));
+  fs::remove_all(cache);
+  const std::string demo = std::string(DYNCP_SOURCE_DIR) + "/tests/fixtures/data/demo";
+  const auto config =
+      smoke_config(4, {"dataset.type=chat_jsonl", "dataset.data_path=" + demo + "/train.jsonl",
+                       "tokenizer.tokenizer_model=" + demo + "/tokenizer",
+                       "tokenizer.tokenizer_type=HuggingFaceTokenizer",
+                       "dataset.cache_dir=" + cache.string(), "train.global_batch_size=8"});
+
+  const train::TrainingData prefix = train::open_preview_data(config, 10);
+  REQUIRE(prefix.source != nullptr);
+  CHECK(prefix.source->size() <= 10);
+  CHECK(prefix.source->size() >= 8);
+  CHECK(prefix.description.find("first 10 records") != std::string::npos);
+  const auto preview = train::preview_first_step(config, *prefix.source);
+  CHECK(preview.check_problem.empty());
+  check_histogram(preview);
+
+  const train::TrainingData full = train::open_training_data(config);
+  CHECK(full.source->size() > prefix.source->size());
+  const train::TrainingData again = train::open_preview_data(config, 10);
+  CHECK(again.source->size() == full.source->size());
+  CHECK(again.description.find("prepared cache") != std::string::npos);
+  fs::remove_all(cache);
+}

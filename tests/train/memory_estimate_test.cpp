@@ -1,0 +1,132 @@
+// The per-rank memory estimate: parameter count, monotonicity, and agreement with what the
+// model's arenas actually reach on one bin.
+
+#include "train/memory_estimate.hpp"
+
+#include <catch2/catch.hpp>
+#include <string>
+
+#include "config/config_loader.hpp"
+#include "config/resolve.hpp"
+#include "model/local_seams.hpp"
+#include "model/packed_batch.hpp"
+#include "model/qwen3_moe_model.hpp"
+
+using namespace dyncp;
+
+namespace {
+
+config::ConfigContainer smoke_config(std::int64_t world_size,
+                                     const std::vector<std::string>& overrides = {}) {
+  auto config = config::load_config_file(
+      std::string(DYNCP_SOURCE_DIR) + "/configs/smoke/tiny_mock.yaml", overrides);
+  config::resolve_config(config, world_size);
+  return config;
+}
+
+double line_bytes(const train::MemoryEstimate& estimate, const std::string& name) {
+  for (const auto& line : estimate.lines)
+    if (line.name == name) return line.bytes;
+  FAIL("no memory line named " << name);
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("memory estimate: parameter count matches the model's layout", "[train][memory]") {
+  auto architecture = smoke_config(4).model.architecture;
+  architecture.resolve();
+  for (const bool tied : {false, true}) {
+    for (const bool dense_first : {false, true}) {
+      INFO("tied " << tied << ", dense first layer " << dense_first);
+      config::ModelArchitecture a = architecture;
+      a.tie_word_embeddings = tied;
+      a.intermediate_size = 40;
+      if (dense_first) a.mlp_only_layers = {0};
+      const model::Qwen3MoeParameters parameters(a);
+      CHECK(train::count_parameters(a) == parameters.num_parameters());
+    }
+  }
+}
+
+TEST_CASE("memory estimate: grows with tokens per rank, shrinks with recompute",
+          "[train][memory]") {
+  const auto small = smoke_config(4, {"model.max_seqlen_per_dp_cp_rank=128"});
+  REQUIRE(small.model.context_parallel_size == 2);
+  const auto large = smoke_config(4, {"model.max_seqlen_per_dp_cp_rank=512"});
+  const auto recompute =
+      smoke_config(4, {"model.max_seqlen_per_dp_cp_rank=512", "model.recompute_granularity=full"});
+  const auto small_estimate = train::estimate_memory(train::memory_estimate_input(small));
+  const auto large_estimate = train::estimate_memory(train::memory_estimate_input(large));
+  const auto recompute_estimate = train::estimate_memory(train::memory_estimate_input(recompute));
+
+  CHECK(large_estimate.per_bin_bytes > small_estimate.per_bin_bytes);
+  CHECK(large_estimate.total_bytes() > small_estimate.total_bytes());
+  CHECK(line_bytes(large_estimate, "saved activations") ==
+        Approx(4 * line_bytes(small_estimate, "saved activations")));
+  CHECK(large_estimate.parameter_state_bytes == small_estimate.parameter_state_bytes);
+
+  CHECK(recompute_estimate.per_bin_bytes < large_estimate.per_bin_bytes);
+  CHECK(line_bytes(recompute_estimate, "saved activations") <
+        line_bytes(large_estimate, "saved activations"));
+  CHECK(recompute_estimate.parameter_state_bytes == large_estimate.parameter_state_bytes);
+
+  // Weights, gradients and two moments: 16 bytes per parameter.
+  CHECK(large_estimate.parameter_state_bytes ==
+        Approx(16.0 * static_cast<double>(large_estimate.num_parameters)));
+  // The smoke layout has cp 2 inside a dynamic pool of 4 and EP 2: both buffers are counted.
+  CHECK(line_bytes(large_estimate, "CP all-gather") > 0);
+  CHECK(line_bytes(large_estimate, "EP dispatch") > 0);
+  const auto single = smoke_config(
+      1, {"model.context_parallel_size=1", "model.expert_model_parallel_size=1",
+          "model.dynamic_context_parallel=false", "model.max_seqlen_per_dp_cp_rank=256"});
+  const auto single_estimate = train::estimate_memory(train::memory_estimate_input(single));
+  CHECK(line_bytes(single_estimate, "CP all-gather") == 0);
+  CHECK(line_bytes(single_estimate, "EP dispatch") == 0);
+}
+
+TEST_CASE("memory estimate: close to the arenas' high-water mark on a full bin",
+          "[train][memory]") {
+  for (const bool recompute : {false, true}) {
+    INFO("recompute " << recompute);
+    auto input = train::memory_estimate_input(smoke_config(
+        1, {"model.context_parallel_size=1", "model.expert_model_parallel_size=1",
+            "model.dynamic_context_parallel=false", "model.max_seqlen_per_dp_cp_rank=256"}));
+    input.recompute_full = recompute;
+    const auto estimate = train::estimate_memory(input);
+
+    model::ModelOptions options;
+    options.recompute_full = recompute;
+    model::Qwen3MoeModel model(input.architecture, options);
+    model.parameters().init_random(7);
+    // Two sequences filling the 256-token bin.
+    model::TokenSequences sequences(2);
+    for (std::int32_t i = 0; i < 128; ++i) {
+      sequences[0].push_back((i * 37 + 5) % 512);
+      sequences[1].push_back((i * 91 + 11) % 512);
+    }
+    const auto packed = model::pack_sequences(sequences);
+    model::LocalSeams seams;
+    model::BinOptions bin_options;
+    bin_options.loss_grad_scale = 1.0 / 254.0;
+    model.run_bin(packed.bin, seams.seams(), bin_options);
+
+    const double measured = static_cast<double>(model.activation_high_water_bytes());
+    INFO("measured " << measured << " bytes, estimated " << estimate.per_bin_bytes);
+    // A slight over-estimate: it adds peaks the arenas may reach at different times.
+    CHECK(estimate.per_bin_bytes >= measured);
+    CHECK(estimate.per_bin_bytes < 1.4 * measured);
+  }
+}
+
+TEST_CASE("memory estimate: the fit verdict compares every rank's total with what is available",
+          "[train][memory]") {
+  const auto estimate = train::estimate_memory(train::memory_estimate_input(smoke_config(4)));
+  const double total = estimate.total_bytes();
+  CHECK(train::memory_fit_line(estimate, 4, 4 * total + 1, "host").rfind("  fits:", 0) == 0);
+  CHECK(train::memory_fit_line(estimate, 4, 4 * total - 1, "host").rfind("  does NOT fit:", 0) ==
+        0);
+  CHECK(train::memory_fit_line(estimate, 1, 0, "GPU memory").find("not checked") !=
+        std::string::npos);
+  CHECK(train::host_memory_bytes() > 0);
+}
