@@ -23,7 +23,8 @@ void check_data(ConfigContainer& config, ProblemList& problems) {
   const std::int64_t seq_length = dataset.seq_length.value_or(config.model.seq_length);
   if (dataset.type == DatasetType::mock_varlen) {
     try {
-      const auto distribution = parse_length_distribution(dataset.mock_length_distribution);
+      const auto distribution = parse_length_distribution(dataset.mock_length_distribution,
+                                                            "dataset.mock_length_distribution");
       if (distribution.max_length > seq_length) {
         problems.add("dataset.mock_length_distribution", dataset.mock_length_distribution,
                      "max " + str(distribution.max_length) + " exceeds the sequence length " +

@@ -4,11 +4,6 @@
 
 namespace dyncp::data {
 
-std::int64_t padded_length(std::int64_t length, std::int64_t alignment) {
-  DYNCP_CHECK(alignment >= 1, "alignment multiple must be >= 1");
-  return (length + alignment - 1) / alignment * alignment;
-}
-
 std::int64_t count_loss_tokens(std::span<const std::uint8_t> target_mask) {
   std::int64_t count = 0;
   for (std::size_t i = 1; i < target_mask.size(); ++i) count += target_mask[i] != 0;

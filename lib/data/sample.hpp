@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "packing/alignment.hpp"
+
 namespace dyncp::data {
 
 inline constexpr std::int32_t ignore_label = -100;
@@ -27,8 +29,8 @@ struct Sample {
   std::int64_t padded_len = 0;          // L = n rounded up to the alignment multiple
 };
 
-// n rounded up to a multiple of `alignment` (>= 1).
-std::int64_t padded_length(std::int64_t length, std::int64_t alignment);
+// Padded length: packing::padded_length (the one rounding rule, packing/alignment.hpp).
+using packing::padded_length;
 
 // Loss tokens a sample with this target mask contributes: targets at positions 1..n-1.
 std::int64_t count_loss_tokens(std::span<const std::uint8_t> target_mask);

@@ -71,6 +71,7 @@ StepOutcome StepEngine::forward_backward(std::span<const std::int64_t> sample_id
   const auto batch_size = static_cast<std::int64_t>(sample_ids.size());
   const std::int64_t rank = parallel_state_.rank();
   counters_.reset();
+  const std::uint64_t bytes_before = parallel_state_.total_counters().total().bytes_sent;
 
   // Lengths and the schedule: the same on every rank, no communication.
   auto clock = std::chrono::steady_clock::now();
@@ -177,6 +178,12 @@ StepOutcome StepEngine::forward_backward(std::span<const std::int64_t> sample_id
   outcome.grad_sum_of_squares = gradient_sync_.global_sum_of_squares();
   outcome.time.grad_sync_ms += elapsed_ms(clock);
 
+  // Bytes this rank sent in the step, summed over the pool (the sum itself is not counted).
+  std::int64_t bytes_sent =
+      static_cast<std::int64_t>(parallel_state_.total_counters().total().bytes_sent - bytes_before);
+  parallel_state_.pool().all_reduce(&bytes_sent, &bytes_sent, 1, core::DType::i64,
+                                    dist::ReduceOp::sum);
+  outcome.comm_bytes = bytes_sent;
   outcome.loss_sum = local_sums[0];
   outcome.aux_loss = local_sums[1];
   outcome.loss = outcome.loss_sum * inverse_tokens;

@@ -53,6 +53,7 @@ struct StepOutcome {
   double grad_sum_of_squares = 0;  // of the normalised gradient (1 / N applied)
   std::int64_t microbatches = 0;
   std::map<int, int> group_sizes;  // runtime group size -> groups over the step
+  std::int64_t comm_bytes = 0;     // bytes sent by all ranks during the step (Comm counters)
   std::int64_t real_tokens = 0;    // Σ original lengths
   double model_flops = 0;          // Megatron's formula on padded lengths, whole batch
   StepTimeBreakdown time;

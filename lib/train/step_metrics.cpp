@@ -45,6 +45,7 @@ std::string to_json_line(const StepMetrics& m) {
       {"tflops_per_device", m.tflops_per_device},
       {"microbatches", m.microbatches},
       {"group_sizes", groups},
+      {"comm_bytes", m.comm_bytes},
       {"skipped_samples", m.skipped_samples},
       {"skipped_steps", m.skipped_steps},
       {"elapsed_ms", m.elapsed_ms},

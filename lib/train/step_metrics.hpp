@@ -34,6 +34,7 @@ struct StepMetrics {
   double tflops_per_device = 0;    // Megatron's MoE formula on padded lengths / time / world
   std::int64_t microbatches = 0;
   std::map<int, int> group_sizes;  // CP group size -> number of groups over the step
+  std::int64_t comm_bytes = 0;       // bytes sent over all ranks' communicators in the step
   std::int64_t skipped_samples = 0;  // filtered by data preparation, cumulative
   std::int64_t skipped_steps = 0;    // NaN/inf steps skipped, cumulative
   double elapsed_ms = 0;

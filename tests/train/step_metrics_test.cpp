@@ -20,7 +20,7 @@ TEST_CASE("metrics JSON line carries every documented field", "[train][metrics]"
   const auto json = nlohmann::json::parse(to_json_line(metrics));
   for (const char* key : {"iteration", "consumed_samples", "loss", "grad_norm", "lr",
                           "loss_tokens", "real_tokens", "tokens_per_s", "tflops_per_device",
-                          "microbatches", "group_sizes", "skipped_samples", "skipped_steps",
+                          "microbatches", "group_sizes", "comm_bytes", "skipped_samples", "skipped_steps",
                           "elapsed_ms", "time_ms"}) {
     INFO(key);
     CHECK(json.contains(key));
