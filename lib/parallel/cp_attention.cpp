@@ -124,6 +124,16 @@ void CpAttentionContext::scatter_rank_order(const Tensor& sequence_order,
             sequence_order.size(0), /*forward_direction=*/false);
 }
 
+CpAttentionContext::GatheredKv CpAttentionContext::gather_kv(core::Arena& scratch, const Tensor& k,
+                                                             const Tensor& v) {
+  const core::Shape kv_shape{group_->size() * local_rows_, k.size(1), k.size(2)};
+  GatheredKv gathered{scratch.allocate(kv_shape, k.dtype()), scratch.allocate(kv_shape, k.dtype()),
+                      scratch.allocate(kv_shape, k.dtype())};
+  gather_sequence_order(k, gathered.rank_order, gathered.k);
+  gather_sequence_order(v, gathered.rank_order, gathered.v);
+  return gathered;
+}
+
 void CpAttentionContext::forward(const model::SeamContext& context, int, const Tensor& q,
                                  const Tensor& k, const Tensor& v, double scale, const Tensor& out,
                                  ops::AttentionSaved& saved) {
@@ -137,14 +147,8 @@ void CpAttentionContext::forward(const model::SeamContext& context, int, const T
   }
   core::Arena& scratch = *context.scratch;
   core::ArenaScope scope(scratch);
-  const std::int64_t gathered_rows = group_->size() * local_rows_;
-  const core::Shape kv_shape{gathered_rows, k.size(1), k.size(2)};
-  const Tensor rank_order = scratch.allocate(kv_shape, k.dtype());
-  const Tensor gathered_k = scratch.allocate(kv_shape, k.dtype());
-  const Tensor gathered_v = scratch.allocate(kv_shape, k.dtype());
-  gather_sequence_order(k, rank_order, gathered_k);
-  gather_sequence_order(v, rank_order, gathered_v);
-  ops::attention_forward(context.ops, q, gathered_k, gathered_v, layout_, scale, out, saved);
+  const GatheredKv gathered = gather_kv(scratch, k, v);
+  ops::attention_forward(context.ops, q, gathered.k, gathered.v, layout_, scale, out, saved);
 }
 
 void CpAttentionContext::backward(const model::SeamContext& context, int, const Tensor& dout,
@@ -160,16 +164,13 @@ void CpAttentionContext::backward(const model::SeamContext& context, int, const 
   }
   core::Arena& scratch = *context.scratch;
   core::ArenaScope scope(scratch);
-  const std::int64_t gathered_rows = group_->size() * local_rows_;
-  const core::Shape kv_shape{gathered_rows, k.size(1), k.size(2)};
-  const Tensor rank_order = scratch.allocate(kv_shape, k.dtype());
-  const Tensor gathered_k = scratch.allocate(kv_shape, k.dtype());
-  const Tensor gathered_v = scratch.allocate(kv_shape, k.dtype());
-  gather_sequence_order(k, rank_order, gathered_k);
-  gather_sequence_order(v, rank_order, gathered_v);
+  const GatheredKv gathered = gather_kv(scratch, k, v);
+  const Tensor& rank_order = gathered.rank_order;
+  const Tensor& gathered_k = gathered.k;
+  const Tensor& gathered_v = gathered.v;
 
-  const Tensor gathered_dk = scratch.allocate(kv_shape, k.dtype());
-  const Tensor gathered_dv = scratch.allocate(kv_shape, k.dtype());
+  const Tensor gathered_dk = scratch.allocate(gathered_k.shape(), k.dtype());
+  const Tensor gathered_dv = scratch.allocate(gathered_k.shape(), k.dtype());
   ops::attention_backward(ops_context, dout, q, gathered_k, gathered_v, out, saved, layout_, scale,
                           dq, gathered_dk, gathered_dv);
 

@@ -42,6 +42,11 @@ class CpAttentionContext final : public model::AttentionContext {
 
  private:
   bool distributed() const { return group_ != nullptr && group_->size() > 1; }
+  // The group's K and V in sequence order (and the rank-order staging buffer), from scratch.
+  struct GatheredKv {
+    core::Tensor rank_order, k, v;
+  };
+  GatheredKv gather_kv(core::Arena& scratch, const core::Tensor& k, const core::Tensor& v);
   // gathered (rank order) -> sequence order, and the inverse, row by row.
   void gather_sequence_order(const core::Tensor& local, const core::Tensor& rank_order,
                              const core::Tensor& sequence_order);

@@ -54,12 +54,7 @@ SchedulePreview preview_first_step(const config::ConfigContainer& config,
   preview.samples_in_source = source.size();
   preview.pool_size = layout.pool_size();
 
-  data::SamplerOptions sampler_options;
-  sampler_options.type = config.dataset.dataloader_type == config::DataloaderType::cyclic
-                             ? data::SamplerType::cyclic
-                             : data::SamplerType::single;
-  sampler_options.seed = static_cast<std::uint64_t>(config.rng.seed);
-  sampler_options.global_batch_size = config.train.global_batch_size;
+  const data::SamplerOptions sampler_options = train::sampler_options(config);
   data::Sampler sampler(sampler_options, source.size());
   const std::vector<std::int64_t> batch = sampler.next_global_batch();
   preview.batch_size = static_cast<std::int64_t>(batch.size());

@@ -126,12 +126,7 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
                    config.checkpoint.load);
     }
   }
-  data::SamplerOptions sampler_options;
-  sampler_options.type = config.dataset.dataloader_type == config::DataloaderType::cyclic
-                             ? data::SamplerType::cyclic
-                             : data::SamplerType::single;
-  sampler_options.seed = static_cast<std::uint64_t>(config.rng.seed);
-  sampler_options.global_batch_size = config.train.global_batch_size;
+  const data::SamplerOptions sampler_options = train::sampler_options(config);
   data::Sampler sampler(sampler_options, training_data.source->size(),
                         {state.epoch, state.index_in_epoch, state.consumed_samples});
 

@@ -130,4 +130,14 @@ TrainingData open_preview_data(const config::ConfigContainer& config, std::int64
   return out;
 }
 
+data::SamplerOptions sampler_options(const config::ConfigContainer& config) {
+  data::SamplerOptions options;
+  options.type = config.dataset.dataloader_type == config::DataloaderType::cyclic
+                     ? data::SamplerType::cyclic
+                     : data::SamplerType::single;
+  options.seed = static_cast<std::uint64_t>(config.rng.seed);
+  options.global_batch_size = config.train.global_batch_size;
+  return options;
+}
+
 }  // namespace dyncp::train

@@ -10,6 +10,7 @@
 
 #include "config/config_container.hpp"
 #include "data/sample.hpp"
+#include "data/sampler.hpp"
 #include "data/tokenizer.hpp"
 
 namespace dyncp::train {
@@ -35,5 +36,9 @@ TrainingData open_training_data(const config::ConfigContainer& config);
 // When the data file or the tokenizer is missing, `source` stays null and `description` says
 // why (a dry run must still report the rest); malformed data still throws.
 TrainingData open_preview_data(const config::ConfigContainer& config, std::int64_t max_records);
+
+// The global-batch sampler the recipe asks for (dataset.dataloader_type, rng.seed,
+// train.global_batch_size): the trainer and the dry-run preview draw the same batches.
+data::SamplerOptions sampler_options(const config::ConfigContainer& config);
 
 }  // namespace dyncp::train
