@@ -16,7 +16,9 @@
 #include "data/chat_json.hpp"
 #include "data/chat_template.hpp"
 #include "data/dataset_source.hpp"
+#include "config/config_loader.hpp"
 #include "data/prepared_dataset.hpp"
+#include "train/training_data.hpp"
 #include "data/tokenizer.hpp"
 #include "inspect_report.hpp"
 
@@ -105,6 +107,8 @@ int run_render(const RenderArgs& args) {
 }
 
 struct PrepareArgs {
+  std::string config_path;
+  std::vector<std::string> overrides;
   std::string tokenizer_dir, format = "chat_jsonl", cache_dir, truncation = "drop",
                              on_bad_sample = "error";
   std::vector<std::string> inputs;
@@ -112,7 +116,26 @@ struct PrepareArgs {
   std::int64_t max_records = 0;
 };
 
+// `prepare --config recipe.yaml`: the same cache dyncp-train would prepare for that recipe.
+int run_prepare_recipe(const PrepareArgs& args) {
+  const config::ConfigContainer config = config::load_config_file(args.config_path, args.overrides);
+  if (config.dataset.type == config::DatasetType::mock_varlen) {
+    core::throw_usage_error("dataset.type is mock_varlen in " + args.config_path +
+                            ": mock data is generated on the fly and needs no preparation");
+  }
+  const auto tokenizer = train::load_tokenizer(config);
+  const auto path = data::prepare_dataset(train::prepare_options(config), *tokenizer);
+  const data::PreparedDataset dataset(path, tokenizer.get());
+  std::cout << apps::format_inspect_report(dataset);
+  return 0;
+}
+
 int run_prepare(const PrepareArgs& args) {
+  if (!args.config_path.empty()) return run_prepare_recipe(args);
+  if (args.tokenizer_dir.empty() || args.inputs.empty() || args.cache_dir.empty()) {
+    core::throw_usage_error(
+        "prepare needs --config RECIPE, or all of --tokenizer, --input and --cache-dir");
+  }
   const data::Tokenizer tokenizer = data::Tokenizer::from_directory(args.tokenizer_dir);
   data::PrepareOptions options;
   const data::DatasetFormat format = data::parse_dataset_format(args.format, "--format");
@@ -212,15 +235,16 @@ int main(int argc, char** argv) {
 
   PrepareArgs prepare;
   auto* prepare_command = app.add_subcommand("prepare", "Tokenize datasets into a prepared cache");
-  prepare_command->add_option("--tokenizer", prepare.tokenizer_dir, "HF tokenizer directory")
-      ->required();
-  prepare_command
-      ->add_option("--input", prepare.inputs, "Input file (or .bin/.idx prefix); repeatable")
-      ->required();
+  prepare_command->add_option("--config", prepare.config_path,
+                              "Recipe YAML: prepare exactly what dyncp-train would (dataset.*)");
+  prepare_command->add_option("overrides", prepare.overrides,
+                              "key.path=value overrides of the recipe, after the options");
+  prepare_command->add_option("--tokenizer", prepare.tokenizer_dir, "HF tokenizer directory");
+  prepare_command->add_option("--input", prepare.inputs,
+                              "Input file (or .bin/.idx prefix); repeatable");
   prepare_command->add_option("--format", prepare.format, "chat_jsonl | tokens_jsonl | indexed")
       ->capture_default_str();
-  prepare_command->add_option("--cache-dir", prepare.cache_dir, "Where the cache is written")
-      ->required();
+  prepare_command->add_option("--cache-dir", prepare.cache_dir, "Where the cache is written");
   prepare_command->add_option("--seq-length", prepare.seq_length, "Longest sample in tokens")
       ->capture_default_str()
       ->check(CLI::Range(std::int64_t{2}, std::int64_t{1} << 30));

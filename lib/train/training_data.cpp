@@ -10,21 +10,6 @@ namespace dyncp::train {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-TrainingData open_mock_data(const config::ConfigContainer& config) {
-  const auto& dataset = config.dataset;
-  data::MockVarlenOptions options;
-  options.distribution = dataset.mock_length_distribution;
-  options.num_samples = dataset.mock_num_samples;
-  options.vocab_size = static_cast<std::int32_t>(config.model.architecture.vocab_size);
-  options.seed = static_cast<std::uint64_t>(config.rng.seed);
-  TrainingData out;
-  out.source = std::make_unique<data::MockVarlenDataset>(options);
-  out.description = "mock_varlen " + dataset.mock_length_distribution;
-  return out;
-}
-
 std::unique_ptr<data::Tokenizer> load_tokenizer(const config::ConfigContainer& config) {
   auto tokenizer = std::make_unique<data::Tokenizer>(
       data::Tokenizer::from_directory(tokenizer_directory(config)));
@@ -49,6 +34,21 @@ data::PrepareOptions prepare_options(const config::ConfigContainer& config) {
   prepare.truncation = static_cast<data::Truncation>(static_cast<int>(dataset.truncation));
   prepare.on_bad_sample = static_cast<data::OnBadSample>(static_cast<int>(dataset.on_bad_sample));
   return prepare;
+}
+
+namespace {
+
+TrainingData open_mock_data(const config::ConfigContainer& config) {
+  const auto& dataset = config.dataset;
+  data::MockVarlenOptions options;
+  options.distribution = dataset.mock_length_distribution;
+  options.num_samples = dataset.mock_num_samples;
+  options.vocab_size = static_cast<std::int32_t>(config.model.architecture.vocab_size);
+  options.seed = static_cast<std::uint64_t>(config.rng.seed);
+  TrainingData out;
+  out.source = std::make_unique<data::MockVarlenDataset>(options);
+  out.description = "mock_varlen " + dataset.mock_length_distribution;
+  return out;
 }
 
 void adopt_prepared(TrainingData& out, const fs::path& cache) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "config/config_container.hpp"
+#include "data/prepared_dataset.hpp"
 #include "data/sample.hpp"
 #include "data/sampler.hpp"
 #include "data/tokenizer.hpp"
@@ -36,6 +37,13 @@ TrainingData open_training_data(const config::ConfigContainer& config);
 // When the data file or the tokenizer is missing, `source` stays null and `description` says
 // why (a dry run must still report the rest); malformed data still throws.
 TrainingData open_preview_data(const config::ConfigContainer& config, std::int64_t max_records);
+
+// The recipe's tokenizer (tokenizer.tokenizer_model, else model.hf_model_path); a config error
+// when its vocabulary does not fit model.vocab_size.
+std::unique_ptr<data::Tokenizer> load_tokenizer(const config::ConfigContainer& config);
+
+// What `dataset.*` asks the preparation step to do (dyncp-data prepare --config uses it too).
+data::PrepareOptions prepare_options(const config::ConfigContainer& config);
 
 // The global-batch sampler the recipe asks for (dataset.dataloader_type, rng.seed,
 // train.global_batch_size): the trainer and the dry-run preview draw the same batches.

@@ -11,7 +11,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 export OPENBLAS_NUM_THREADS=1
 common=(--config "$root/configs/smoke/tiny_mock.yaml" train.train_iters="$steps" train.global_batch_size=32
         model.context_parallel_size="$cp" model.expert_model_parallel_size=1
-        model.max_seqlen_per_dp_cp_rank="$cap" logger.log_interval=0)
+        model.max_seqlen_per_dp_cp_rank="$cap" logger.log_interval=1000)
 mpirun -np "$ranks" "$build/apps/dyncp-train/dyncp-train" "${common[@]}" \
   model.dynamic_context_parallel=false model.sequence_packing_scheduler=dp_balanced \
   logger.metrics_path="$work/static.jsonl" >"$work/static.log" 2>&1
