@@ -12,6 +12,8 @@ DYNCP_BUILD_DIR=$build_dir "$root/tools/build.sh" -DDYNCP_TESTS=OFF
 out=runs/demo
 rm -rf "$out"
 python3 tools/make_demo_data.py --out "$out"
+# Held-out samples of the same tasks (another seed; the training tokenizer is used for them).
+python3 tools/make_demo_data.py --out "$out/heldout" --seed 2 --num-samples 400
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OPENBLAS_NUM_THREADS=1

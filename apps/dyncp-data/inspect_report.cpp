@@ -33,6 +33,32 @@ LengthSummary summarize(const data::PreparedDataset& dataset) {
 
 constexpr double percentiles[] = {0.5, 0.9, 0.99, 1.0};
 
+// Entropy (nats) of the unigram distribution of the tokens the loss falls on (the targets at
+// positions 1..n-1 of every sample): the loss of a model that only learned token frequencies.
+// A trained model's held-out loss below it has learned more than frequencies.
+double loss_token_unigram_entropy(const data::PreparedDataset& dataset) {
+  std::vector<std::int64_t> counts;
+  std::int64_t total = 0;
+  for (std::int64_t i = 0; i < dataset.size(); ++i) {
+    const auto tokens = dataset.tokens(i);
+    const auto targets = dataset.target_mask(i);
+    for (std::size_t t = 1; t < tokens.size(); ++t) {
+      if (targets[t] == 0) continue;
+      const auto id = static_cast<std::size_t>(tokens[t]);
+      if (id >= counts.size()) counts.resize(id + 1, 0);
+      ++counts[id];
+      ++total;
+    }
+  }
+  double entropy = 0.0;
+  for (const std::int64_t count : counts) {
+    if (count == 0) continue;
+    const double p = static_cast<double>(count) / static_cast<double>(total);
+    entropy -= p * std::log(p);
+  }
+  return entropy;
+}
+
 }  // namespace
 
 std::string format_inspect_report(const data::PreparedDataset& dataset) {
@@ -46,6 +72,8 @@ std::string format_inspect_report(const data::PreparedDataset& dataset) {
                      stats.total_tokens ? 100.0 * static_cast<double>(stats.total_loss_tokens) /
                                               static_cast<double>(stats.total_tokens)
                                         : 0.0);
+  out << fmt::format("loss-token unigram entropy {:.4f} nats\n",
+                     loss_token_unigram_entropy(dataset));
   out << fmt::format("records read     {}\n", stats.records_read);
   out << fmt::format(
       "filtered         {} too long (dropped), {} truncated, {} without loss tokens, {} bad "
@@ -87,7 +115,8 @@ std::string format_inspect_json(const data::PreparedDataset& dataset) {
       {"tokens", stats.total_tokens},       {"loss_tokens", stats.total_loss_tokens},
       {"records_read", stats.records_read}, {"dropped_too_long", stats.dropped_too_long},
       {"truncated", stats.truncated},       {"dropped_no_loss", stats.dropped_no_loss},
-      {"skipped_bad", stats.skipped_bad}};
+      {"skipped_bad", stats.skipped_bad},
+      {"loss_token_unigram_entropy", loss_token_unigram_entropy(dataset)}};
   for (const double fraction : percentiles) {
     report["length_p" + std::to_string(static_cast<int>(fraction * 100))] =
         summary.percentile(fraction);

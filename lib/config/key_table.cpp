@@ -150,10 +150,12 @@ void append_training_keys(std::vector<KeySpec>& keys) {
   keys.push_back(make_key("train.stop_on_nan", DYNCP_FIELD(train.stop_on_nan),
                           "Stop with an error when the loss or gradient norm is not finite"));
   keys.push_back(make_key("validation.eval_interval", DYNCP_FIELD(validation.eval_interval),
-                          "Evaluate every this many steps; unset: never",
-                          {.feature = "evaluation"}));
+                          "Evaluate every this many steps (and after the last); unset: never",
+                          {.rules = "needs dataset.validation_data_path unless dataset.type is "
+                                    "mock_varlen (held-out mock samples are drawn then)"}));
   keys.push_back(make_key("validation.eval_iters", DYNCP_FIELD(validation.eval_iters),
-                          "Global batches per evaluation", {.min = 0, .feature = "evaluation"}));
+                          "Global batches per evaluation (the same held-out batches every time)",
+                          {.min = 0}));
   keys.push_back(make_key("optimizer.optimizer", DYNCP_FIELD(optimizer.optimizer),
                           "Optimizer (AdamW with decoupled weight decay)"));
   keys.push_back(

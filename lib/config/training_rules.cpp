@@ -20,6 +20,12 @@ std::string num(double value) {
 
 void check_data(ConfigContainer& config, ProblemList& problems) {
   const auto& dataset = config.dataset;
+  if (config.validation.eval_interval && dataset.type != DatasetType::mock_varlen &&
+      dataset.validation_data_path.empty()) {
+    problems.add("validation.eval_interval", str(*config.validation.eval_interval),
+                 "evaluation needs held-out data: set dataset.validation_data_path");
+  }
+
   const std::int64_t seq_length = dataset.seq_length.value_or(config.model.seq_length);
   if (dataset.type == DatasetType::mock_varlen) {
     try {

@@ -67,6 +67,14 @@ dist::Comm* StepEngine::runtime_group(std::int64_t size) {
 }
 
 StepOutcome StepEngine::forward_backward(std::span<const std::int64_t> sample_ids) {
+  return run(sample_ids, /*compute_gradients=*/true);
+}
+
+StepOutcome StepEngine::evaluate(std::span<const std::int64_t> sample_ids) {
+  return run(sample_ids, /*compute_gradients=*/false);
+}
+
+StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compute_gradients) {
   StepOutcome outcome;
   const auto batch_size = static_cast<std::int64_t>(sample_ids.size());
   const std::int64_t rank = parallel_state_.rank();
@@ -146,7 +154,7 @@ StepOutcome StepEngine::forward_backward(std::span<const std::int64_t> sample_id
   outcome.loss_tokens = global_loss_tokens;
   const double inverse_tokens = global_loss_tokens > 0 ? 1.0 / static_cast<double>(global_loss_tokens) : 0.0;
 
-  model_.parameters().zero_grads();
+  if (compute_gradients) model_.parameters().zero_grads();
   double local_sums[2] = {0.0, 0.0};  // CE sum, aux (once per group)
   clock = std::chrono::steady_clock::now();
   for (std::int64_t m = 0; m < microbatches; ++m) {
@@ -158,6 +166,7 @@ StepOutcome StepEngine::forward_backward(std::span<const std::int64_t> sample_id
     attention_.set_group(group);
     statistics_.set_group(group);
     model::BinOptions bin_options;
+    bin_options.compute_gradients = compute_gradients;
     bin_options.loss_grad_scale = inverse_tokens;
     bin_options.aux_num_sequences_global = batch_size;
     bin_options.aux_loss_grad_scale = 1.0;
@@ -172,10 +181,10 @@ StepOutcome StepEngine::forward_backward(std::span<const std::int64_t> sample_id
   outcome.time.compute_ms = std::max(0.0, bins_ms - counters_.cp_comm_ms - counters_.ep_comm_ms);
 
   clock = std::chrono::steady_clock::now();
-  gradient_sync_.reduce_gradients();
+  if (compute_gradients) gradient_sync_.reduce_gradients();
   parallel_state_.pool().all_reduce(local_sums, local_sums, 2, core::DType::f64,
                                     dist::ReduceOp::sum);
-  outcome.grad_sum_of_squares = gradient_sync_.global_sum_of_squares();
+  if (compute_gradients) outcome.grad_sum_of_squares = gradient_sync_.global_sum_of_squares();
   outcome.time.grad_sync_ms += elapsed_ms(clock);
 
   // Bytes this rank sent in the step, summed over the pool (the sum itself is not counted).

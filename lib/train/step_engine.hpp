@@ -67,12 +67,16 @@ class StepEngine {
   // Zeroes the gradients, runs every microbatch of the batch (dataset sample ids, in batch
   // order) and leaves normalised, synchronised gradients in the model's gradient buffer.
   StepOutcome forward_backward(std::span<const std::int64_t> sample_ids);
+  // The same schedule and bins, forward only: the loss of a held-out batch. Gradients are
+  // left untouched.
+  StepOutcome evaluate(std::span<const std::int64_t> sample_ids);
 
   const parallel::ParameterPartition& partition() const { return partition_; }
   const parallel::SeamCounters& seam_counters() const { return counters_; }
   const packing::Schedule& last_schedule() const { return schedule_; }
 
  private:
+  StepOutcome run(std::span<const std::int64_t> sample_ids, bool compute_gradients);
   packing::Schedule make_schedule(std::span<const std::int64_t> padded_lengths) const;
   dist::Comm* runtime_group(std::int64_t size);
 

@@ -27,13 +27,14 @@ std::string format_console_line(const StepMetrics& m) {
       m.iteration, m.train_iters, m.consumed_samples, m.elapsed_ms, m.lr, m.loss, m.grad_norm,
       m.tokens_per_s, m.tflops_per_device, m.microbatches, format_group_histogram(m.group_sizes),
       m.skipped_samples, t.data_ms, t.schedule_ms, t.compute_ms, t.cp_comm_ms, t.ep_comm_ms,
-      t.grad_sync_ms, t.optimizer_ms);
+      t.grad_sync_ms, t.optimizer_ms) +
+         (m.validation_loss ? fmt::format(" | validation loss {:.5f}", *m.validation_loss) : "");
 }
 
 std::string to_json_line(const StepMetrics& m) {
   nlohmann::json groups = nlohmann::json::object();
   for (const auto& [size, count] : m.group_sizes) groups[std::to_string(size)] = count;
-  const nlohmann::json line = {
+  nlohmann::json line = {
       {"iteration", m.iteration},
       {"consumed_samples", m.consumed_samples},
       {"loss", m.loss},
@@ -58,6 +59,7 @@ std::string to_json_line(const StepMetrics& m) {
         {"grad_sync", m.time.grad_sync_ms},
         {"optimizer", m.time.optimizer_ms}}},
   };
+  if (m.validation_loss) line["validation_loss"] = *m.validation_loss;
   return line.dump();
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 
 namespace dyncp::train {
@@ -39,6 +40,8 @@ struct StepMetrics {
   std::int64_t skipped_steps = 0;    // NaN/inf steps skipped, cumulative
   double elapsed_ms = 0;
   StepTimeBreakdown time;
+  // Held-out loss (token mean over validation.eval_iters batches), on evaluation steps only.
+  std::optional<double> validation_loss;
 };
 
 // `cp1:12 cp2:3 cp4:1`

@@ -98,6 +98,33 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
                                 std::to_string(engine_options.max_seqlen_per_dp_cp_rank));
   StepEngine engine(model, parallel_state, *training_data.source, engine_options);
 
+  // Evaluation: the same held-out batches every time, forward only.
+  std::unique_ptr<TrainingData> validation_data;
+  std::unique_ptr<StepEngine> validation_engine;
+  // eval_iters 0 with an interval set is warned about by the config and evaluates nothing.
+  if (config.validation.eval_interval && config.validation.eval_iters > 0) {
+    validation_data = std::make_unique<TrainingData>(open_validation_data(config));
+    data::require_samples_fit(*validation_data->source,
+                              largest_group * engine_options.max_seqlen_per_dp_cp_rank,
+                              engine_options.alignment_multiple,
+                              "the largest CP group's capacity (validation data)");
+    validation_engine = std::make_unique<StepEngine>(model, parallel_state,
+                                                     *validation_data->source, engine_options);
+  }
+  const auto validation_loss = [&]() -> double {
+    data::SamplerOptions options = sampler_options(config);
+    options.type = data::SamplerType::single;
+    data::Sampler held_out(options, validation_data->source->size());
+    double loss_sum = 0;
+    std::int64_t loss_tokens = 0;
+    for (std::int64_t i = 0; i < config.validation.eval_iters; ++i) {
+      const StepOutcome outcome = validation_engine->evaluate(held_out.next_global_batch());
+      loss_sum += outcome.loss_sum;
+      loss_tokens += outcome.loss_tokens;
+    }
+    return loss_tokens > 0 ? loss_sum / static_cast<double>(loss_tokens) : 0.0;
+  };
+
   AdamWSettings adam;
   adam.beta1 = config.optimizer.adam_beta1;
   adam.beta2 = config.optimizer.adam_beta2;
@@ -203,6 +230,10 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
     metrics.microbatches = outcome.microbatches;
     metrics.group_sizes = outcome.group_sizes;
     metrics.comm_bytes = outcome.comm_bytes;
+    if (validation_engine && (state.iteration % *config.validation.eval_interval == 0 ||
+                              state.iteration == config.train.train_iters)) {
+      metrics.validation_loss = validation_loss();
+    }
     metrics.skipped_samples = training_data.skipped_samples;
     metrics.skipped_steps = state.skipped_steps;
     metrics_writer.write(metrics);

@@ -140,4 +140,14 @@ data::SamplerOptions sampler_options(const config::ConfigContainer& config) {
   return options;
 }
 
+TrainingData open_validation_data(const config::ConfigContainer& config) {
+  config::ConfigContainer held_out = config;
+  if (config.dataset.type == config::DatasetType::mock_varlen) {
+    held_out.rng.seed = config.rng.seed + 1;  // other samples than the training ones
+  } else {
+    held_out.dataset.data_path = config.dataset.validation_data_path;
+  }
+  return open_training_data(held_out);
+}
+
 }  // namespace dyncp::train

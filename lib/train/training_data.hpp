@@ -38,6 +38,10 @@ TrainingData open_training_data(const config::ConfigContainer& config);
 // why (a dry run must still report the rest); malformed data still throws.
 TrainingData open_preview_data(const config::ConfigContainer& config, std::int64_t max_records);
 
+// The held-out data of validation.eval_interval: dataset.validation_data_path prepared like the
+// training data, or, for mock_varlen, mock samples drawn with another seed.
+TrainingData open_validation_data(const config::ConfigContainer& config);
+
 // The recipe's tokenizer (tokenizer.tokenizer_model, else model.hf_model_path); a config error
 // when its vocabulary does not fit model.vocab_size.
 std::unique_ptr<data::Tokenizer> load_tokenizer(const config::ConfigContainer& config);

@@ -72,5 +72,32 @@ PY
     run train.train_iters=3 checkpoint.load="$work/ckpt" >"$work/c.log" 2>&1
     echo "enospc: failed save reported, $first kept and loadable"
     ;;
+  learns)
+    # The demo recipe on freshly generated demo data: after 60 steps the held-out loss is below
+    # the unigram entropy of the held-out loss tokens, so the model learned more than token
+    # frequencies.
+    python3 "$source_dir/tools/make_demo_data.py" --out "$work/demo" --num-samples 2000 >/dev/null
+    python3 "$source_dir/tools/make_demo_data.py" --out "$work/demo/heldout" --seed 2 \
+      --num-samples 200 >/dev/null
+    demo=("$source_dir/configs/demo/tiny_moe.yaml" dataset.data_path="$work/demo/train.jsonl"
+          tokenizer.tokenizer_model="$work/demo/tokenizer" dataset.cache_dir="$work/cache")
+    mpirun -np 4 "$train" --config "${demo[@]}" \
+      dataset.validation_data_path="$work/demo/heldout/train.jsonl" train.train_iters=60 \
+      validation.eval_interval=60 checkpoint.save= checkpoint.export_hf= \
+      logger.metrics_path="$work/m.jsonl" >"$work/log" 2>&1
+    data_tool=$(dirname "$train")/../dyncp-data/dyncp-data
+    entropy=$("$data_tool" prepare --config "${demo[@]}" dataset.data_path="$work/demo/heldout/train.jsonl" \
+              2>/dev/null | sed -n 's/^loss-token unigram entropy \([0-9.]*\) nats$/\1/p')
+    python3 - "$work/m.jsonl" "$entropy" <<'PY'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+held_out = [r["validation_loss"] for r in rows if "validation_loss" in r]
+entropy = float(sys.argv[2])
+assert held_out, "no evaluation ran"
+print(f"learns: held-out loss {held_out[-1]:.4f} vs unigram entropy {entropy:.4f} nats "
+      f"(first training loss {rows[0]['loss']:.4f})")
+assert held_out[-1] < entropy, "the model did not beat the unigram entropy"
+PY
+    ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
