@@ -26,6 +26,8 @@
 #include "model/local_seams.hpp"
 #include "model/qwen3_moe_model.hpp"
 #include "packing/alignment.hpp"
+#include "parallel/expert_replicas.hpp"
+#include "train/optimizer.hpp"
 #include "train/step_engine.hpp"
 
 using namespace dyncp;
@@ -84,6 +86,7 @@ struct Options {
   int min_cp = 1;
   bool aux = false;
   bool recompute = false;
+  int optimizer_steps = 3;
   config::PackingScheduler scheduler = config::PackingScheduler::dp_balanced;
 };
 
@@ -98,6 +101,7 @@ Options parse(int argc, char** argv) {
     else if (key == "--min-cp") options.min_cp = std::stoi(value);
     else if (key == "--aux") options.aux = value == "1";
     else if (key == "--recompute") options.recompute = value == "1";
+    else if (key == "--optimizer-steps") options.optimizer_steps = std::stoi(value);
     else if (key == "--scheduler") {
       options.scheduler = value == "cost_aware"           ? config::PackingScheduler::cost_aware
                           : value == "default_dynamic_cp" ? config::PackingScheduler::default_dynamic_cp
@@ -235,6 +239,40 @@ int main(int argc, char** argv) {
         padded_total * architecture.num_hidden_layers * (options.recompute ? 2 : 1);
     check(rows == expected_rows, "query rows over the pool " + std::to_string(rows) + " vs " +
                                      std::to_string(expected_rows));
+
+    // Several optimizer steps on both: the parameters stay together. AdamW moves every
+    // parameter by about lr per step whatever the gradient's size, so the difference is
+    // measured in units of lr. Tolerance 1e-2 lr: where a gradient is nearly zero, fp32
+    // round-off from another summation order changes m / sqrt(v) by a visible fraction (up to
+    // about 1e-3 lr is seen over 3 steps); a real layout bug moves parameters by whole lr units.
+    const double lr = 1e-2;
+    const auto reference_partition =
+        parallel::partition_parameters(reference.parameters(), 0, architecture.num_experts);
+    train::AdamWOptimizer reference_optimizer(reference.parameters(), reference_partition, {});
+    train::AdamWOptimizer optimizer(model.parameters(), engine.partition(), {});
+    for (int step = 1; step <= options.optimizer_steps; ++step) {
+      if (step > 1) {
+        reference.parameters().zero_grads();
+        reference.run_bin(builder.build(whole_params, whole), local.seams(), reference_options);
+        engine.forward_backward(ids);
+      }
+      reference_optimizer.step(lr, step, 1.0);
+      optimizer.step(lr, step, 1.0);
+    }
+    if (options.optimizer_steps > 0) {
+      const core::Tensor values[] = {model.parameters().all_values()};
+      parallel::gather_expert_replicas(model.parameters(), values, parallel_state.expert_parallel());
+      const float* after = model.parameters().all_values().data<float>();
+      const float* reference_after = reference.parameters().all_values().data<float>();
+      double worst_lr_units = 0;
+      for (std::int64_t i = 0; i < model.parameters().num_parameters(); ++i)
+        worst_lr_units = std::max(worst_lr_units,
+                                  std::abs(static_cast<double>(after[i]) - reference_after[i]) / lr);
+      std::snprintf(line, sizeof line, "after %d AdamW steps the largest parameter difference is %.3g lr",
+                    options.optimizer_steps, worst_lr_units);
+      check(worst_lr_units <= 1e-2, line);
+      if (rank == 0) std::printf("%s\n", line);
+    }
 
     if (rank == 0) {
       std::printf("layout dp=%d cp=%d ep=%d dynamic=%d: microbatches %lld, worst gradient error %.3g\n",
