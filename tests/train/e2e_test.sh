@@ -72,6 +72,42 @@ PY
     run train.train_iters=3 checkpoint.load="$work/ckpt" >"$work/c.log" 2>&1
     echo "enospc: failed save reported, $first kept and loadable"
     ;;
+  relayout)
+    # Saved on 4 ranks with dynamic CP and EP 2, resumed on 2 ranks with static CP 2 and no EP:
+    # the later losses match the uninterrupted 4-rank run to fp32 round-off.
+    run train.train_iters=5 scheduler.lr_decay_iters=5 logger.metrics_path="$work/full.jsonl" >"$work/full.log" 2>&1
+    run train.train_iters=3 scheduler.lr_decay_iters=5 checkpoint.save="$work/ckpt" >"$work/a.log" 2>&1
+    mpirun -np 2 "$train" --config "$recipe" train.train_iters=5 scheduler.lr_decay_iters=5 \
+      checkpoint.load="$work/ckpt" model.dynamic_context_parallel=false \
+      model.sequence_packing_scheduler=dp_balanced model.expert_model_parallel_size=1 \
+      logger.metrics_path="$work/resumed.jsonl" >"$work/b.log" 2>&1
+    python3 - "$work/full.jsonl" "$work/resumed.jsonl" <<'PY'
+import json, sys
+full = {r["iteration"]: r["loss"] for r in map(json.loads, open(sys.argv[1]))}
+resumed = {r["iteration"]: r["loss"] for r in map(json.loads, open(sys.argv[2]))}
+assert sorted(resumed) == [4, 5], resumed
+for it, loss in resumed.items():
+    assert abs(loss - full[it]) <= 1e-5 * abs(full[it]), (it, loss, full[it])
+print("relayout: steps 4-5 on 2 ranks (static CP) match the 4-rank dynamic-CP run:",
+      {it: (resumed[it], full[it]) for it in resumed})
+PY
+    ;;
+  nan)
+    # An absurd learning rate blows the weights up after the first step. With stop_on_nan the
+    # run stops with exit 1 naming the iteration; without it the steps are skipped and counted.
+    status=0
+    run train.train_iters=4 optimizer.lr=1.0e30 optimizer.clip_grad=0 >"$work/stop.log" 2>&1 || status=$?
+    [[ $status -ne 0 ]] || { echo "a non-finite loss did not stop the run"; exit 1; }
+    grep -q "not finite" "$work/stop.log" || { echo "no message about the non-finite loss"; exit 1; }
+    run train.train_iters=4 optimizer.lr=1.0e30 optimizer.clip_grad=0 train.stop_on_nan=false \
+      logger.metrics_path="$work/m.jsonl" >"$work/skip.log" 2>&1
+    python3 - "$work/m.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 4 and rows[-1]["skipped_steps"] >= 1, rows
+print("nan: stop_on_nan stops the run; otherwise", rows[-1]["skipped_steps"], "steps skipped")
+PY
+    ;;
   learns)
     # The demo recipe on freshly generated demo data: after 60 steps the held-out loss is below
     # the unigram entropy of the held-out loss tokens, so the model learned more than token
