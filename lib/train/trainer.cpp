@@ -17,6 +17,7 @@
 #include "train/lr_schedule.hpp"
 #include "train/memory_estimate.hpp"
 #include "train/optimizer.hpp"
+#include "train/progress_bar.hpp"
 #include "train/signal_flag.hpp"
 #include "train/step_engine.hpp"
 #include "train/step_metrics.hpp"
@@ -185,6 +186,7 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
   MetricsWriter metrics_writer(world.rank() == 0 ? config.logger.metrics_path : std::string());
   const auto run_start = std::chrono::steady_clock::now();
   const std::int64_t first_iteration = state.iteration;
+  ProgressBar progress(world.rank() == 0, config.train.train_iters);
   while (state.iteration < config.train.train_iters) {
     const auto step_start = std::chrono::steady_clock::now();
     const std::vector<std::int64_t> batch = sampler.next_global_batch();
@@ -237,8 +239,12 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
     metrics.skipped_samples = training_data.skipped_samples;
     metrics.skipped_steps = state.skipped_steps;
     metrics_writer.write(metrics);
-    if (config.logger.log_interval > 0 && metrics.iteration % config.logger.log_interval == 0)
+    if (config.logger.log_interval > 0 && metrics.iteration % config.logger.log_interval == 0) {
+      progress.clear();
       spdlog::info("{}", format_console_line(metrics));
+    }
+    progress.update(state.iteration,
+                    seconds_since(run_start) / static_cast<double>(state.iteration - first_iteration));
     report.last_loss = metrics.loss;
     ++report.iterations;
 
@@ -256,6 +262,7 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
     }
     if (due && store) save_checkpoint();
   }
+  progress.clear();
   const double total_seconds = seconds_since(run_start);
   spdlog::info("trained {} iterations in {:.1f} s", state.iteration - first_iteration, total_seconds);
   {
