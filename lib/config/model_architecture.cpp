@@ -176,6 +176,7 @@ std::string to_hf_config_json(const ModelArchitecture& arch) {
   out["rms_norm_eps"] = arch.rms_norm_eps;
   out["rope_theta"] = arch.rope_theta;
   out["attention_bias"] = arch.attention_bias;
+  out["use_sliding_window"] = false;  // sliding-window attention is not supported
   out["tie_word_embeddings"] = arch.tie_word_embeddings;
   out["hidden_act"] = arch.hidden_act;
   out["num_experts"] = arch.num_experts;

@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 
@@ -136,6 +138,50 @@ TEST_CASE("an expert range loads only this rank's experts, by their global HF na
   ModelOptions outside;
   outside.experts = {6, 3};
   CHECK_THROWS_WITH(load_hf_model(fixture, outside), Catch::Contains("model.num_experts"));
+}
+
+}  // namespace
+}  // namespace dyncp::model
+
+namespace dyncp::model {
+namespace {
+
+// The header of a safetensors file, as name -> (dtype, shape), and its metadata.
+std::map<std::string, std::pair<std::string, std::vector<std::int64_t>>> tensor_layout(
+    const std::string& path, std::map<std::string, std::string>* metadata) {
+  const SafetensorsFile file(path);
+  std::map<std::string, std::pair<std::string, std::vector<std::int64_t>>> layout;
+  for (const auto& tensor : file.header().tensors)
+    layout[tensor.name] = {stored_dtype_name(tensor.dtype), tensor.shape};
+  if (metadata != nullptr) *metadata = file.header().metadata;
+  return layout;
+}
+
+TEST_CASE("an HF export has the layout transformers itself writes", "[model][checkpoint]") {
+  // The fixture folder was written by transformers (tools/golden/model); an export of the same
+  // model must have the same tensor names, dtypes (BF16), shapes, header metadata and the
+  // config.json keys transformers wrote.
+  const auto fixture = testing::fixture_dir("qwen3_moe_a");
+  const auto model = load_hf_model(fixture);
+  const auto dir = fs::temp_directory_path() / "dyncp_model_hf_export_layout";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  save_hf_checkpoint(dir.string(), model->parameters(), StoredDType::bf16);
+
+  std::map<std::string, std::string> hf_metadata, our_metadata;
+  const auto hf = tensor_layout(fixture + "/model.safetensors", &hf_metadata);
+  const auto ours = tensor_layout((dir / "model.safetensors").string(), &our_metadata);
+  CHECK(ours == hf);
+  CHECK(our_metadata == hf_metadata);
+
+  const auto hf_config = nlohmann::json::parse(read_text(fs::path(fixture) / "config.json"));
+  const auto our_config = nlohmann::json::parse(read_text(dir / "config.json"));
+  for (const auto& [key, value] : hf_config.items()) {
+    INFO(key);
+    REQUIRE(our_config.contains(key));
+    CHECK(our_config[key] == value);
+  }
+  fs::remove_all(dir);
 }
 
 }  // namespace
