@@ -3,6 +3,8 @@
 // implementations can be compared with ours. Exit codes: 0 ok, 2 bad input, 1 runtime failure.
 
 #include <CLI/CLI.hpp>
+
+#include "../cli_main.hpp"
 #include <cmath>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -118,20 +120,5 @@ int main(int argc, char** argv) {
                "sequences, times router_aux_loss_coef) to the loss and its gradients");
   app.add_flag("--recompute", options.recompute, "Recompute each layer's forward in backward");
   app.set_version_flag("--version", dyncp::core::version_string);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& error) {
-    if (error.get_exit_code() == 0) return app.exit(error);
-    std::cerr << "dyncp-check: error: " << error.what() << " (see dyncp-check --help)\n";
-    return 2;
-  }
-  try {
-    return run(options);
-  } catch (const dyncp::core::Error& error) {
-    std::cerr << "dyncp-check: error: " << error.what() << "\n";
-    return error.exit_code();
-  } catch (const std::exception& error) {
-    std::cerr << "dyncp-check: internal error: " << error.what() << "\n";
-    return 1;
-  }
+  return dyncp::apps::parse_and_run(app, argc, argv, "dyncp-check", [&] { return run(options); });
 }

@@ -4,6 +4,8 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+
+#include "../cli_main.hpp"
 #include <algorithm>
 #include <chrono>
 #include <fstream>
@@ -272,15 +274,8 @@ int main(int argc, char** argv) {
       ->required();
   bench_command->add_option("--repeats", bench.repeats, "Timed passes")->check(CLI::Range(1, 100));
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& error) {
-    if (error.get_exit_code() == 0) return app.exit(error);
-    app.exit(error);
-    return 2;
-  }
-  dyncp::core::setup_logging({});
-  try {
+  return dyncp::apps::parse_and_run(app, argc, argv, "dyncp-data", [&] {
+    dyncp::core::setup_logging({});
     if (*tokenize_command) {
       if (tokenize.text_file.empty() && text_option->count() == 0) {
         dyncp::core::throw_usage_error("tokenize needs --text or --text-file");
@@ -296,12 +291,6 @@ int main(int argc, char** argv) {
     if (*prepare_command) return run_prepare(prepare);
     if (*inspect_command) return run_inspect(inspect);
     if (*bench_command) return run_bench_tokenizer(bench);
-  } catch (const dyncp::core::Error& error) {
-    spdlog::error("{}", error.what());
-    return error.exit_code();
-  } catch (const std::exception& error) {
-    spdlog::error("{}", error.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -3,6 +3,8 @@
 // schema in docs/packing.md). Exit codes: 0 ok, 2 bad usage or input, 1 internal failure.
 
 #include <CLI/CLI.hpp>
+
+#include "../cli_main.hpp"
 #include <algorithm>
 #include <iostream>
 #include <optional>
@@ -232,20 +234,5 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.set_version_flag("--version", dyncp::core::version_string);
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& error) {
-    if (error.get_exit_code() == 0) return app.exit(error);  // --help, --version
-    std::cerr << "dyncp-plan: error: " << error.what() << " (see dyncp-plan --help)\n";
-    return 2;
-  }
-  try {
-    return run(options);
-  } catch (const dyncp::core::Error& error) {
-    std::cerr << "dyncp-plan: error: " << error.what() << "\n";
-    return error.exit_code();
-  } catch (const std::exception& error) {
-    std::cerr << "dyncp-plan: internal error: " << error.what() << "\n";
-    return 1;
-  }
+  return dyncp::apps::parse_and_run(app, argc, argv, "dyncp-plan", [&] { return run(options); });
 }

@@ -2,6 +2,8 @@
 // maps every failure to a message and an exit code: 0 ok, 2 usage/config/data, 1 runtime.
 
 #include <CLI/CLI.hpp>
+
+#include "../cli_main.hpp"
 #include <iostream>
 #include <optional>
 #include <string>
@@ -131,20 +133,5 @@ int main(int argc, char** argv) {
                "Print the generated key reference (the end of docs/config.md)");
   app.set_version_flag("--version", dyncp::core::version_string);
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& error) {
-    if (error.get_exit_code() == 0) return app.exit(error);  // --help, --version
-    std::cerr << "dyncp-train: error: " << error.what() << " (see dyncp-train --help)\n";
-    return 2;
-  }
-  try {
-    return run(options);
-  } catch (const dyncp::core::Error& error) {
-    std::cerr << "dyncp-train: error: " << error.what() << "\n";
-    return error.exit_code();
-  } catch (const std::exception& error) {
-    std::cerr << "dyncp-train: internal error: " << error.what() << "\n";
-    return 1;
-  }
+  return dyncp::apps::parse_and_run(app, argc, argv, "dyncp-train", [&] { return run(options); });
 }

@@ -44,13 +44,12 @@ void CpAttentionContext::begin_bin(const model::SeamContext& context,
                                    const model::LocalBinLayout& layout) {
   local_rows_ = layout.positions.numel();
   attention_pairs_per_layer_ = causal_pairs(layout.positions);
-  layout_.q_cu_seqlens = layout.cu_seqlens;
-  layout_.q_positions = layout.positions;
   if (!distributed()) {
-    layout_.kv_cu_seqlens = layout.cu_seqlens;
-    layout_.kv_positions = layout.positions;
+    local_.begin_bin(context, layout);
     return;
   }
+  layout_.q_cu_seqlens = layout.cu_seqlens;
+  layout_.q_positions = layout.positions;
 
   dist::Comm& group = *group_;
   const std::int64_t ranks = group.size();
@@ -134,7 +133,7 @@ CpAttentionContext::GatheredKv CpAttentionContext::gather_kv(core::Arena& scratc
   return gathered;
 }
 
-void CpAttentionContext::forward(const model::SeamContext& context, int, const Tensor& q,
+void CpAttentionContext::forward(const model::SeamContext& context, int layer, const Tensor& q,
                                  const Tensor& k, const Tensor& v, double scale, const Tensor& out,
                                  ops::AttentionSaved& saved) {
   if (counters_ != nullptr) {
@@ -142,7 +141,7 @@ void CpAttentionContext::forward(const model::SeamContext& context, int, const T
     counters_->attention_query_rows += local_rows_;
   }
   if (!distributed()) {
-    ops::attention_forward(context.ops, q, k, v, layout_, scale, out, saved);
+    local_.forward(context, layer, q, k, v, scale, out, saved);
     return;
   }
   core::Arena& scratch = *context.scratch;
@@ -151,17 +150,17 @@ void CpAttentionContext::forward(const model::SeamContext& context, int, const T
   ops::attention_forward(context.ops, q, gathered.k, gathered.v, layout_, scale, out, saved);
 }
 
-void CpAttentionContext::backward(const model::SeamContext& context, int, const Tensor& dout,
+void CpAttentionContext::backward(const model::SeamContext& context, int layer, const Tensor& dout,
                                   const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& out, const ops::AttentionSaved& saved,
                                   double scale, const Tensor& dq, const Tensor& dk,
                                   const Tensor& dv) {
-  ops::OpContext ops_context = context.ops;
-  ops_context.scratch = context.scratch;
   if (!distributed()) {
-    ops::attention_backward(ops_context, dout, q, k, v, out, saved, layout_, scale, dq, dk, dv);
+    local_.backward(context, layer, dout, q, k, v, out, saved, scale, dq, dk, dv);
     return;
   }
+  ops::OpContext ops_context = context.ops;
+  ops_context.scratch = context.scratch;
   core::Arena& scratch = *context.scratch;
   core::ArenaScope scope(scratch);
   const GatheredKv gathered = gather_kv(scratch, k, v);

@@ -15,10 +15,11 @@
 // forward and backward), compute dQ locally and dK / dV for the gathered rows, reorder back
 // into rank order and reduce-scatter, so rank k receives the sum over the group of the
 // gradients of its own rows.
-// A group of one rank takes the local path with no communication. Every rank of a group must
+// A group of one rank is model::LocalAttentionContext. Every rank of a group must
 // hold the same bin (the schedule guarantees it); a mismatch in row counts is a runtime error.
 
 #include "dist/comm.hpp"
+#include "model/local_seams.hpp"
 #include "model/seams.hpp"
 #include "parallel/comm_timing.hpp"
 
@@ -59,6 +60,7 @@ class CpAttentionContext final : public model::AttentionContext {
   double unreported_ms_ = 0;
   std::int64_t local_rows_ = 0;
   std::int64_t attention_pairs_per_layer_ = 0;
+  model::LocalAttentionContext local_;  // a one-rank group: no communication at all
   ops::VarlenAttentionLayout layout_;
   core::Tensor sequence_to_rank_row_;  // i32 [c * local_rows]: gathered row of each key
 };

@@ -89,7 +89,8 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
     const auto length = source_.length(sample_ids[static_cast<std::size_t>(i)]);
     const auto aligned = packing::align_sequence(length, options_.alignment_multiple,
                                                  options_.fold_alignment_padding);
-    original_lengths_[static_cast<std::size_t>(i)] = length;
+    // With fold_alignment_padding the padded length is reported as the sequence length.
+    original_lengths_[static_cast<std::size_t>(i)] = aligned.original;
     padded_lengths_[static_cast<std::size_t>(i)] = aligned.padded;
     outcome.real_tokens += length;
     outcome.model_flops += cost_model_.sequence_flops(aligned.padded);
@@ -127,15 +128,6 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
     for (const std::int64_t position : p.sample_ids) {
       bin.push_back(source_.sample(sample_ids[static_cast<std::size_t>(position)],
                                    options_.alignment_multiple, options_.pad_token_id));
-      data::Sample& sample = bin.back();
-      if (sample.padded_len != padded_lengths_[static_cast<std::size_t>(position)]) {
-        // fold_alignment_padding or an alignment the source rounded differently: re-pad.
-        sample.tokens.resize(static_cast<std::size_t>(padded_lengths_[static_cast<std::size_t>(position)]),
-                             options_.pad_token_id);
-        sample.labels.resize(sample.tokens.size(), data::ignore_label);
-        sample.loss_mask.resize(sample.tokens.size(), 0);
-        sample.padded_len = padded_lengths_[static_cast<std::size_t>(position)];
-      }
     }
     for (const packing::TokenRange& range : p.local_ranges) {
       const auto& sample = bin[static_cast<std::size_t>(range.sequence)];
