@@ -58,9 +58,8 @@ void append_parallel_keys(std::vector<KeySpec>& keys) {
       {.rules = "dp_balanced only with static CP; default_dynamic_cp and cost_aware only with "
                 "dynamic CP; needs dataset.enable_global_batch_packing"}));
   keys.push_back(make_key("model.cp_comm_type", DYNCP_FIELD(model.cp_comm_type),
-                          "How a CP group exchanges K/V in attention",
-                          {.rules = "a2a and a2a+p2p are not implemented",
-                           .feature = "ring (p2p) context-parallel attention"}));
+                          "How a CP group exchanges K/V in attention (p2p: a ring of K/V blocks)",
+                          {.rules = "a2a and a2a+p2p are not implemented"}));
   keys.push_back(make_key(
       "model.calculate_per_token_loss", DYNCP_FIELD(model.calculate_per_token_loss),
       "Loss summed per token and normalised by the global token count", {.rules = "must be true"}));
@@ -212,14 +211,15 @@ void append_runtime_keys(std::vector<KeySpec>& keys) {
                           {.rules = "must be false (per-token loss normalises by token count)"}));
   keys.push_back(make_key("ddp.use_distributed_optimizer",
                           DYNCP_FIELD(ddp.use_distributed_optimizer),
-                          "Shard optimizer state: dense over the pool, experts over expert-dp",
-                          {.feature = "distributed optimizer"}));
+                          "Shard optimizer state: dense over the pool, experts over expert-dp"));
   keys.push_back(make_key("dist.use_decentralized_pg", DYNCP_FIELD(dist.use_decentralized_pg),
                           "Megatron's decentralized process groups",
                           {.rules = "must be false (dynamic CP groups come from the parallel "
                                     "state)"}));
   keys.push_back(make_key("dist.device", DYNCP_FIELD(dist.device),
-                          "auto: CUDA when a device is visible, else CPU"));
+                          "Device of each rank; auto = cpu until the GPU training step exists",
+                          {.rules = "cuda is refused by training (exit 2) for now; --dry-run "
+                                    "accepts it"}));
   keys.push_back(make_key("dist.eager_dynamic_cp_groups", DYNCP_FIELD(dist.eager_dynamic_cp_groups),
                           "Create every dynamic CP communicator at start-up instead of on first "
                           "use"));

@@ -45,6 +45,8 @@ std::string_view comm_op_name(CommOp op) {
       return "barrier";
     case CommOp::split:
       return "split";
+    case CommOp::send_recv:
+      return "send_recv";
   }
   return "?";
 }
@@ -207,6 +209,29 @@ void Comm::barrier() {
   this->count(CommOp::barrier, 0, 0);
   const CollectiveWatchdog::Guard guard(watchdog_.get(), "barrier", name_, rank_, size_);
   do_barrier();
+}
+
+Comm::PendingSendRecv Comm::start_send_recv(const void* send, std::size_t send_count, int dest_rank,
+                                            void* recv, std::size_t recv_count, int source_rank,
+                                            core::DType dtype, int tag) {
+  check_rank("start_send_recv", "destination", dest_rank);
+  check_rank("start_send_recv", "source", source_rank);
+  this->count(CommOp::send_recv, dest_rank == rank_ ? 0 : bytes_of(send_count, dtype),
+              source_rank == rank_ ? 0 : bytes_of(recv_count, dtype));
+  return {
+      do_start_send_recv(send, send_count, dest_rank, recv, recv_count, source_rank, dtype, tag)};
+}
+
+void Comm::wait(PendingSendRecv& pending) {
+  if (pending.slot < 0) {
+    core::throw_runtime_error(fmt::format(
+        "wait on communicator '{}' (rank {} of {}): no exchange is pending on this handle", name_,
+        rank_, size_));
+  }
+  const CollectiveWatchdog::Guard guard(watchdog_.get(), "send_recv", name_, rank_, size_);
+  const int slot = pending.slot;
+  pending.slot = -1;
+  do_wait(slot);
 }
 
 std::unique_ptr<Comm> Comm::split(int color, int key, std::string name) {

@@ -50,8 +50,9 @@ enum class CommOp : std::uint8_t {
   broadcast,
   barrier,
   split,
+  send_recv,
 };
-inline constexpr std::size_t num_comm_ops = 11;
+inline constexpr std::size_t num_comm_ops = 12;
 std::string_view comm_op_name(CommOp op);
 
 // Bytes are logical payload bytes, independent of the backend's algorithm:
@@ -62,6 +63,7 @@ std::string_view comm_op_name(CommOp op);
 // all_reduce: reduce_scatter + all_gather of n/p-element blocks: 2 n (p - 1) / p each way.
 // all_to_all(v): the blocks addressed to other ranks / from other ranks.
 // broadcast: the root sends n to each of p - 1 ranks; every other rank receives n.
+// send, recv, send_recv: what goes to / comes from another rank (a self-peer moves nothing).
 // A one-rank communicator moves nothing (0 bytes) but still counts calls.
 struct OpCounter {
   std::uint64_t calls = 0;
@@ -120,6 +122,20 @@ class Comm {
   void recv(void* buffer, std::size_t count, core::DType dtype, int source_rank, int tag = 0);
   void broadcast(void* buffer, std::size_t count, core::DType dtype, int root_rank);
   void barrier();
+
+  // Non-blocking point-to-point pair, so a transfer can overlap computation (the CP ring):
+  // sends send_count elements to dest_rank and receives recv_count elements from source_rank
+  // into recv, and returns at once. Neither buffer may be touched until wait() on the handle;
+  // every started exchange must be waited for. Messages between two ranks match in the order
+  // their exchanges were started (NCCL ignores `tag`). A peer equal to this rank is a copy.
+  struct PendingSendRecv {
+    int slot = -1;  // the backend's request slot; -1: nothing pending
+  };
+  PendingSendRecv start_send_recv(const void* send, std::size_t send_count, int dest_rank,
+                                  void* recv, std::size_t recv_count, int source_rank,
+                                  core::DType dtype, int tag = 0);
+  // Returns when both halves are complete (watchdog-guarded); resets the handle.
+  void wait(PendingSendRecv& pending);
 
   // Collective over this communicator: ranks passing the same color >= 0 form a new
   // communicator, ordered by key (ties by rank here); color < 0 yields nullptr.
@@ -184,6 +200,11 @@ class Comm {
                        int tag) = 0;
   virtual void do_broadcast(void* buffer, std::size_t count, core::DType dtype, int root_rank) = 0;
   virtual void do_barrier() = 0;
+  // Returns a slot >= 0 that do_wait() receives back.
+  virtual int do_start_send_recv(const void* send, std::size_t send_count, int dest_rank,
+                                 void* recv, std::size_t recv_count, int source_rank,
+                                 core::DType dtype, int tag) = 0;
+  virtual void do_wait(int slot) = 0;
   virtual std::unique_ptr<Comm> do_split(int color, int key, std::string name) = 0;
   // Host counts in and out. The default is an all_to_all of one i64 per peer on the given
   // buffers, right for host backends; a device backend stages them through device memory.

@@ -206,6 +206,43 @@ class MpiComm final : public Comm {
     }
   }
 
+  int do_start_send_recv(const void* send, std::size_t send_count, int dest_rank, void* recv,
+                         std::size_t recv_count, int source_rank, core::DType dtype,
+                         int tag) override {
+    int slot = 0;
+    if (free_slots_.empty()) {
+      slot = static_cast<int>(pending_.size());
+      pending_.emplace_back();
+    } else {
+      slot = free_slots_.back();
+      free_slots_.pop_back();
+    }
+    PendingPair& pair = pending_[static_cast<std::size_t>(slot)];
+    pair.recv_count = recv_count;
+    pair.dtype = dtype;
+    pair.source_rank = source_rank;
+    // The receive is posted first so a self-exchange or an eager peer finds it waiting.
+    DYNCP_MPI_CHECK(MPI_Irecv(recv, as_mpi_count(recv_count, context()), mpi_type(dtype),
+                              source_rank, tag, comm_, &pair.requests[0]));
+    DYNCP_MPI_CHECK(MPI_Isend(send, as_mpi_count(send_count, context()), mpi_type(dtype), dest_rank,
+                              tag, comm_, &pair.requests[1]));
+    return slot;
+  }
+
+  void do_wait(int slot) override {
+    PendingPair& pair = pending_[static_cast<std::size_t>(slot)];
+    free_slots_.push_back(slot);
+    MPI_Status statuses[2];
+    DYNCP_MPI_CHECK(MPI_Waitall(2, pair.requests, statuses));
+    int received = 0;
+    MPI_Get_count(&statuses[0], mpi_type(pair.dtype), &received);
+    if (static_cast<std::size_t>(received) != pair.recv_count) {
+      core::throw_runtime_error(
+          fmt::format("{}: send_recv from rank {} expected {} elements, got {}", context(),
+                      pair.source_rank, pair.recv_count, received));
+    }
+  }
+
   void do_broadcast(void* buffer, std::size_t count, core::DType dtype, int root_rank) override {
     DYNCP_MPI_CHECK(
         MPI_Bcast(buffer, as_mpi_count(count, context()), mpi_type(dtype), root_rank, comm_));
@@ -262,7 +299,17 @@ class MpiComm final : public Comm {
                                   mpi_type(dtype), comm_));
   }
 
+  // One started send_recv: its receive and send requests. Slots are reused (grow-only).
+  struct PendingPair {
+    MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    std::size_t recv_count = 0;
+    core::DType dtype = core::DType::u8;
+    int source_rank = 0;
+  };
+
   MPI_Comm comm_;
+  std::vector<PendingPair> pending_;
+  std::vector<int> free_slots_;
   // Grow-only scratch: after the first steps no call allocates.
   std::vector<std::byte> scratch_;
   std::vector<std::size_t> block_counts_;

@@ -251,6 +251,31 @@ void NcclComm::do_recv(void* buffer, std::size_t count, core::DType dtype, int s
   finish("recv");
 }
 
+int NcclComm::do_start_send_recv(const void* send, std::size_t send_count, int dest_rank,
+                                 void* recv, std::size_t recv_count, int source_rank,
+                                 core::DType dtype, int /*tag: NCCL matches by call order*/) {
+  DYNCP_NCCL_CHECK(ncclGroupStart());
+  if (send_count > 0 && dest_rank != rank()) {
+    DYNCP_NCCL_CHECK(
+        ncclSend(send, send_count, nccl_type(dtype), dest_rank, handles_->comm, handles_->stream));
+  }
+  if (recv_count > 0 && source_rank != rank()) {
+    DYNCP_NCCL_CHECK(ncclRecv(recv, recv_count, nccl_type(dtype), source_rank, handles_->comm,
+                              handles_->stream));
+  }
+  DYNCP_NCCL_CHECK(ncclGroupEnd());
+  if (dest_rank == rank() && source_rank == rank() && recv_count > 0) {
+    DYNCP_CUDA_CHECK(cudaMemcpyAsync(recv, send, recv_count * core::dtype_size(dtype),
+                                     cudaMemcpyDeviceToDevice, handles_->stream));
+  }
+  check_async("start_send_recv");
+  return 0;
+}
+
+void NcclComm::do_wait(int /*slot: one stream, waiting drains it*/) {
+  synchronize();
+}
+
 void NcclComm::do_broadcast(void* buffer, std::size_t count, core::DType dtype, int root_rank) {
   DYNCP_NCCL_CHECK(ncclBroadcast(buffer, buffer, count, nccl_type(dtype), root_rank, handles_->comm,
                                  handles_->stream));

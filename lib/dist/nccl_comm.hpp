@@ -14,6 +14,9 @@
 //    communicators are also aborted by abort_job.
 //  - all_gather_v and all_to_all_v are grouped ncclSend/ncclRecv; send/recv ignore `tag`
 //    (NCCL matches point-to-point calls by order); barrier is a one-element all-reduce.
+//  - start_send_recv enqueues a grouped ncclSend/ncclRecv on the stream and returns without
+//    waiting (even when synchronous); wait() synchronizes the stream, so it also waits for
+//    anything enqueued after that exchange.
 //  - Reduction order is NCCL's: identical on every rank and run to run for one NCCL version,
 //    topology and algorithm (pin NCCL_ALGO / NCCL_PROTO to keep it across jobs), but not the
 //    rank order MpiComm guarantees.
@@ -68,6 +71,10 @@ class NcclComm final : public Comm {
                int tag) override;
   void do_broadcast(void* buffer, std::size_t count, core::DType dtype, int root_rank) override;
   void do_barrier() override;
+  int do_start_send_recv(const void* send, std::size_t send_count, int dest_rank, void* recv,
+                         std::size_t recv_count, int source_rank, core::DType dtype,
+                         int tag) override;
+  void do_wait(int slot) override;
   std::unique_ptr<Comm> do_split(int color, int key, std::string name) override;
   void do_exchange_counts(std::span<const std::size_t> send_counts,
                           std::span<std::size_t> recv_counts) override;

@@ -22,15 +22,16 @@
 #include "model/local_seams.hpp"
 #include "model/seams.hpp"
 #include "parallel/comm_timing.hpp"
+#include "parallel/group_attention.hpp"
 
 namespace dyncp::parallel {
 
-class CpAttentionContext final : public model::AttentionContext {
+class CpAttentionContext final : public GroupAttentionContext {
  public:
   explicit CpAttentionContext(SeamCounters* counters = nullptr) : counters_(counters) {}
 
   // The runtime group of the next bin (nullptr or a one-rank group: local attention).
-  void set_group(dist::Comm* group) { group_ = group; }
+  void set_group(dist::Comm* group) override { group_ = group; }
 
   void begin_bin(const model::SeamContext& context, const model::LocalBinLayout& layout) override;
   void forward(const model::SeamContext& context, int layer, const core::Tensor& q,

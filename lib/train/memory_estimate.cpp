@@ -102,6 +102,17 @@ std::int64_t count_parameters(const config::ModelArchitecture& a) {
   return total;
 }
 
+std::int64_t count_expert_parameters(const config::ModelArchitecture& a) {
+  std::int64_t total = 0;
+  const auto add = [&total](std::int64_t numel) { total += (numel + 15) / 16 * 16; };
+  for (std::int64_t layer = 0; layer < a.num_hidden_layers; ++layer) {
+    if (!a.is_moe_layer(layer)) continue;
+    add(a.num_experts * 2 * a.moe_intermediate_size * a.hidden_size);
+    add(a.num_experts * a.moe_intermediate_size * a.hidden_size);
+  }
+  return total;
+}
+
 MemoryEstimate estimate_memory(const MemoryEstimateInput& input) {
   const auto& a = input.architecture;
   const Shape s = shape_of(a);
@@ -112,9 +123,24 @@ MemoryEstimate estimate_memory(const MemoryEstimateInput& input) {
   const std::string parameters = with_commas(static_cast<double>(out.num_parameters)) + " fp32";
   out.lines.push_back({"weights", parameter_bytes, parameters});
   out.lines.push_back({"gradients", parameter_bytes, parameters});
-  out.lines.push_back({"AdamW moments", 2 * parameter_bytes,
-                       "exp_avg + exp_avg_sq, full size (only owned ranges are updated)"});
-  out.parameter_state_bytes = 4 * parameter_bytes;
+  if (input.distributed_optimizer && input.pool_size > 1) {
+    const std::int64_t pool = input.pool_size;
+    const std::int64_t experts = count_expert_parameters(a);
+    const std::int64_t dense = out.num_parameters - experts;
+    const double owned =
+        static_cast<double>((dense + pool - 1) / pool + (experts + pool - 1) / pool);
+    out.lines.push_back(
+        {"AdamW moments", 2 * owned * bytes_per_value,
+         "exp_avg + exp_avg_sq of this rank's pieces: dense over " + std::to_string(pool) +
+             " pool ranks, experts over " +
+             std::to_string(pool / std::max<std::int64_t>(input.expert_model_parallel_size, 1)) +
+             " expert-DP ranks (distributed optimizer)"});
+    out.parameter_state_bytes = 2 * parameter_bytes + 2 * owned * bytes_per_value;
+  } else {
+    out.lines.push_back({"AdamW moments", 2 * parameter_bytes,
+                         "exp_avg + exp_avg_sq, full size (only owned ranges are updated)"});
+    out.parameter_state_bytes = 4 * parameter_bytes;
+  }
 
   double all_layers = 0;
   double largest_layer = 0;
@@ -153,10 +179,16 @@ MemoryEstimate estimate_memory(const MemoryEstimateInput& input) {
       {"cross-entropy chunk", token_chunk * (vocab_chunk + 2 * s.hidden + 5) * bytes_per_value,
        with_commas(token_chunk) + " tokens x " + with_commas(vocab_chunk) + " vocab tile"});
   const double group = static_cast<double>(input.largest_cp_group);
-  out.lines.push_back(
-      {"CP all-gather",
-       input.largest_cp_group > 1 ? 5 * group * tokens * s.kv_width * bytes_per_value : 0.0,
-       "K, V, dK, dV + staging of a group of " + std::to_string(input.largest_cp_group)});
+  if (input.cp_comm_type == config::CpCommType::p2p) {
+    out.lines.push_back(
+        {"CP ring", input.largest_cp_group > 1 ? 10 * tokens * s.kv_width * bytes_per_value : 0.0,
+         "K/V blocks in flight + dK/dV accumulators, any group size"});
+  } else {
+    out.lines.push_back(
+        {"CP all-gather",
+         input.largest_cp_group > 1 ? 5 * group * tokens * s.kv_width * bytes_per_value : 0.0,
+         "K, V, dK, dV + staging of a group of " + std::to_string(input.largest_cp_group)});
+  }
   out.lines.push_back({"EP dispatch",
                        input.expert_model_parallel_size > 1 && any_moe
                            ? 2 * tokens * s.top_k * s.hidden * bytes_per_value
@@ -179,6 +211,9 @@ MemoryEstimateInput memory_estimate_input(const config::ConfigContainer& config)
   if (!config.model.dynamic_context_parallel)
     input.largest_cp_group = config.model.context_parallel_size;
   input.expert_model_parallel_size = config.model.expert_model_parallel_size;
+  input.pool_size = config.layout.pool_size;
+  input.distributed_optimizer = config.ddp.use_distributed_optimizer;
+  input.cp_comm_type = config.model.cp_comm_type;
   return input;
 }
 

@@ -5,6 +5,9 @@
 // Persistent state (every rank holds the whole model: EP ranks compute only their experts but
 // keep all of them, and the optimizer keeps full-size moment buffers while updating only the
 // ranges it owns): weights, gradients, AdamW exp_avg and exp_avg_sq, 4 bytes per parameter each.
+// With the distributed optimizer the moments cover only this rank's pieces: ceil(dense / pool)
+// + ceil(experts / pool) elements (an EP index's experts are split over its pool / ep
+// expert-DP ranks).
 //
 // Per-bin memory at T = max_seqlen_per_dp_cp_rank local tokens (a zigzag shard never holds
 // more rows than that), following what lib/model saves for backward:
@@ -19,6 +22,8 @@
 //   cross-entropy     one token_chunk x vocab_chunk logits tile and its row buffers
 //   CP all-gather     K and V of the largest group (c x T rows), their rank-order staging copy
 //                     and dK/dV: 5 x c x T x Hkv x d
+//   CP ring           (cp_comm_type p2p, instead) K/V blocks in flight and dK/dV accumulators:
+//                     10 x T x Hkv x d whatever c (docs/dist.md)
 //   EP dispatch       arrived + expert outputs, T x k rows each (balanced routing; skewed
 //                     routing can exceed this)
 // Hybrid (Qwen3.5) layouts are estimated as if every layer were full attention.
@@ -37,6 +42,9 @@ struct MemoryEstimateInput {
   bool recompute_full = false;
   std::int64_t largest_cp_group = 1;  // largest runtime CP group a bin may use
   std::int64_t expert_model_parallel_size = 1;
+  std::int64_t pool_size = 1;          // dp x cp: the dense state's shards
+  bool distributed_optimizer = false;  // ddp.use_distributed_optimizer
+  config::CpCommType cp_comm_type = config::CpCommType::all_gather;
   std::int64_t cross_entropy_token_chunk = 256;  // model::ModelOptions defaults
   std::int64_t cross_entropy_vocab_chunk = 32768;
 };
@@ -58,6 +66,8 @@ struct MemoryEstimate {
 // Values a Qwen3-MoE architecture stores, as lib/model lays them out: tied embeddings once,
 // every tensor rounded up to 16 values.
 std::int64_t count_parameters(const config::ModelArchitecture& architecture);
+// The part of count_parameters in routed experts' tensors (gate_up and down of MoE layers).
+std::int64_t count_expert_parameters(const config::ModelArchitecture& architecture);
 
 MemoryEstimate estimate_memory(const MemoryEstimateInput& input);
 

@@ -1,8 +1,15 @@
 #pragma once
 // AdamW over the parameter ranges this rank owns (parallel::ParameterPartition): every dense
-// parameter, and the experts of this rank's EP index. Moments are fp32 flat buffers the size
-// of the parameter buffer (only owned ranges are touched). Weight decay is off for norm
-// weights. Gradient normalisation and clipping arrive as one `grad_scale`.
+// parameter, and the experts of this rank's EP index. Weight decay is off for norm weights.
+// Gradient normalisation and clipping arrive as one `grad_scale`.
+//
+// Two ways to hold the state:
+//   replicated   fp32 moments the size of the parameter buffer (only owned ranges touched);
+//   distributed  (ddp.use_distributed_optimizer) moments only for this rank's pieces
+//                (parallel::OptimizerShards: 1/pool of the dense state, 1/expert-DP of its
+//                experts' state), packed; each step updates the pieces of the parameters and
+//                all-gathers them back (parallel::ShardedStateSync).
+// Checkpoints see full-size moments either way (full_size_moments and the calls after it).
 
 #include <cstdint>
 #include <vector>
@@ -10,6 +17,7 @@
 #include "model/qwen3_moe_parameters.hpp"
 #include "ops/adamw.hpp"
 #include "parallel/parameter_partition.hpp"
+#include "parallel/sharded_state_sync.hpp"
 
 namespace dyncp::train {
 
@@ -22,26 +30,54 @@ struct AdamWSettings {
 
 class AdamWOptimizer {
  public:
+  // Replicated state.
   AdamWOptimizer(const model::Qwen3MoeParameters& parameters,
                  const parallel::ParameterPartition& partition, const AdamWSettings& settings);
+  // Distributed state: the gradients given to step() must have been reduce-scattered by
+  // `sync` (train::StepEngine does so when its options ask for the distributed optimizer).
+  AdamWOptimizer(const model::Qwen3MoeParameters& parameters, parallel::ShardedStateSync& sync,
+                 const AdamWSettings& settings);
 
-  // One update with learning rate `lr`; `step` counts from 1 (bias correction).
+  // One update with learning rate `lr`; `step` counts from 1 (bias correction). Distributed:
+  // collective (the parameter all-gather).
   void step(double lr, std::int64_t step, double grad_scale);
 
+  bool distributed() const { return sync_ != nullptr; }
+  // The moments held: full-size (replicated) or this rank's pieces packed in owned_ranges
+  // order (distributed).
   core::Tensor exp_avg() const { return exp_avg_; }
   core::Tensor exp_avg_sq() const { return exp_avg_sq_; }
-  // Bytes of optimizer state this rank actually uses (owned ranges x 2 moments x 4 bytes).
-  std::int64_t owned_state_bytes() const;
+  // Bytes of optimizer state this rank uses (owned elements x 2 moments x 4 bytes).
+  std::int64_t owned_state_bytes() const { return 2 * 4 * owned_elements_; }
+
+  // Moments laid out like parameters.all_values(), the layout-independent checkpoint form.
+  struct FullSizeMoments {
+    core::Tensor exp_avg;
+    core::Tensor exp_avg_sq;
+  };
+  // Replicated: the optimizer's own buffers. Distributed: new zeroed buffers.
+  FullSizeMoments full_size_moments() const;
+  // Distributed: every owner's pieces into `full` (collective; afterwards the dense ranges and
+  // this EP index's experts are complete, as in the replicated buffers). Replicated: nothing.
+  void gather_full_size_moments(const FullSizeMoments& full);
+  // Takes this rank's state from full-size moments (as read from a checkpoint).
+  void load_full_size_moments(const FullSizeMoments& full);
 
  private:
   struct RangeViews {
     core::Tensor param, grad, exp_avg, exp_avg_sq;
     bool weight_decay;
   };
+  void add_range(const model::Qwen3MoeParameters& parameters, const parallel::ParameterRange& range,
+                 std::int64_t moment_offset);
+
   AdamWSettings settings_;
-  const parallel::ParameterPartition& partition_;
+  parallel::ShardedStateSync* sync_ = nullptr;
+  float* values_ = nullptr;
+  core::Shape full_shape_;
   core::Tensor exp_avg_;
   core::Tensor exp_avg_sq_;
+  std::int64_t owned_elements_ = 0;
   std::vector<RangeViews> ranges_;
 };
 

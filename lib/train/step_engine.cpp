@@ -28,15 +28,25 @@ StepEngine::StepEngine(model::Qwen3MoeModel& model, dist::ParallelState& paralle
       source_(source),
       options_(options),
       cost_model_(packing::model_cost_from_architecture(model.architecture()), options.cost_model),
-      attention_(&counters_),
+      attention_(parallel::make_cp_attention_context(options.cp_comm_type, &counters_)),
       experts_(parallel_state.expert_parallel(), model.architecture().num_experts,
                model.architecture().num_hidden_layers, &counters_),
       statistics_(&counters_),
       partition_(parallel::partition_parameters(model.parameters(), experts_.first_local_expert(),
-                                                experts_.num_local_experts())),
-      gradient_sync_(partition_, model.parameters().all_grads().data<float>(),
-                     parallel_state.pool(), parallel_state.expert_data_parallel(),
-                     parallel_state.expert_parallel()) {}
+                                                experts_.num_local_experts())) {
+  if (options.distributed_optimizer) {
+    dist::Comm& pool = parallel_state.pool();
+    dist::Comm& expert_data_parallel = parallel_state.expert_data_parallel();
+    sharded_state_sync_ = std::make_unique<parallel::ShardedStateSync>(
+        parallel::plan_optimizer_shards(partition_, pool.size(), pool.rank(),
+                                        expert_data_parallel.size(), expert_data_parallel.rank()),
+        pool, expert_data_parallel);
+  } else {
+    gradient_sync_.emplace(partition_, model.parameters().all_grads().data<float>(),
+                           parallel_state.pool(), parallel_state.expert_data_parallel(),
+                           parallel_state.expert_parallel());
+  }
+}
 
 packing::Schedule StepEngine::make_schedule(std::span<const std::int64_t> padded_lengths) const {
   const dist::ParallelLayout& layout = parallel_state_.layout();
@@ -155,7 +165,7 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
     const model::PackedBin& bin = bin_builder_.build(p, samples[static_cast<std::size_t>(m)]);
     outcome.time.data_ms += elapsed_ms(build_start);
     dist::Comm* group = runtime_group(p.group_size);
-    attention_.set_group(group);
+    attention_->set_group(group);
     statistics_.set_group(group);
     model::BinOptions bin_options;
     bin_options.compute_gradients = compute_gradients;
@@ -163,7 +173,7 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
     bin_options.aux_num_sequences_global = batch_size;
     bin_options.aux_loss_grad_scale = 1.0;
     const model::BinResult result =
-        model_.run_bin(bin, {&attention_, &experts_, &statistics_}, bin_options);
+        model_.run_bin(bin, {attention_.get(), &experts_, &statistics_}, bin_options);
     local_sums[0] += result.loss_sum;
     if (p.rank_in_group == 0) local_sums[1] += result.aux_loss;
   }
@@ -173,10 +183,16 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
   outcome.time.compute_ms = std::max(0.0, bins_ms - counters_.cp_comm_ms - counters_.ep_comm_ms);
 
   clock = std::chrono::steady_clock::now();
-  if (compute_gradients) gradient_sync_.reduce_gradients();
+  float* gradients = model_.parameters().all_grads().data<float>();
+  if (compute_gradients && sharded_state_sync_) sharded_state_sync_->reduce_scatter(gradients);
+  if (compute_gradients && gradient_sync_) gradient_sync_->reduce_gradients();
   parallel_state_.pool().all_reduce(local_sums, local_sums, 2, core::DType::f64,
                                     dist::ReduceOp::sum);
-  if (compute_gradients) outcome.grad_sum_of_squares = gradient_sync_.global_sum_of_squares();
+  if (compute_gradients) {
+    outcome.grad_sum_of_squares = sharded_state_sync_
+                                      ? sharded_state_sync_->global_sum_of_squares(gradients)
+                                      : gradient_sync_->global_sum_of_squares();
+  }
   outcome.time.grad_sync_ms += elapsed_ms(clock);
 
   // Bytes this rank sent in the step, summed over the pool (the sum itself is not counted).

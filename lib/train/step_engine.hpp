@@ -5,7 +5,8 @@
 //
 //   positions 0..GBS-1 of the global batch -> padded lengths -> Schedule (every rank computes
 //   the same one) -> dynamic CP groups ensured -> for each microbatch: this rank's samples ->
-//   zigzag bin -> model forward+backward on the runtime group -> gradient sync.
+//   zigzag bin -> model forward+backward on the runtime group -> gradient sync (all-reduce,
+//   or with the distributed optimizer a reduce-scatter that leaves each rank its pieces).
 //
 // Normalisation (docs/architecture.md §4.6): the loss is the sum of token losses over the
 // global batch divided by its loss tokens N, known before the step from the data, so each
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -25,11 +27,12 @@
 #include "packing/cost_model.hpp"
 #include "packing/schedule.hpp"
 #include "parallel/comm_timing.hpp"
-#include "parallel/cp_attention.hpp"
 #include "parallel/ep_dispatcher.hpp"
 #include "parallel/gradient_sync.hpp"
+#include "parallel/group_attention.hpp"
 #include "parallel/group_statistics.hpp"
 #include "parallel/parameter_partition.hpp"
+#include "parallel/sharded_state_sync.hpp"
 #include "train/bin_builder.hpp"
 #include "train/step_metrics.hpp"
 
@@ -41,7 +44,11 @@ struct StepEngineOptions {
   std::int64_t alignment_multiple = 1;
   bool fold_alignment_padding = false;
   std::int32_t pad_token_id = 0;
+  config::CpCommType cp_comm_type = config::CpCommType::all_gather;  // how CP attention exchanges K/V
   packing::CostModelParameters cost_model;  // for the cost_aware scheduler and FLOP counts
+  // Reduce-scatter gradients for a sharded optimizer (train::AdamWOptimizer built on
+  // sharded_state_sync()) instead of all-reducing them.
+  bool distributed_optimizer = false;
 };
 
 // What one step's forward/backward produced, reduced over the pool.
@@ -65,13 +72,16 @@ class StepEngine {
              const data::SampleSource& source, const StepEngineOptions& options);
 
   // Zeroes the gradients, runs every microbatch of the batch (dataset sample ids, in batch
-  // order) and leaves normalised, synchronised gradients in the model's gradient buffer.
+  // order) and leaves normalised, synchronised gradients in the model's gradient buffer: at
+  // every owned range, or with the distributed optimizer only at this rank's pieces.
   StepOutcome forward_backward(std::span<const std::int64_t> sample_ids);
   // The same schedule and bins, forward only: the loss of a held-out batch. Gradients are
   // left untouched.
   StepOutcome evaluate(std::span<const std::int64_t> sample_ids);
 
   const parallel::ParameterPartition& partition() const { return partition_; }
+  // The distributed optimizer's shards and collectives; nullptr unless the options ask for it.
+  parallel::ShardedStateSync* sharded_state_sync() { return sharded_state_sync_.get(); }
   const parallel::SeamCounters& seam_counters() const { return counters_; }
   const packing::Schedule& last_schedule() const { return schedule_; }
 
@@ -86,11 +96,12 @@ class StepEngine {
   StepEngineOptions options_;
   packing::CostModel cost_model_;
   parallel::SeamCounters counters_;
-  parallel::CpAttentionContext attention_;
+  std::unique_ptr<parallel::GroupAttentionContext> attention_;
   parallel::EpExpertDispatcher experts_;
   parallel::GroupStatisticsReducer statistics_;
   parallel::ParameterPartition partition_;
-  parallel::GradientSync gradient_sync_;
+  std::optional<parallel::GradientSync> gradient_sync_;             // replicated optimizer state
+  std::unique_ptr<parallel::ShardedStateSync> sharded_state_sync_;  // distributed optimizer
   BinBuilder bin_builder_;
   packing::Schedule schedule_;
   std::vector<std::int64_t> original_lengths_;

@@ -37,6 +37,13 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& world) {
+  // The CUDA kernels exist (kernels/, checked by tools/gpu-check.sh) but no step runs on them
+  // yet, so `auto` resolves to the CPU and an explicit `cuda` is refused up front.
+  if (config.dist.device == config::Device::cuda) {
+    core::throw_config_error("dist.device",
+                             "cuda: this build has no GPU training step yet (docs/cuda.md); use "
+                             "cpu, or auto (= cpu until the GPU step exists)");
+  }
   TrainerReport report;
   const auto& model_config = config.model;
   const dist::ParallelLayout layout = dist::layout_for_world(
@@ -84,10 +91,12 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
   engine_options.alignment_multiple = config.layout.alignment_multiple;
   engine_options.fold_alignment_padding = config.dataset.fold_alignment_padding;
   engine_options.pad_token_id = training_data.pad_token_id;
+  engine_options.cp_comm_type = model_config.cp_comm_type;
   engine_options.cost_model.device_flops_per_second = config.packing.device_flops_per_second;
   engine_options.cost_model.link_bytes_per_second = config.packing.link_bytes_per_second;
   engine_options.cost_model.collective_latency_seconds = config.packing.collective_latency_seconds;
   engine_options.cost_model.microbatch_overhead_seconds = config.packing.microbatch_overhead_seconds;
+  engine_options.distributed_optimizer = config.ddp.use_distributed_optimizer;
   // A sample longer than the largest group can hold can never be scheduled: say which, now,
   // rather than when a global batch first draws it.
   const std::int64_t largest_group =
@@ -109,8 +118,10 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
                               largest_group * engine_options.max_seqlen_per_dp_cp_rank,
                               engine_options.alignment_multiple,
                               "the largest CP group's capacity (validation data)");
+    StepEngineOptions validation_options = engine_options;
+    validation_options.distributed_optimizer = false;  // forward only: no gradients to shard
     validation_engine = std::make_unique<StepEngine>(model, parallel_state,
-                                                     *validation_data->source, engine_options);
+                                                     *validation_data->source, validation_options);
   }
   const auto validation_loss = [&]() -> double {
     data::SamplerOptions options = sampler_options(config);
@@ -131,7 +142,15 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
   adam.beta2 = config.optimizer.adam_beta2;
   adam.eps = config.optimizer.adam_eps;
   adam.weight_decay = config.optimizer.weight_decay;
-  AdamWOptimizer optimizer(model.parameters(), engine.partition(), adam);
+  AdamWOptimizer optimizer =
+      engine.sharded_state_sync() != nullptr
+          ? AdamWOptimizer(model.parameters(), *engine.sharded_state_sync(), adam)
+          : AdamWOptimizer(model.parameters(), engine.partition(), adam);
+  if (optimizer.distributed()) {
+    spdlog::info("distributed optimizer: this rank holds {} of the state's elements ({:.1f} MiB)",
+                 optimizer.exp_avg().numel(),
+                 static_cast<double>(optimizer.owned_state_bytes()) / (1024.0 * 1024.0));
+  }
   LrSchedule lr_schedule;
   lr_schedule.max_lr = config.optimizer.lr;
   lr_schedule.min_lr = config.optimizer.min_lr;
@@ -145,8 +164,10 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
   if (!config.checkpoint.load.empty()) {
     const auto latest = CheckpointStore::find_latest(config.checkpoint.load);
     if (latest) {
-      state = read_training_checkpoint(*latest, model.parameters(), optimizer.exp_avg(),
-                                       optimizer.exp_avg_sq());
+      const AdamWOptimizer::FullSizeMoments moments = optimizer.full_size_moments();
+      state = read_training_checkpoint(*latest, model.parameters(), moments.exp_avg,
+                                       moments.exp_avg_sq);
+      optimizer.load_full_size_moments(moments);
       spdlog::info("resumed from {} at iteration {} ({} samples consumed)", latest->string(),
                    state.iteration, state.consumed_samples);
     } else {
@@ -164,14 +185,18 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
                                               static_cast<int>(config.checkpoint.most_recent_k));
   }
   const auto save_checkpoint = [&] {
-    const core::Tensor buffers[] = {model.parameters().all_values(), optimizer.exp_avg(),
-                                    optimizer.exp_avg_sq()};
+    // The checkpoint holds full-size moments whatever the layout: the distributed optimizer's
+    // pieces are gathered into temporary full-size buffers first.
+    const AdamWOptimizer::FullSizeMoments moments = optimizer.full_size_moments();
+    optimizer.gather_full_size_moments(moments);
+    const core::Tensor buffers[] = {model.parameters().all_values(), moments.exp_avg,
+                                    moments.exp_avg_sq};
     parallel::gather_expert_replicas(model.parameters(), buffers, parallel_state.expert_parallel());
     if (world.rank() == 0 && store) {
       const fs::path folder = store->begin(state.iteration);
       try {
-        write_training_checkpoint(folder, model.parameters(), optimizer.exp_avg(),
-                                  optimizer.exp_avg_sq(), state);
+        write_training_checkpoint(folder, model.parameters(), moments.exp_avg, moments.exp_avg_sq,
+                                  state);
         spdlog::info("checkpoint saved: {}", store->commit(state.iteration).string());
       } catch (const core::Error& error) {
         store->abandon(state.iteration);
@@ -202,10 +227,20 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
     metrics.grad_norm = std::sqrt(outcome.grad_sum_of_squares);
     metrics.lr = lr_schedule.lr_at(state.iteration);
     const bool finite = std::isfinite(metrics.loss) && std::isfinite(metrics.grad_norm);
+    std::int64_t optimizer_comm_bytes = 0;
     const auto optimizer_start = std::chrono::steady_clock::now();
     if (finite) {
       const double clip = ops::clip_coefficient(metrics.grad_norm, config.optimizer.clip_grad);
+      const std::uint64_t bytes_before = parallel_state.total_counters().total().bytes_sent;
       optimizer.step(metrics.lr, state.iteration + 1, clip);
+      // The distributed optimizer's parameter all-gather belongs to the step's traffic too.
+      if (optimizer.distributed()) {
+        auto gathered = static_cast<std::int64_t>(
+            parallel_state.total_counters().total().bytes_sent - bytes_before);
+        parallel_state.pool().all_reduce(&gathered, &gathered, 1, core::DType::i64,
+                                         dist::ReduceOp::sum);
+        optimizer_comm_bytes = gathered;
+      }
     } else {
       ++state.skipped_steps;
       if (config.train.stop_on_nan) {
@@ -231,7 +266,7 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
     metrics.tflops_per_device = outcome.model_flops / (metrics.elapsed_ms / 1e3) / 1e12 / world.size();
     metrics.microbatches = outcome.microbatches;
     metrics.group_sizes = outcome.group_sizes;
-    metrics.comm_bytes = outcome.comm_bytes;
+    metrics.comm_bytes = outcome.comm_bytes + optimizer_comm_bytes;
     if (validation_engine && (state.iteration % *config.validation.eval_interval == 0 ||
                               state.iteration == config.train.train_iters)) {
       metrics.validation_loss = validation_loss();

@@ -254,11 +254,14 @@ TEST_CASE("several broken rules are all reported in one error", "[config]") {
 
 TEST_CASE("unbuilt features are listed with the keys that ask for them", "[config]") {
   CHECK(unbuilt_features(resolved()).empty());
-  const auto features =
-      unbuilt_features(resolved({"model.cp_comm_type=p2p", "ddp.use_distributed_optimizer=true"}));
+  CHECK(unbuilt_features(resolved({"model.cp_comm_type=p2p"})).empty());  // the ring is built
+  CHECK(unbuilt_features(resolved({"ddp.use_distributed_optimizer=true"})).empty());
+  const auto features = unbuilt_features(
+      resolved({"mixed_precision=bf16_mixed", "optimizer.use_precision_aware_optimizer=true"}));
   REQUIRE(features.size() == 2);
-  CHECK_THAT(features[0], Contains("model.cp_comm_type=p2p"));
-  CHECK_THAT(features[1], Contains("distributed optimizer (ddp.use_distributed_optimizer=true)"));
+  CHECK_THAT(features[0], Contains("precision-aware optimizer "
+                                   "(optimizer.use_precision_aware_optimizer=true)"));
+  CHECK_THAT(features[1], Contains("bf16 mixed precision (mixed_precision=bf16_mixed)"));
 }
 
 TEST_CASE("valid but suspicious settings give warnings", "[config]") {

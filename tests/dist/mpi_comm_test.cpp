@@ -208,6 +208,51 @@ TEST_CASE("comm: send/recv around a ring, broadcast and barrier", "[dist][mpi][c
                       Catch::Contains("destination rank"));
 }
 
+TEST_CASE("comm: non-blocking send_recv passes blocks round a ring and counts its bytes",
+          "[dist][mpi][comm]") {
+  Comm& world = test_world();
+  const int me = world.rank();
+  const int size = world.size();
+  const int next = (me + 1) % size;
+  const int previous = (me + size - 1) % size;
+  const CommCounters before = world.counters();
+  // Two exchanges in flight at once (as the ring's K and V), then size - 1 steps: after step i
+  // this rank holds the block of rank (me - i - 1) mod size.
+  std::vector<float> held = data_of<float>(me, 2000), incoming(2000);
+  std::vector<std::int64_t> held_ids(3, me), incoming_ids(3);
+  for (int step = 0; step + 1 < size; ++step) {
+    Comm::PendingSendRecv blocks =
+        world.start_send_recv(held.data(), held.size(), next, incoming.data(), incoming.size(),
+                              previous, dyncp::core::DType::f32, 11);
+    Comm::PendingSendRecv ids = world.start_send_recv(held_ids.data(), 3, next, incoming_ids.data(),
+                                                      3, previous, dyncp::core::DType::i64, 12);
+    world.wait(ids);
+    world.wait(blocks);
+    CHECK(blocks.slot == -1);
+    held.swap(incoming);
+    held_ids.swap(incoming_ids);
+    const int source = ((me - step - 1) % size + size) % size;
+    REQUIRE(held == data_of<float>(source, 2000));
+    REQUIRE(held_ids == std::vector<std::int64_t>(3, source));
+  }
+  const OpCounter moved = counters_difference(world.counters(), before)[CommOp::send_recv];
+  CHECK(moved.calls == 2 * static_cast<std::uint64_t>(size - 1));
+  CHECK(moved.bytes_sent == static_cast<std::uint64_t>(size - 1) * (2000 * 4 + 3 * 8));
+  CHECK(moved.bytes_received == moved.bytes_sent);
+  // A self-exchange is a copy and moves no bytes.
+  std::vector<float> copy(2000);
+  Comm::PendingSendRecv self = world.start_send_recv(held.data(), held.size(), me, copy.data(),
+                                                     copy.size(), me, dyncp::core::DType::f32);
+  world.wait(self);
+  CHECK(copy == held);
+  CHECK(world.counters()[CommOp::send_recv].bytes_sent ==
+        before[CommOp::send_recv].bytes_sent + moved.bytes_sent);
+  REQUIRE_THROWS_WITH(world.wait(self), Catch::Contains("no exchange is pending"));
+  REQUIRE_THROWS_WITH(world.start_send_recv(held.data(), 1, size, copy.data(), 1, previous,
+                                            dyncp::core::DType::f32),
+                      Catch::Contains("destination rank"));
+}
+
 TEST_CASE("comm: bf16 moves but does not reduce", "[dist][mpi][comm]") {
   Comm& world = test_world();
   std::vector<std::uint16_t> bits(4, 0x3f80);

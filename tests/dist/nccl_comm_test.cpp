@@ -63,6 +63,12 @@ int main(int argc, char** argv) {
     nccl->all_to_all_v(device, counts, exchanged, counts, DType::f32);
     expect(to_host(exchanged, 3) == values, "all_to_all_v delivers the own block");
 
+    float* ring = to_device(std::vector<float>(3, 0.0f));
+    auto pending = nccl->start_send_recv(device, 3, 0, ring, 3, 0, DType::f32);
+    nccl->wait(pending);
+    expect(to_host(ring, 3) == values, "start_send_recv with itself copies (a one-rank ring)");
+    cudaFree(ring);
+
     std::vector<std::size_t> received(1, 0);
     nccl->exchange_counts(counts, received);
     expect(received[0] == 3, "exchange_counts returns host counts");
@@ -71,7 +77,7 @@ int main(int argc, char** argv) {
     nccl->barrier();
     auto child = nccl->split(0, 0, "nccl_child");
     expect(child != nullptr && child->size() == 1, "split keeps the rank");
-    expect(nccl->counters().total().calls == 7, "every call is counted");
+    expect(nccl->counters().total().calls == 8, "every call is counted");
     cudaFree(device);
     cudaFree(gathered);
     cudaFree(exchanged);

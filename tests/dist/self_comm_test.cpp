@@ -30,6 +30,14 @@ TEST_CASE("self comm: every collective on one rank returns the rank's own data",
   REQUIRE_THROWS_WITH(self->send(data.data(), 1, DType::f32, 0), Catch::Contains("has no peer"));
   CHECK(self->counters().total().bytes_sent == 0);
   CHECK(self->counters().total().calls == 5);  // all_reduce, all_gather, counts, payload, send
+  // A one-rank ring: the exchange with itself is a copy.
+  std::vector<float> ring(3);
+  Comm::PendingSendRecv pending =
+      self->start_send_recv(data.data(), 3, 0, ring.data(), 3, 0, DType::f32);
+  self->wait(pending);
+  CHECK(ring == data);
+  CHECK(self->counters()[CommOp::send_recv].calls == 1);
+  CHECK(self->counters().total().bytes_sent == 0);
 }
 
 TEST_CASE("self comm: a one-rank ParallelState builds every static group without MPI",

@@ -8,12 +8,18 @@
 // Checks, each reported as passed/failed: loss, aux loss, every owned gradient range
 // (||ours - ref|| / ||ref|| <= 1e-5), and that work is divided: over the pool every query row
 // was processed exactly once per layer (no rank recomputed another's share).
+//
+// With --distributed-optimizer 1 the gradients are reduce-scattered: each rank checks its own
+// pieces (relative to the reference range's norm), holds optimizer state for only its
+// 1/shards of the elements (rounded up), and the moments gathered for a checkpoint match the
+// reference optimizer's and survive a reload.
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/error.hpp"
@@ -87,6 +93,8 @@ struct Options {
   bool aux = false;
   bool recompute = false;
   int optimizer_steps = 3;
+  bool distributed_optimizer = false;
+  config::CpCommType cp_comm_type = config::CpCommType::all_gather;
   config::PackingScheduler scheduler = config::PackingScheduler::dp_balanced;
 };
 
@@ -102,6 +110,11 @@ Options parse(int argc, char** argv) {
     else if (key == "--aux") options.aux = value == "1";
     else if (key == "--recompute") options.recompute = value == "1";
     else if (key == "--optimizer-steps") options.optimizer_steps = std::stoi(value);
+    else if (key == "--distributed-optimizer") options.distributed_optimizer = value == "1";
+    else if (key == "--cp-comm-type") {
+      if (value != "all_gather" && value != "p2p") throw std::runtime_error("--cp-comm-type: all_gather or p2p");
+      options.cp_comm_type = value == "p2p" ? config::CpCommType::p2p : config::CpCommType::all_gather;
+    }
     else if (key == "--scheduler") {
       options.scheduler = value == "cost_aware"           ? config::PackingScheduler::cost_aware
                           : value == "default_dynamic_cp" ? config::PackingScheduler::default_dynamic_cp
@@ -126,6 +139,41 @@ double difference_norm(const float* a, const float* b, std::int64_t n) {
     sum += d * d;
   }
   return std::sqrt(sum);
+}
+
+// Distributed optimizer: each rank holds state for its own piece of each kind, at most
+// ceil(elements / shards), and the pieces of the pool cover every element exactly once.
+template <typename Check>
+void check_state_division(train::StepEngine& engine, dist::ParallelState& parallel_state,
+                          const train::AdamWOptimizer& optimizer, const Check& check) {
+  const parallel::OptimizerShards& shards = engine.sharded_state_sync()->shards();
+  const parallel::ParameterPartition& partition = engine.partition();
+  const int pool = parallel_state.pool().size();
+  const int expert_data_parallel = parallel_state.expert_data_parallel().size();
+  const std::int64_t dense = shards.dense.owned().count();
+  const std::int64_t expert = shards.expert.owned().count();
+  const auto within = [](std::int64_t piece, std::int64_t total, int shards_count) {
+    return piece >= total / shards_count && piece <= (total + shards_count - 1) / shards_count;
+  };
+  check(within(dense, partition.dense_elements, pool),
+        "dense piece " + std::to_string(dense) + " of " + std::to_string(partition.dense_elements) +
+            " over " + std::to_string(pool) + " ranks");
+  check(within(expert, partition.expert_elements, expert_data_parallel),
+        "expert piece " + std::to_string(expert) + " of " +
+            std::to_string(partition.expert_elements) + " over " +
+            std::to_string(expert_data_parallel) + " ranks");
+  check(optimizer.exp_avg().numel() == dense + expert &&
+            optimizer.exp_avg_sq().numel() == dense + expert &&
+            optimizer.owned_state_bytes() == 8 * (dense + expert),
+        "moments allocated for the owned pieces only: " +
+            std::to_string(optimizer.exp_avg().numel()) + " elements, " +
+            std::to_string(optimizer.owned_state_bytes()) + " bytes");
+  std::int64_t sums[3] = {dense, expert * expert_data_parallel, partition.expert_elements};
+  parallel_state.pool().all_reduce(sums, sums, 3, core::DType::i64, dist::ReduceOp::sum);
+  check(sums[0] == partition.dense_elements, "dense pieces over the pool add up to " +
+                                                 std::to_string(sums[0]) + ", not " +
+                                                 std::to_string(partition.dense_elements));
+  check(sums[1] == sums[2], "expert pieces over the pool cover every EP index's experts once");
 }
 
 }  // namespace
@@ -196,12 +244,26 @@ int main(int argc, char** argv) {
     engine_options.max_seqlen_per_dp_cp_rank = options.dynamic ? 32 : 64 / options.cp;
     engine_options.alignment_multiple = packing::alignment_multiple(
         {layout.data_parallel_size, layout.context_parallel_size, layout.dynamic_context_parallel});
+    engine_options.distributed_optimizer = options.distributed_optimizer;
+    engine_options.cp_comm_type = options.cp_comm_type;
     train::StepEngine engine(model, parallel_state, source, engine_options);
     std::vector<std::int64_t> ids(static_cast<std::size_t>(batch_size));
     for (std::int64_t i = 0; i < batch_size; ++i) ids[static_cast<std::size_t>(i)] = i;
     const train::StepOutcome outcome = engine.forward_backward(ids);
 
     char line[256];
+    {
+      // The exchange asked for is the one that ran: only the ring moves point-to-point bytes,
+      // and it does whenever a microbatch ran on a group of two or more.
+      std::int64_t ring_bytes = static_cast<std::int64_t>(
+          parallel_state.total_counters()[dist::CommOp::send_recv].bytes_sent);
+      parallel_state.pool().all_reduce(&ring_bytes, &ring_bytes, 1, core::DType::i64,
+                                       dist::ReduceOp::sum);
+      const bool split = outcome.group_sizes.rbegin()->first > 1;
+      const bool ring = options.cp_comm_type == config::CpCommType::p2p;
+      check(ring && split ? ring_bytes > 0 : ring_bytes == 0,
+            "ring (send_recv) bytes over the pool: " + std::to_string(ring_bytes));
+    }
     std::snprintf(line, sizeof line, "loss %.9g vs reference %.9g", outcome.loss, reference_loss);
     check(outcome.loss_tokens == reference_tokens, "loss tokens " + std::to_string(outcome.loss_tokens) +
                                                        " vs " + std::to_string(reference_tokens));
@@ -217,8 +279,17 @@ int main(int argc, char** argv) {
     const float* ours = model.parameters().all_grads().data<float>();
     const float* theirs = reference.parameters().all_grads().data<float>();
     double worst = 0;
-    for (const auto& range : engine.partition().ranges) {
-      const double reference_norm = norm(theirs + range.offset, range.count);
+    // Distributed optimizer: only this rank's pieces hold sums; each piece of a range is
+    // measured against the whole range's reference norm, as the replicated check is.
+    const parallel::ShardedStateSync* sharded = engine.sharded_state_sync();
+    const auto range_norm = [&](std::int64_t offset) {
+      for (const auto& range : engine.partition().ranges)
+        if (offset >= range.offset && offset < range.offset + range.count)
+          return norm(theirs + range.offset, range.count);
+      throw std::runtime_error("an owned piece outside the partition");
+    };
+    for (const auto& range : sharded ? sharded->shards().owned_ranges : engine.partition().ranges) {
+      const double reference_norm = range_norm(range.offset);
       const double error = difference_norm(ours + range.offset, theirs + range.offset, range.count) /
                            std::max(reference_norm, 1e-12);
       worst = std::max(worst, error);
@@ -249,7 +320,10 @@ int main(int argc, char** argv) {
     const auto reference_partition =
         parallel::partition_parameters(reference.parameters(), 0, architecture.num_experts);
     train::AdamWOptimizer reference_optimizer(reference.parameters(), reference_partition, {});
-    train::AdamWOptimizer optimizer(model.parameters(), engine.partition(), {});
+    train::AdamWOptimizer optimizer =
+        sharded ? train::AdamWOptimizer(model.parameters(), *engine.sharded_state_sync(), {})
+                : train::AdamWOptimizer(model.parameters(), engine.partition(), {});
+    if (sharded) check_state_division(engine, parallel_state, optimizer, check);
     for (int step = 1; step <= options.optimizer_steps; ++step) {
       if (step > 1) {
         reference.parameters().zero_grads();
@@ -272,6 +346,36 @@ int main(int argc, char** argv) {
                     options.optimizer_steps, worst_lr_units);
       check(worst_lr_units <= 1e-2, line);
       if (rank == 0) std::printf("%s\n", line);
+
+      // What a checkpoint stores: full-size moments gathered from their owners agree with the
+      // reference optimizer's, and reloading them gives a fresh optimizer the same state.
+      const train::AdamWOptimizer::FullSizeMoments moments = optimizer.full_size_moments();
+      optimizer.gather_full_size_moments(moments);
+      const core::Tensor moment_buffers[] = {moments.exp_avg, moments.exp_avg_sq};
+      parallel::gather_expert_replicas(model.parameters(), moment_buffers,
+                                       parallel_state.expert_parallel());
+      for (const auto& [name, full, reference_moment] :
+           {std::tuple{"exp_avg", moments.exp_avg, reference_optimizer.exp_avg()},
+            std::tuple{"exp_avg_sq", moments.exp_avg_sq, reference_optimizer.exp_avg_sq()}}) {
+        const std::int64_t n = reference_moment.numel();
+        const double error =
+            difference_norm(full.data<float>(), reference_moment.data<float>(), n) /
+            std::max(norm(reference_moment.data<float>(), n), 1e-30);
+        std::snprintf(line, sizeof line, "gathered %s: relative error %.3g", name, error);
+        check(full.numel() == n && error <= 1e-4, line);
+      }
+      if (sharded) {
+        train::AdamWOptimizer reloaded(model.parameters(), *engine.sharded_state_sync(), {});
+        reloaded.load_full_size_moments(moments);
+        const auto same = [](const core::Tensor& a, const core::Tensor& b) {
+          return a.numel() == b.numel() &&
+                 std::memcmp(a.raw_data(), b.raw_data(),
+                             static_cast<std::size_t>(a.numel()) * sizeof(float)) == 0;
+        };
+        check(same(reloaded.exp_avg(), optimizer.exp_avg()) &&
+                  same(reloaded.exp_avg_sq(), optimizer.exp_avg_sq()),
+              "moments reloaded from the full-size form equal the owned pieces");
+      }
     }
 
     if (rank == 0) {

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end checks of dyncp-train on the mock smoke recipe, run by ctest:
 #   e2e_test.sh DYNCP_TRAIN SOURCE_DIR CASE
-# CASE: smoke | resume | sigterm | enospc. Each prints what it compares and exits non-zero on
-# any mismatch.
+# CASE: smoke | resume | relayout | relayout_distopt | sigterm | sigusr1 | enospc | nan | learns |
+# ring. Each prints what it compares and exits non-zero on any mismatch.
 set -euo pipefail
 train=$1
 source_dir=$2
@@ -92,6 +92,73 @@ print("relayout: steps 4-5 on 2 ranks (static CP) match the 4-rank dynamic-CP ru
       {it: (resumed[it], full[it]) for it in resumed})
 PY
     ;;
+  relayout_distopt)
+    # The distributed optimizer's checkpoints are the plain layout-independent ones: saved with
+    # it on 4 ranks (dynamic CP, EP 2) and resumed without it on 2 ranks (static CP), and saved
+    # without it and resumed with it on 2 ranks (EP 2). Every loss matches the uninterrupted
+    # plain 4-rank run to fp32 round-off, including the sharded run's own first steps.
+    run train.train_iters=5 scheduler.lr_decay_iters=5 logger.metrics_path="$work/full.jsonl" >"$work/full.log" 2>&1
+    run train.train_iters=3 scheduler.lr_decay_iters=5 ddp.use_distributed_optimizer=true \
+      checkpoint.save="$work/sharded" logger.metrics_path="$work/sharded.jsonl" >"$work/a.log" 2>&1
+    grep -q "distributed optimizer: this rank holds" "$work/a.log" || { echo "not sharded"; exit 1; }
+    mpirun -np 2 "$train" --config "$recipe" train.train_iters=5 scheduler.lr_decay_iters=5 \
+      checkpoint.load="$work/sharded" model.dynamic_context_parallel=false \
+      model.sequence_packing_scheduler=dp_balanced model.expert_model_parallel_size=1 \
+      checkpoint.save="$work/to_plain" logger.metrics_path="$work/to_plain.jsonl" >"$work/b.log" 2>&1
+    run train.train_iters=3 scheduler.lr_decay_iters=5 checkpoint.save="$work/plain" >"$work/c.log" 2>&1
+    mpirun -np 2 "$train" --config "$recipe" train.train_iters=5 scheduler.lr_decay_iters=5 \
+      checkpoint.load="$work/plain" model.dynamic_context_parallel=false \
+      model.sequence_packing_scheduler=dp_balanced ddp.use_distributed_optimizer=true \
+      checkpoint.save="$work/to_sharded" logger.metrics_path="$work/to_sharded.jsonl" >"$work/d.log" 2>&1
+    python3 - "$work/full.jsonl" "$work/sharded.jsonl" "$work/to_plain.jsonl" "$work/to_sharded.jsonl" <<'PY'
+import json, sys
+full, sharded, to_plain, to_sharded = (
+    {r["iteration"]: r["loss"] for r in map(json.loads, open(path))} for path in sys.argv[1:])
+assert sorted(sharded) == [1, 2, 3], sharded
+assert sorted(to_plain) == [4, 5] and sorted(to_sharded) == [4, 5], (to_plain, to_sharded)
+for name, run in (("sharded", sharded), ("sharded -> plain", to_plain), ("plain -> sharded", to_sharded)):
+    for it, loss in run.items():
+        assert abs(loss - full[it]) <= 1e-5 * abs(full[it]), (name, it, loss, full[it])
+    print(f"relayout_distopt: {name} steps {sorted(run)} match the plain 4-rank run:",
+          {it: (run[it], full[it]) for it in run})
+PY
+    # Losses barely see the moments, so the checkpoints are compared tensor by tensor: after
+    # 3 steps on the same layout with and without sharding (gathered pieces = replicated
+    # state), and after the two resumed runs' 5 steps (a lost or misplaced piece shows as a
+    # relative difference of order 1).
+    python3 - "$work" <<'PY'
+import array, json, math, struct, sys
+work = sys.argv[1]
+def tensors(path):
+    with open(path, "rb") as f:
+        size = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(size))
+        data = f.read()
+    out = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        assert entry["dtype"] == "F32", (path, name, entry["dtype"])
+        begin, end = entry["data_offsets"]
+        out[name] = array.array("f", data[begin:end])
+    return out
+def worst(a_dir, b_dir):
+    result = 0.0
+    for part in ("optimizer.safetensors", "model/model.safetensors"):
+        a, b = tensors(f"{a_dir}/{part}"), tensors(f"{b_dir}/{part}")
+        assert sorted(a) == sorted(b), part
+        for name in a:
+            diff = math.sqrt(sum((x - y) ** 2 for x, y in zip(a[name], b[name])))
+            norm = math.sqrt(sum(y * y for y in b[name]))
+            result = max(result, diff / max(norm, 1e-30))
+    return result
+same_layout = worst(f"{work}/sharded/iter_0000003", f"{work}/plain/iter_0000003")
+resumed = worst(f"{work}/to_sharded/iter_0000005", f"{work}/to_plain/iter_0000005")
+print(f"relayout_distopt: checkpoint tensors, worst relative difference: sharded vs plain after 3 "
+      f"steps {same_layout:.3g}, resumed runs after 5 steps {resumed:.3g}")
+assert same_layout <= 1e-6 and resumed <= 1e-4
+PY
+    ;;
   nan)
     # An absurd learning rate blows the weights up after the first step. With stop_on_nan the
     # run stops with exit 1 naming the iteration; without it the steps are skipped and counted.
@@ -133,6 +200,25 @@ assert held_out, "no evaluation ran"
 print(f"learns: held-out loss {held_out[-1]:.4f} vs unigram entropy {entropy:.4f} nats "
       f"(first training loss {rows[0]['loss']:.4f})")
 assert held_out[-1] < entropy, "the model did not beat the unigram entropy"
+PY
+    ;;
+  ring)
+    # CP attention as a ring (model.cp_comm_type=p2p) against all_gather, static CP 2 so every
+    # microbatch runs on a group of two: the same losses to fp32 round-off, the same bytes moved.
+    for exchange in all_gather p2p; do
+      run train.train_iters=4 model.cp_comm_type=$exchange model.dynamic_context_parallel=false \
+        model.sequence_packing_scheduler=dp_balanced logger.metrics_path="$work/$exchange.jsonl" \
+        >"$work/$exchange.log" 2>&1
+    done
+    python3 - "$work/all_gather.jsonl" "$work/p2p.jsonl" <<'PY'
+import json, sys
+gather, ring = ([json.loads(l) for l in open(path)] for path in sys.argv[1:3])
+assert len(gather) == len(ring) == 4, (gather, ring)
+for g, r in zip(gather, ring):
+    assert abs(r["loss"] - g["loss"]) <= 1e-5 * abs(g["loss"]), (g["iteration"], r["loss"], g["loss"])
+    assert r["comm_bytes"] == g["comm_bytes"], (g["iteration"], r["comm_bytes"], g["comm_bytes"])
+print("ring: 4 losses match all_gather:", [(r["loss"], g["loss"]) for g, r in zip(gather, ring)],
+      "bytes per step", [r["comm_bytes"] for r in ring])
 PY
     ;;
   *) echo "unknown case $case_name"; exit 2 ;;

@@ -85,6 +85,51 @@ TEST_CASE("memory estimate: grows with tokens per rank, shrinks with recompute",
   CHECK(line_bytes(single_estimate, "EP dispatch") == 0);
 }
 
+TEST_CASE("memory estimate: the ring's CP buffers do not grow with the group", "[train][memory]") {
+  // Static CP 2 and 4 on 8 ranks: all_gather holds 5 c local K/V-sized buffers, the ring 10.
+  const auto estimate = [](std::int64_t cp, const char* exchange) {
+    return train::estimate_memory(train::memory_estimate_input(smoke_config(
+        8, {"model.context_parallel_size=" + std::to_string(cp),
+            "model.dynamic_context_parallel=false", "model.sequence_packing_scheduler=dp_balanced",
+            std::string("model.cp_comm_type=") + exchange})));
+  };
+  const double gather2 = line_bytes(estimate(2, "all_gather"), "CP all-gather");
+  const double gather4 = line_bytes(estimate(4, "all_gather"), "CP all-gather");
+  const double ring2 = line_bytes(estimate(2, "p2p"), "CP ring");
+  const double ring4 = line_bytes(estimate(4, "p2p"), "CP ring");
+  CHECK(gather4 == Approx(2 * gather2));
+  CHECK(ring2 == Approx(gather2));  // 10 buffers both ways at c = 2
+  CHECK(ring4 == Approx(ring2));
+}
+
+TEST_CASE("memory estimate: the distributed optimizer divides the moments over the pool",
+          "[train][memory]") {
+  const auto replicated = train::estimate_memory(train::memory_estimate_input(smoke_config(4)));
+  const auto sharded = train::estimate_memory(
+      train::memory_estimate_input(smoke_config(4, {"ddp.use_distributed_optimizer=true"})));
+  const double full = line_bytes(replicated, "AdamW moments");
+  const double pieces = line_bytes(sharded, "AdamW moments");
+  // Dense and expert counts are each rounded up to a whole element per shard.
+  CHECK(pieces >= full / 4);
+  CHECK(pieces <= full / 4 + 2 * 2 * 4);
+  CHECK(replicated.parameter_state_bytes - sharded.parameter_state_bytes == Approx(full - pieces));
+  CHECK(sharded.per_bin_bytes == replicated.per_bin_bytes);
+  // One rank: nothing to divide.
+  const auto single = train::estimate_memory(train::memory_estimate_input(smoke_config(
+      1, {"model.context_parallel_size=1", "model.expert_model_parallel_size=1",
+          "model.dynamic_context_parallel=false", "model.max_seqlen_per_dp_cp_rank=256",
+          "ddp.use_distributed_optimizer=true"})));
+  CHECK(line_bytes(single, "AdamW moments") == Approx(full));
+  // The expert share is what the model's expert tensors hold.
+  auto architecture = smoke_config(4).model.architecture;
+  architecture.resolve();
+  const model::Qwen3MoeParameters parameters(architecture);
+  std::int64_t expert_values = 0;
+  for (const auto& tensor : parameters.hf_tensors())
+    if (tensor.is_expert) expert_values += tensor.value.numel();
+  CHECK(train::count_expert_parameters(architecture) == expert_values);
+}
+
 TEST_CASE("memory estimate: close to the arenas' high-water mark on a full bin",
           "[train][memory]") {
   for (const bool recompute : {false, true}) {

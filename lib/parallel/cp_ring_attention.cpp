@@ -1,0 +1,257 @@
+#include "parallel/cp_ring_attention.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "core/error.hpp"
+#include "ops/elementwise.hpp"
+
+namespace dyncp::parallel {
+
+using core::DType;
+using core::Tensor;
+
+namespace {
+
+// Tags keep the forward K/V, backward K/V and backward dK/dV messages apart (MPI; NCCL
+// matches by order, which every rank keeps the same).
+constexpr int kForwardTag = 1;
+constexpr int kBackwardTag = 3;
+constexpr int kGradientTag = 5;
+
+std::int64_t causal_pairs(const Tensor& positions) {
+  // Every position 0..p of the sequence is among the keys of the whole ring.
+  std::int64_t pairs = 0;
+  const std::int32_t* pos = positions.data<std::int32_t>();
+  for (std::int64_t i = 0; i < positions.numel(); ++i) pairs += pos[i] + 1;
+  return pairs;
+}
+
+// Does any query of any sequence see any key of the same sequence (key position <= query
+// position)? Per sequence it is enough to compare the smallest key with the largest query.
+bool any_visible(const std::int32_t* q_cu, const std::int32_t* q_positions,
+                 const std::int32_t* kv_cu, const std::int32_t* kv_positions,
+                 std::int64_t sequences) {
+  for (std::int64_t s = 0; s < sequences; ++s) {
+    std::int32_t max_query = -1;
+    for (std::int32_t i = q_cu[s]; i < q_cu[s + 1]; ++i)
+      max_query = std::max(max_query, q_positions[i]);
+    std::int32_t min_key = std::numeric_limits<std::int32_t>::max();
+    for (std::int32_t j = kv_cu[s]; j < kv_cu[s + 1]; ++j)
+      min_key = std::min(min_key, kv_positions[j]);
+    if (min_key <= max_query) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+int CpRingAttentionContext::source_at(int step) const {
+  const int ranks = group_->size();
+  return ((group_->rank() - step) % ranks + ranks) % ranks;
+}
+
+void CpRingAttentionContext::begin_bin(const model::SeamContext& context,
+                                       const model::LocalBinLayout& layout) {
+  local_rows_ = layout.positions.numel();
+  attention_pairs_per_layer_ = causal_pairs(layout.positions);
+  if (!distributed()) {
+    local_.begin_bin(context, layout);
+    return;
+  }
+  dist::Comm& group = *group_;
+  const std::int64_t ranks = group.size();
+  const std::int64_t sequences = layout.cu_seqlens.numel() - 1;
+  core::Arena& keep = *context.activations;
+
+  // Every rank of the group must hold the same bin: same sequence count, same local rows
+  // (so every K/V block has the same shape and a receive never needs resizing).
+  std::int64_t shape_mine[2] = {local_rows_, sequences};
+  const Tensor shapes = keep.allocate({ranks, 2}, DType::i64);
+  ScopedMilliseconds timer(cp_time());
+  group.all_gather(shape_mine, 2, shapes.raw_data(), DType::i64);
+  const std::int64_t* all_shapes = shapes.data<std::int64_t>();
+  for (std::int64_t r = 0; r < ranks; ++r) {
+    if (all_shapes[2 * r] != local_rows_ || all_shapes[2 * r + 1] != sequences) {
+      core::throw_runtime_error(
+          "CP ring attention: rank " + std::to_string(group.rank()) + " of group '" + group.name() +
+          "' holds " + std::to_string(local_rows_) + " rows in " + std::to_string(sequences) +
+          " sequences but group rank " + std::to_string(r) + " holds " +
+          std::to_string(all_shapes[2 * r]) + " in " + std::to_string(all_shapes[2 * r + 1]) +
+          " (every rank of a group must hold the zigzag shard of the same bin)");
+    }
+  }
+
+  const Tensor all_positions = keep.allocate({ranks * local_rows_}, DType::i32);
+  const Tensor all_cu = keep.allocate({ranks * (sequences + 1)}, DType::i32);
+  group.all_gather(layout.positions.raw_data(), static_cast<std::size_t>(local_rows_),
+                   all_positions.raw_data(), DType::i32);
+  group.all_gather(layout.cu_seqlens.raw_data(), static_cast<std::size_t>(sequences + 1),
+                   all_cu.raw_data(), DType::i32);
+
+  layouts_.resize(static_cast<std::size_t>(ranks));
+  visible_.resize(static_cast<std::size_t>(ranks));
+  for (std::int64_t source = 0; source < ranks; ++source) {
+    ops::VarlenAttentionLayout& block = layouts_[static_cast<std::size_t>(source)];
+    block.q_cu_seqlens = layout.cu_seqlens;
+    block.q_positions = layout.positions;
+    block.kv_cu_seqlens = all_cu.slice(source * (sequences + 1), (source + 1) * (sequences + 1));
+    block.kv_positions = all_positions.slice(source * local_rows_, (source + 1) * local_rows_);
+    visible_[static_cast<std::size_t>(source)] =
+        any_visible(layout.cu_seqlens.data<std::int32_t>(), layout.positions.data<std::int32_t>(),
+                    block.kv_cu_seqlens.data<std::int32_t>(),
+                    block.kv_positions.data<std::int32_t>(), sequences)
+            ? 1
+            : 0;
+  }
+}
+
+void CpRingAttentionContext::start_pass(const Tensor& k, const Tensor& v, const Tensor& next_k,
+                                        const Tensor& next_v, int tag,
+                                        dist::Comm::PendingSendRecv pending[2]) {
+  ScopedMilliseconds timer(cp_time());
+  dist::Comm& group = *group_;
+  const int next = (group.rank() + 1) % group.size();
+  const int previous = source_at(1);
+  const auto count = static_cast<std::size_t>(k.numel());
+  pending[0] = group.start_send_recv(k.raw_data(), count, next, next_k.raw_data(), count, previous,
+                                     k.dtype(), tag);
+  pending[1] = group.start_send_recv(v.raw_data(), count, next, next_v.raw_data(), count, previous,
+                                     v.dtype(), tag + 1);
+}
+
+void CpRingAttentionContext::wait_pass(dist::Comm::PendingSendRecv pending[2]) {
+  ScopedMilliseconds timer(cp_time());
+  group_->wait(pending[0]);
+  group_->wait(pending[1]);
+}
+
+void CpRingAttentionContext::forward(const model::SeamContext& context, int layer, const Tensor& q,
+                                     const Tensor& k, const Tensor& v, double scale,
+                                     const Tensor& out, ops::AttentionSaved& saved) {
+  if (counters_ != nullptr) {
+    counters_->attention_pairs += attention_pairs_per_layer_;
+    counters_->attention_query_rows += local_rows_;
+  }
+  if (!distributed()) {
+    local_.forward(context, layer, q, k, v, scale, out, saved);
+    return;
+  }
+  const int ranks = group_->size();
+  core::Arena& scratch = *context.scratch;
+  core::ArenaScope scope(scratch);
+  // Two block slots: the one attended (and sent) and the one being received.
+  const Tensor slot_k[2] = {scratch.allocate(k.shape(), k.dtype()),
+                            scratch.allocate(k.shape(), k.dtype())};
+  const Tensor slot_v[2] = {scratch.allocate(v.shape(), v.dtype()),
+                            scratch.allocate(v.shape(), v.dtype())};
+  const Tensor partial_out = scratch.allocate(out.shape(), out.dtype());
+  ops::AttentionSaved partial{scratch.allocate(saved.lse.shape(), saved.lse.dtype())};
+
+  for (int step = 0; step < ranks; ++step) {
+    // Step 0 holds the local K/V itself; step i >= 1 holds slot (i - 1) % 2.
+    const Tensor& held_k = step == 0 ? k : slot_k[(step - 1) % 2];
+    const Tensor& held_v = step == 0 ? v : slot_v[(step - 1) % 2];
+    dist::Comm::PendingSendRecv pending[2];
+    const bool pass_on = step + 1 < ranks;
+    if (pass_on)
+      start_pass(held_k, held_v, slot_k[step % 2], slot_v[step % 2], kForwardTag, pending);
+    const int source = source_at(step);
+    const ops::VarlenAttentionLayout& block = layouts_[static_cast<std::size_t>(source)];
+    if (step == 0) {
+      ops::attention_forward(context.ops, q, held_k, held_v, block, scale, out, saved);
+    } else if (visible_[static_cast<std::size_t>(source)] != 0) {
+      ops::attention_forward(context.ops, q, held_k, held_v, block, scale, partial_out, partial);
+      ops::attention_merge(context.ops, out, saved.lse, partial_out, partial.lse);
+    }
+    if (pass_on) wait_pass(pending);
+  }
+}
+
+void CpRingAttentionContext::backward(const model::SeamContext& context, int layer,
+                                      const Tensor& dout, const Tensor& q, const Tensor& k,
+                                      const Tensor& v, const Tensor& out,
+                                      const ops::AttentionSaved& saved, double scale,
+                                      const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  if (!distributed()) {
+    local_.backward(context, layer, dout, q, k, v, out, saved, scale, dq, dk, dv);
+    return;
+  }
+  ops::OpContext ops_context = context.ops;
+  ops_context.scratch = context.scratch;
+  dist::Comm& group = *group_;
+  const int ranks = group.size();
+  const int next = (group.rank() + 1) % ranks;
+  const int previous = source_at(1);
+  const auto count = static_cast<std::size_t>(k.numel());
+  core::Arena& scratch = *context.scratch;
+  core::ArenaScope scope(scratch);
+  const Tensor slot_k[2] = {scratch.allocate(k.shape(), k.dtype()),
+                            scratch.allocate(k.shape(), k.dtype())};
+  const Tensor slot_v[2] = {scratch.allocate(v.shape(), v.dtype()),
+                            scratch.allocate(v.shape(), v.dtype())};
+  // dK / dV accumulators: two alternate as "being computed" and "being sent"; one receives.
+  const Tensor computed_dk[2] = {scratch.allocate(k.shape(), k.dtype()),
+                                 scratch.allocate(k.shape(), k.dtype())};
+  const Tensor computed_dv[2] = {scratch.allocate(v.shape(), v.dtype()),
+                                 scratch.allocate(v.shape(), v.dtype())};
+  const Tensor incoming_dk = scratch.allocate(k.shape(), k.dtype());
+  const Tensor incoming_dv = scratch.allocate(v.shape(), v.dtype());
+  dist::Comm::PendingSendRecv gradients[2];
+  bool gradients_pending = false;
+
+  for (int step = 0; step < ranks; ++step) {
+    const Tensor& held_k = step == 0 ? k : slot_k[(step - 1) % 2];
+    const Tensor& held_v = step == 0 ? v : slot_v[(step - 1) % 2];
+    dist::Comm::PendingSendRecv pending[2];
+    const bool pass_on = step + 1 < ranks;
+    if (pass_on)
+      start_pass(held_k, held_v, slot_k[step % 2], slot_v[step % 2], kBackwardTag, pending);
+    const int source = source_at(step);
+    const ops::VarlenAttentionLayout& block = layouts_[static_cast<std::size_t>(source)];
+    if (step == 0) {
+      ops::attention_backward(ops_context, dout, q, k, v, out, saved, block, scale, dq, dk, dv);
+    } else {
+      const Tensor& block_dk = computed_dk[step % 2];
+      const Tensor& block_dv = computed_dv[step % 2];
+      if (visible_[static_cast<std::size_t>(source)] != 0) {
+        ops::AttentionGradModes modes;
+        modes.dq = ops::GradMode::accumulate;
+        ops::attention_backward(ops_context, dout, q, held_k, held_v, out, saved, block, scale, dq,
+                                block_dk, block_dv, modes);
+      } else {
+        block_dk.fill_zero();
+        block_dv.fill_zero();
+      }
+      if (gradients_pending) {
+        {
+          ScopedMilliseconds timer(cp_time());
+          group.wait(gradients[0]);
+          group.wait(gradients[1]);
+        }
+        ops::add(context.ops, block_dk, incoming_dk, block_dk);
+        ops::add(context.ops, block_dv, incoming_dv, block_dv);
+      }
+      // On to the next holder of this block; what arrives is the next step's block's sum (or,
+      // after the last step, the other ranks' sum for this rank's own block).
+      ScopedMilliseconds timer(cp_time());
+      gradients[0] = group.start_send_recv(block_dk.raw_data(), count, next, incoming_dk.raw_data(),
+                                           count, previous, dk.dtype(), kGradientTag);
+      gradients[1] = group.start_send_recv(block_dv.raw_data(), count, next, incoming_dv.raw_data(),
+                                           count, previous, dv.dtype(), kGradientTag + 1);
+      gradients_pending = true;
+    }
+    if (pass_on) wait_pass(pending);
+  }
+  DYNCP_CHECK(gradients_pending, "a ring of two or more ranks sends dK/dV at least once");
+  {
+    ScopedMilliseconds timer(cp_time());
+    group.wait(gradients[0]);
+    group.wait(gradients[1]);
+  }
+  ops::add(context.ops, dk, incoming_dk, dk);
+  ops::add(context.ops, dv, incoming_dv, dv);
+}
+
+}  // namespace dyncp::parallel
