@@ -1,0 +1,51 @@
+#pragma once
+// Varlen causal GQA flash attention on THD, the contract of lib/ops/attention.hpp: sequences
+// by q/kv cu_seqlens, visibility by GLOBAL position (key j visible to query i iff same
+// sequence and kv_pos[j] <= q_pos[i]), any key block in any order, lse out (natural log,
+// −inf and a zero row when a query sees no key).
+//
+// Our own kernel (docs/cuda.md says why): q/k/v and dout in bf16, every product on bf16
+// tensor cores (WMMA 16x16x16) with fp32 accumulation, online softmax in fp32, out / lse /
+// gradients in fp32. Head dim: a multiple of 16, at most 256.
+//  - forward: one block per (64-query tile, query head, sequence); K/V tiles of 64 rows are
+//    staged in shared memory; tiles whose smallest key position exceeds the tile's largest
+//    query position are skipped.
+//  - backward: one block per (32-key tile, kv head, sequence) owns dK/dV of its tile (summed
+//    over the query heads sharing the kv head) and walks the sequence's 32-query tiles; dQ
+//    gathers contributions from several blocks with fp32 atomics.
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace dyncp::kernels {
+
+using bf16 = __nv_bfloat16;
+
+struct AttentionShape {
+  std::int64_t q_tokens = 0, kv_tokens = 0;
+  int q_heads = 0, kv_heads = 0, head_dim = 0;
+  int num_seqs = 0;
+  int max_q_rows = 0;   // max over sequences of q_cu[s+1] - q_cu[s] (sizes the grid)
+  int max_kv_rows = 0;  // likewise for keys
+  const std::int32_t* q_cu_seqlens = nullptr;   // device, [S + 1]
+  const std::int32_t* kv_cu_seqlens = nullptr;  // device, [S + 1]
+  const std::int32_t* q_positions = nullptr;    // device, [Tq]
+  const std::int32_t* kv_positions = nullptr;   // device, [Tk]
+  float scale = 1.0f;
+};
+
+// q [Tq, Hq, d], k / v [Tk, Hkv, d] bf16; out [Tq, Hq, d] and lse [Tq, Hq] fp32 (overwrite).
+void attention_forward(const AttentionShape& shape, const bf16* q, const bf16* k, const bf16* v,
+                       float* out, float* lse, cudaStream_t stream);
+
+// dout [Tq, Hq, d] bf16; out / lse from the forward over ALL keys (merged when the keys come
+// in blocks). dq [Tq, Hq, d] fp32: ALWAYS accumulates (zero it first for overwrite);
+// dk / dv [Tk, Hkv, d] fp32: overwrite, or accumulate when accumulate_dkv.
+// scratch_d: Tq · Hq floats (D = rowsum(dout ⊙ out)).
+void attention_backward(const AttentionShape& shape, const bf16* q, const bf16* k, const bf16* v,
+                        const bf16* dout, const float* out, const float* lse, float* dq, float* dk,
+                        float* dv, bool accumulate_dkv, float* scratch_d, cudaStream_t stream);
+
+}  // namespace dyncp::kernels

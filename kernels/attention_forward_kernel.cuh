@@ -1,0 +1,146 @@
+#pragma once
+// The flash-attention forward kernel and its shared-memory layout (kernels/attention.hpp), kept
+// apart from the launch code so the device code is one readable unit.
+#include "attention.hpp"
+#include "attention_tile.cuh"
+#include "common.cuh"
+
+namespace dyncp::kernels::attention_detail::forward {
+
+constexpr int kBlockM = 64;  // query rows per block
+constexpr int kBlockN = 64;  // key rows per step (two per lane in the softmax)
+
+struct ForwardLayout {
+  std::size_t q, k, v, s, p, o, row_max, row_sum, row_scale, q_pos, kv_pos, flags, bytes;
+  __host__ __device__ explicit ForwardLayout(int d) {
+    SmemCursor at;
+    q = at.take(sizeof(bf16) * kBlockM * (d + kBf16Pad));
+    k = at.take(sizeof(bf16) * kBlockN * (d + kBf16Pad));
+    v = at.take(sizeof(bf16) * kBlockN * (d + kBf16Pad));
+    s = at.take(sizeof(float) * kBlockM * (kBlockN + kF32Pad));
+    p = at.take(sizeof(bf16) * kBlockM * (kBlockN + kBf16Pad));
+    o = at.take(sizeof(float) * kBlockM * (d + kF32Pad));
+    row_max = at.take(sizeof(float) * kBlockM);
+    row_sum = at.take(sizeof(float) * kBlockM);
+    row_scale = at.take(sizeof(float) * kBlockM);
+    q_pos = at.take(sizeof(int) * kBlockM);
+    kv_pos = at.take(sizeof(int) * kBlockN);
+    flags = at.take(sizeof(int) * 2);
+    bytes = at.offset;
+  }
+};
+
+__global__ void __launch_bounds__(kThreads)
+    attention_forward_kernel(AttentionShape shape, const bf16* q, const bf16* k, const bf16* v,
+                             float* out, float* lse) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int d = shape.head_dim, ld_h = d + kBf16Pad, ld_s = kBlockN + kF32Pad,
+            ld_p = kBlockN + kBf16Pad, ld_o = d + kF32Pad;
+  const ForwardLayout at(d);
+  bf16* q_tile = reinterpret_cast<bf16*>(smem + at.q);
+  bf16* k_tile = reinterpret_cast<bf16*>(smem + at.k);
+  bf16* v_tile = reinterpret_cast<bf16*>(smem + at.v);
+  float* s_tile = reinterpret_cast<float*>(smem + at.s);
+  bf16* p_tile = reinterpret_cast<bf16*>(smem + at.p);
+  float* o_tile = reinterpret_cast<float*>(smem + at.o);
+  float* row_max = reinterpret_cast<float*>(smem + at.row_max);
+  float* row_sum = reinterpret_cast<float*>(smem + at.row_sum);
+  float* row_scale = reinterpret_cast<float*>(smem + at.row_scale);
+  int* q_pos = reinterpret_cast<int*>(smem + at.q_pos);
+  int* kv_pos = reinterpret_cast<int*>(smem + at.kv_pos);
+  // Largest query position of the query tile, smallest key position of the key tile.
+  int& tile_max_q_pos = reinterpret_cast<int*>(smem + at.flags)[0];
+  int& tile_min_kv_pos = reinterpret_cast<int*>(smem + at.flags)[1];
+
+  const int seq = blockIdx.z, head = blockIdx.y;
+  const int q_begin = shape.q_cu_seqlens[seq] + blockIdx.x * kBlockM;
+  const int q_end = shape.q_cu_seqlens[seq + 1];
+  if (q_begin >= q_end) return;  // the whole block leaves together
+  const int rows = min(kBlockM, q_end - q_begin);
+  const int kv_head = head / (shape.q_heads / shape.kv_heads);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+
+  load_tile(q_tile, q, q_begin, rows, kBlockM, shape.q_heads, head, d);
+  if (threadIdx.x == 0) tile_max_q_pos = INT_MIN;
+  __syncthreads();
+  // Padding rows get the smallest position and padding keys the largest, so the one test
+  // kv_pos <= q_pos masks them out together with the causal mask.
+  for (int r = threadIdx.x; r < kBlockM; r += blockDim.x) {
+    q_pos[r] = r < rows ? shape.q_positions[q_begin + r] : INT_MIN;
+    if (r < rows) atomicMax(&tile_max_q_pos, q_pos[r]);
+    row_max[r] = -INFINITY;
+    row_sum[r] = 0.0f;
+  }
+  for (int i = threadIdx.x; i < kBlockM * ld_o; i += blockDim.x) o_tile[i] = 0.0f;
+
+  const int kv_end = shape.kv_cu_seqlens[seq + 1];
+  for (int kv0 = shape.kv_cu_seqlens[seq]; kv0 < kv_end; kv0 += kBlockN) {
+    const int cols = min(kBlockN, kv_end - kv0);
+    __syncthreads();  // the previous step is done with the K/V tiles and tile_min_kv_pos
+    if (threadIdx.x == 0) tile_min_kv_pos = INT_MAX;
+    __syncthreads();
+    for (int c = threadIdx.x; c < kBlockN; c += blockDim.x) {
+      kv_pos[c] = c < cols ? shape.kv_positions[kv0 + c] : INT_MAX;
+      if (c < cols) atomicMin(&tile_min_kv_pos, kv_pos[c]);
+    }
+    __syncthreads();
+    if (tile_min_kv_pos > tile_max_q_pos) continue;  // every key is in every query's future
+    load_tile(k_tile, k, kv0, cols, kBlockN, shape.kv_heads, kv_head, d);
+    load_tile(v_tile, v, kv0, cols, kBlockN, shape.kv_heads, kv_head, d);
+    __syncthreads();
+
+    // S = Q K^T (K read column-major is K^T).
+    mma_tile<wmma::row_major, wmma::col_major>(s_tile, ld_s, q_tile, ld_h, k_tile, ld_h, kBlockM,
+                                               kBlockN, d, false);
+    __syncthreads();
+
+    // Online softmax, one warp per row: new running max, P = exp(S·scale − max) in bf16, the
+    // running sum of the ROUNDED P (the values the P·V product uses), and the factor that
+    // rescales the earlier output.
+    for (int r = warp; r < kBlockM; r += kWarps) {
+      float score[kBlockN / 32];
+      float tile_max = -INFINITY;
+      for (int j = 0; j < kBlockN / 32; ++j) {
+        const int c = lane + 32 * j;
+        score[j] = kv_pos[c] <= q_pos[r] ? s_tile[r * ld_s + c] * shape.scale : -INFINITY;
+        tile_max = fmaxf(tile_max, score[j]);
+      }
+      const float old_max = row_max[r];
+      const float new_max = fmaxf(old_max, detail::warp_max(tile_max));
+      float sum = 0.0f;
+      for (int j = 0; j < kBlockN / 32; ++j) {
+        const bf16 p = __float2bfloat16_rn(score[j] == -INFINITY ? 0.0f : expf(score[j] - new_max));
+        p_tile[r * ld_p + lane + 32 * j] = p;
+        sum += __bfloat162float(p);
+      }
+      sum = detail::warp_sum(sum);
+      if (lane == 0) {
+        const float alpha = new_max == -INFINITY ? 1.0f : expf(old_max - new_max);
+        row_scale[r] = alpha;
+        row_sum[r] = row_sum[r] * alpha + sum;
+        row_max[r] = new_max;
+      }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < kBlockM * d; i += blockDim.x)
+      o_tile[(i / d) * ld_o + i % d] *= row_scale[i / d];
+    __syncthreads();
+    // O += P V.
+    mma_tile<wmma::row_major, wmma::row_major>(o_tile, ld_o, p_tile, ld_p, v_tile, ld_h, kBlockM, d,
+                                               kBlockN, true);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < rows * d; i += blockDim.x) {
+    const int r = i / d, c = i % d;
+    const float l = row_sum[r];
+    out[(static_cast<std::int64_t>(q_begin + r) * shape.q_heads + head) * d + c] =
+        l > 0.0f ? o_tile[r * ld_o + c] / l : 0.0f;
+  }
+  for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+    const float l = row_sum[r];
+    lse[static_cast<std::int64_t>(q_begin + r) * shape.q_heads + head] =
+        l > 0.0f ? row_max[r] + logf(l) : -INFINITY;
+  }
+}
+
+}  // namespace dyncp::kernels::attention_detail::forward

@@ -1,0 +1,185 @@
+// Element-wise kernels: dtype conversion, RoPE, SwiGLU, AdamW, sum of squares.
+#include <cmath>
+
+#include "common.cuh"
+#include "ops.hpp"
+
+namespace dyncp::kernels {
+namespace {
+
+using detail::grid_for;
+using detail::kBlock;
+
+__global__ void f32_to_bf16_kernel(const float* src, bf16* dst, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x)
+    dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+__global__ void bf16_to_f32_kernel(const bf16* src, float* dst, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x)
+    dst[i] = __bfloat162float(src[i]);
+}
+
+// One thread per (token, head, rotated pair). inv_freq is computed in double and rounded to
+// fp32 like the CPU op, and the angle is an fp32 product, so both sides take sin/cos of the
+// same float.
+__global__ void rope_kernel(const float* x, const std::int32_t* positions, float* y,
+                            std::int64_t tokens, std::int64_t heads, std::int64_t head_dim,
+                            int half, double theta, float direction) {
+  const std::int64_t pairs = tokens * heads * half;
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < pairs;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    const int j = static_cast<int>(i % half);
+    const std::int64_t row = i / half;  // token * heads + head
+    const std::int64_t t = row / heads;
+    const float inv_freq = static_cast<float>(1.0 / pow(theta, static_cast<double>(j) / half));
+    const float angle = static_cast<float>(positions[t]) * inv_freq;
+    const float c = cosf(angle), s = direction * sinf(angle);
+    const std::int64_t base = row * head_dim;
+    const float x1 = x[base + j], x2 = x[base + j + half];
+    y[base + j] = x1 * c - x2 * s;
+    y[base + j + half] = x2 * c + x1 * s;
+  }
+}
+
+// Copies the dims past rotary_dim when y is not x.
+__global__ void copy_tail_kernel(const float* x, float* y, std::int64_t rows, std::int64_t head_dim,
+                                 int rotary_dim) {
+  const std::int64_t tail = head_dim - rotary_dim, n = rows * tail;
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    const std::int64_t at = (i / tail) * head_dim + rotary_dim + i % tail;
+    y[at] = x[at];
+  }
+}
+
+__device__ inline float sigmoid(float a) {
+  return 1.0f / (1.0f + expf(-a));
+}
+
+__global__ void swiglu_forward_kernel(const float* gate, const float* up, std::int64_t ld_in,
+                                      float* out, std::int64_t rows, std::int64_t inner) {
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < rows * inner;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    const std::int64_t r = i / inner, c = i % inner;
+    const float a = gate[r * ld_in + c];
+    out[i] = a * sigmoid(a) * up[r * ld_in + c];
+  }
+}
+
+__global__ void swiglu_backward_kernel(const float* dout, const float* gate, const float* up,
+                                       std::int64_t ld_in, float* dgate, float* dup,
+                                       std::int64_t ld_grad, std::int64_t rows,
+                                       std::int64_t inner) {
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < rows * inner;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    const std::int64_t r = i / inner, c = i % inner;
+    const float a = gate[r * ld_in + c], b = up[r * ld_in + c], g = dout[i];
+    const float s = sigmoid(a);
+    dgate[r * ld_grad + c] = g * b * s * (1.0f + a * (1.0f - s));
+    dup[r * ld_grad + c] = g * a * s;
+  }
+}
+
+__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, std::int64_t n,
+                             float decay, float beta1, float beta2, float grad_scale,
+                             float step_size, float inv_sqrt_bias2, float eps) {
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    float param = p[i];
+    param -= decay * param;
+    const float grad = grad_scale * g[i];
+    const float mi = beta1 * m[i] + (1.0f - beta1) * grad;
+    const float vi = beta2 * v[i] + (1.0f - beta2) * grad * grad;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = param - step_size * mi / (sqrtf(vi) * inv_sqrt_bias2 + eps);
+  }
+}
+
+__global__ void sum_of_squares_kernel(const float* x, std::int64_t n, double* result) {
+  __shared__ double partial[32];
+  double acc = 0.0;
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x)
+    acc += static_cast<double>(x[i]) * x[i];
+  acc = detail::block_sum(acc, partial);
+  if (threadIdx.x == 0) atomicAdd(result, acc);
+}
+
+}  // namespace
+
+void convert_f32_to_bf16(const float* src, bf16* dst, std::int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  f32_to_bf16_kernel<<<grid_for(n), kBlock, 0, stream>>>(src, dst, n);
+  DYNCP_CUDA_CHECK_LAUNCH();
+}
+
+void convert_bf16_to_f32(const bf16* src, float* dst, std::int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  bf16_to_f32_kernel<<<grid_for(n), kBlock, 0, stream>>>(src, dst, n);
+  DYNCP_CUDA_CHECK_LAUNCH();
+}
+
+void rope_apply(const float* x, const std::int32_t* positions, float* y, std::int64_t tokens,
+                std::int64_t heads, std::int64_t head_dim, int rotary_dim, double theta,
+                bool inverse, cudaStream_t stream) {
+  if (rotary_dim % 2 != 0 || rotary_dim > head_dim) {
+    core::throw_runtime_error("kernels::rope_apply: rotary_dim " + std::to_string(rotary_dim) +
+                              " must be even and <= head_dim " + std::to_string(head_dim));
+  }
+  const int half = rotary_dim / 2;
+  if (tokens * heads == 0) return;
+  if (x != y && rotary_dim < head_dim) {
+    copy_tail_kernel<<<grid_for(tokens * heads * (head_dim - rotary_dim)), kBlock, 0, stream>>>(
+        x, y, tokens * heads, head_dim, rotary_dim);
+    DYNCP_CUDA_CHECK_LAUNCH();
+  }
+  if (half == 0) return;
+  rope_kernel<<<grid_for(tokens * heads * half), kBlock, 0, stream>>>(
+      x, positions, y, tokens, heads, head_dim, half, theta, inverse ? -1.0f : 1.0f);
+  DYNCP_CUDA_CHECK_LAUNCH();
+}
+
+void swiglu_forward(const float* gate, const float* up, std::int64_t ld_in, float* out,
+                    std::int64_t rows, std::int64_t inner, cudaStream_t stream) {
+  if (rows * inner == 0) return;
+  swiglu_forward_kernel<<<grid_for(rows * inner), kBlock, 0, stream>>>(gate, up, ld_in, out, rows,
+                                                                       inner);
+  DYNCP_CUDA_CHECK_LAUNCH();
+}
+
+void swiglu_backward(const float* dout, const float* gate, const float* up, std::int64_t ld_in,
+                     float* dgate, float* dup, std::int64_t ld_grad, std::int64_t rows,
+                     std::int64_t inner, cudaStream_t stream) {
+  if (rows * inner == 0) return;
+  swiglu_backward_kernel<<<grid_for(rows * inner), kBlock, 0, stream>>>(
+      dout, gate, up, ld_in, dgate, dup, ld_grad, rows, inner);
+  DYNCP_CUDA_CHECK_LAUNCH();
+}
+
+void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::int64_t n,
+                const AdamWKernelParams& p, cudaStream_t stream) {
+  if (p.step < 1) core::throw_runtime_error("kernels::adamw_step: step must be >= 1");
+  if (n == 0) return;
+  const double bias1 = 1.0 - std::pow(p.beta1, static_cast<double>(p.step));
+  const double bias2 = 1.0 - std::pow(p.beta2, static_cast<double>(p.step));
+  const float decay = p.apply_weight_decay ? static_cast<float>(p.lr * p.weight_decay) : 0.0f;
+  adamw_kernel<<<grid_for(n), kBlock, 0, stream>>>(
+      param, grad, exp_avg, exp_avg_sq, n, decay, static_cast<float>(p.beta1),
+      static_cast<float>(p.beta2), static_cast<float>(p.grad_scale),
+      static_cast<float>(p.lr / bias1), static_cast<float>(1.0 / std::sqrt(bias2)),
+      static_cast<float>(p.eps));
+  DYNCP_CUDA_CHECK_LAUNCH();
+}
+
+void sum_of_squares(const float* x, std::int64_t n, double* result, cudaStream_t stream) {
+  if (n == 0) return;
+  const unsigned blocks = grid_for(n) < 1024 ? grid_for(n) : 1024;
+  sum_of_squares_kernel<<<blocks, kBlock, 0, stream>>>(x, n, result);
+  DYNCP_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace dyncp::kernels

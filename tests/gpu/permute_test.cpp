@@ -1,0 +1,79 @@
+// Permute plan and token permutation kernels against lib/ops.
+#include "ops/permute.hpp"
+
+#include <climits>
+
+#include "gpu_test.hpp"
+#include "ops.hpp"
+
+namespace dyncp::gpu_test {
+namespace {
+
+const ops::OpContext cpu{};
+
+GPU_TEST(permute_plan_and_round_trip) {
+  const int tokens = 150, k = 4, experts = 16, hidden = 33;
+  std::vector<std::int32_t> ids(tokens * k);
+  std::mt19937 engine(50);
+  for (int t = 0; t < tokens; ++t) {
+    for (int j = 0; j < k; ++j)
+      ids[t * k + j] = static_cast<int>((engine() % 12) + (j % 2));  // experts 13..15 empty
+  }
+  std::vector<std::int32_t> order(tokens * k), arow(tokens * k);
+  std::vector<std::int64_t> offsets(experts + 1), per_expert(experts);
+  ops::PermutePlan plan{view(order, {tokens * k}), view(arow, {tokens * k}),
+                        view(offsets, {experts + 1}), view(per_expert, {experts})};
+  ops::build_permute_plan(cpu, view(ids, {tokens, k}), experts, plan);
+  DeviceBuffer<std::int32_t> d_ids(ids), d_order(ids.size()), d_arow(ids.size()),
+      d_bad(std::vector<std::int32_t>{INT_MAX});
+  DeviceBuffer<std::int64_t> d_offsets(experts + 1);
+  kernels::build_permute_plan(d_ids.get(), tokens * k, experts, d_order.get(), d_arow.get(),
+                              d_offsets.get(), d_bad.get(), nullptr);
+  expect(d_order.download() == order, "expert_order equals the CPU's (stable by token, slot)");
+  expect(d_arow.download() == arow, "assignment_row equals the CPU's");
+  expect(d_offsets.download() == offsets, "expert_offsets equal the CPU's");
+  expect(d_bad.download()[0] == INT_MAX, "no bad expert id reported");
+
+  std::vector<float> x = random_floats(tokens * hidden, 51), x_perm(tokens * k * hidden);
+  std::vector<float> weights = random_floats(tokens * k, 52), y(tokens * hidden);
+  std::vector<float> dx = random_floats(tokens * hidden, 53),
+                     dy = random_floats(tokens * hidden, 54);
+  std::vector<float> dy_perm(tokens * k * hidden), dweights(tokens * k);
+  const std::vector<float> dx_start = dx;
+  ops::permute_forward(cpu, view(x, {tokens, hidden}), plan, view(x_perm, {tokens * k, hidden}));
+  // The experts' outputs: any values, one distinct row per assignment.
+  std::vector<float> y_perm = random_floats(tokens * k * hidden, 55);
+  ops::unpermute_forward(cpu, view(y_perm, {tokens * k, hidden}), plan, view(weights, {tokens, k}),
+                         view(y, {tokens, hidden}));
+  ops::permute_backward(cpu, view(y_perm, {tokens * k, hidden}), plan, view(dx, {tokens, hidden}),
+                        ops::GradMode::accumulate);
+  ops::unpermute_backward(cpu, view(dy, {tokens, hidden}), view(y_perm, {tokens * k, hidden}), plan,
+                          view(weights, {tokens, k}), view(dy_perm, {tokens * k, hidden}),
+                          view(dweights, {tokens, k}));
+  DeviceBuffer<float> d_x(x), d_x_perm(x_perm.size()), d_y_perm(y_perm), d_weights(weights),
+      d_y(y.size()), d_dx(dx_start), d_dy(dy), d_dy_perm(dy_perm.size()),
+      d_dweights(dweights.size());
+  kernels::permute_forward(d_x.get(), d_order.get(), d_x_perm.get(), tokens, k, hidden, nullptr);
+  kernels::unpermute_forward(d_y_perm.get(), d_arow.get(), d_weights.get(), d_y.get(), tokens, k,
+                             hidden, nullptr);
+  kernels::permute_backward(d_y_perm.get(), d_arow.get(), d_dx.get(), tokens, k, hidden, true,
+                            nullptr);
+  kernels::unpermute_backward(d_dy.get(), d_y_perm.get(), d_arow.get(), d_weights.get(),
+                              d_dy_perm.get(), d_dweights.get(), tokens, k, hidden, nullptr);
+  expect_close("permute forward", d_x_perm.download(), x_perm, 0.0, 0.0);
+  expect_close("unpermute forward", d_y.download(), y, kF32AtolRel, kF32Rtol);
+  expect_close("permute backward (accumulate)", d_dx.download(), dx, kF32AtolRel, kF32Rtol);
+  expect_close("unpermute backward dy_perm", d_dy_perm.download(), dy_perm, kF32AtolRel, kF32Rtol);
+  expect_close("unpermute backward dweights", d_dweights.download(), dweights, kF32AtolRel,
+               kF32Rtol);
+
+  ids[7] = experts;
+  d_ids.upload(ids);
+  d_bad.upload(std::vector<std::int32_t>{INT_MAX});
+  kernels::build_permute_plan(d_ids.get(), tokens * k, experts, d_order.get(), d_arow.get(),
+                              d_offsets.get(), d_bad.get(), nullptr);
+  expect(d_bad.download()[0] == 7, "an expert id out of range is reported by assignment");
+}
+
+}  // namespace
+}  // namespace dyncp::gpu_test
