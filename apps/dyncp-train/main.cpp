@@ -71,12 +71,6 @@ int run(const Options& options) {
   }
   if (options.print_config) return 0;
 
-  if (config.model.architecture.is_hybrid()) {
-    core::throw_config_error("model.model_type",
-                             config.model.architecture.model_type +
-                                 ": training the Qwen3.5 / Qwen3-Next hybrid model is not built "
-                                 "yet (--dry-run validates such recipes); qwen3_moe trains");
-  }
   if (!missing.empty()) {
     std::string message = "the recipe asks for features that are not built yet:";
     for (const auto& line : missing) message += "\n  " + line;

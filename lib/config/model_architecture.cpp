@@ -104,6 +104,11 @@ ModelArchitecture load_hf_model_config(const std::string& path) {
   read_field(f, "max_position_embeddings", arch.max_position_embeddings, name);
   read_field(f, "rms_norm_eps", arch.rms_norm_eps, name);
   read_field(f, "rope_theta", arch.rope_theta, name);
+  // The hybrid configs' defaults when a field is absent (Qwen3NextConfig / Qwen3_5MoeTextConfig).
+  if (arch.is_hybrid()) {
+    arch.partial_rotary_factor = 0.25;
+    arch.shared_expert_intermediate_size = 512;
+  }
   read_field(f, "partial_rotary_factor", arch.partial_rotary_factor, name);
   if (f.contains("rope_parameters") && f["rope_parameters"].is_object()) {
     read_field(f["rope_parameters"], "rope_theta", arch.rope_theta, name);
@@ -190,6 +195,17 @@ std::string to_hf_config_json(const ModelArchitecture& arch) {
   if (arch.bos_token_id >= 0) out["bos_token_id"] = arch.bos_token_id;
   if (arch.eos_token_id >= 0) out["eos_token_id"] = arch.eos_token_id;
   if (hybrid) {
+    // transformers 5.x reads rope settings from rope_parameters; the top-level copies below are
+    // what 4.x reads.
+    out["rope_parameters"] = {{"rope_type", "default"},
+                              {"rope_theta", arch.rope_theta},
+                              {"partial_rotary_factor", arch.partial_rotary_factor}};
+    if (arch.model_type != "qwen3_next") {
+      // Qwen3.5 has no dense layers and always renormalises: these fields do not exist there.
+      for (const char* absent :
+           {"intermediate_size", "decoder_sparse_step", "mlp_only_layers", "norm_topk_prob"})
+        out.erase(absent);
+    }
     out["partial_rotary_factor"] = arch.partial_rotary_factor;
     out["shared_expert_intermediate_size"] = arch.shared_expert_intermediate_size;
     out["linear_num_key_heads"] = arch.linear_num_key_heads;

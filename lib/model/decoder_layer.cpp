@@ -5,6 +5,7 @@
 #include "ops/elementwise.hpp"
 #include "ops/gemm.hpp"
 #include "ops/rope.hpp"
+#include "ops/sigmoid_gate.hpp"
 #include "ops/swiglu.hpp"
 
 namespace dyncp::model {
@@ -33,47 +34,80 @@ double attention_scale(const config::ModelArchitecture& a) {
   return 1.0 / std::sqrt(static_cast<double>(a.head_dim));
 }
 
-// Attention block: fills the attention part of `saved` and `saved.mid` = input + attention.
+// The SwiGLU MLP of dense layers and of the shared expert: out = down(silu(gate) ⊙ up).
+void swiglu_mlp_forward(const ops::OpContext& ctx, core::Arena& keep, const DenseMlpParams& mlp,
+                        const Tensor& input, Tensor& gate_up, Tensor& hidden, const Tensor& out) {
+  const DType dtype = input.dtype();
+  const std::int64_t tokens = input.size(0);
+  const std::int64_t twice_intermediate = mlp.gate_up.value.size(0);
+  gate_up = keep.allocate({tokens, twice_intermediate}, dtype);
+  hidden = keep.allocate({tokens, twice_intermediate / 2}, dtype);
+  ops::linear_forward(ctx, input, mlp.gate_up.value, gate_up);
+  ops::swiglu_fused_forward(ctx, gate_up, hidden);
+  ops::linear_forward(ctx, hidden, mlp.down.value, out);
+}
+
+// dinput: overwrite or accumulate (mode).
+void swiglu_mlp_backward(const ops::OpContext& ctx, core::Arena& scratch, const DenseMlpParams& mlp,
+                         const Tensor& dout, const Tensor& input, const Tensor& gate_up,
+                         const Tensor& hidden, const Tensor& dinput, GradMode mode) {
+  const DType dtype = dout.dtype();
+  core::ArenaScope temporaries(scratch);
+  const Tensor dhidden = scratch.allocate(hidden.shape(), dtype);
+  const Tensor dgate_up = scratch.allocate(gate_up.shape(), dtype);
+  ops::linear_backward(ctx, dout, hidden, mlp.down.value, dhidden, mlp.down.grad);
+  ops::swiglu_fused_backward(ctx, dhidden, gate_up, dgate_up);
+  ops::linear_backward(ctx, dgate_up, input, mlp.gate_up.value, dinput, mlp.gate_up.grad, mode);
+}
+
+// Full attention on saved.normed_input; adds its output to saved.mid. Hybrid layers use
+// zero-centred q/k norms, partial RoPE (rotary_dim) and the sigmoid output gate.
 void attention_forward(const LayerRunContext& run, int layer, const DecoderLayerParams& params,
                        const Tensor& input, DecoderLayerActivations& saved) {
+  const DType dtype = input.dtype();
   const auto& a = *run.architecture;
   const Dims n = dims_of(run, input);
   core::Arena& keep = *run.seam.activations;
   const ops::OpContext& ctx = run.seam.ops;
   const double eps = a.rms_norm_eps;
-
-  saved.normed_input = keep.allocate({n.tokens, n.hidden}, DType::f32);
-  saved.input_norm.inv_rms = keep.allocate({n.tokens}, DType::f32);
-  ops::rmsnorm_forward(ctx, input, params.input_norm.value, eps, RmsNormVariant::plain,
-                       saved.normed_input, saved.input_norm);
+  const RmsNormVariant variant = residual_norm_variant(a);
+  const bool gated = params.attention.q_gate_proj.value.defined();
 
   const auto project_normed = [&](const Param& proj, const Param& norm, std::int64_t heads,
                                   Tensor& raw, ops::RmsNormSaved& norm_saved, Tensor& out) {
-    raw = keep.allocate({n.tokens, heads, n.head_dim}, DType::f32);
+    raw = keep.allocate({n.tokens, heads, n.head_dim}, dtype);
     ops::linear_forward(ctx, saved.normed_input, proj.value,
                         raw.reshape({n.tokens, heads * n.head_dim}));
-    out = keep.allocate({n.tokens, heads, n.head_dim}, DType::f32);
-    norm_saved.inv_rms = keep.allocate({n.tokens * heads}, DType::f32);
-    ops::rmsnorm_forward(ctx, raw, norm.value, eps, RmsNormVariant::plain, out, norm_saved);
+    out = keep.allocate({n.tokens, heads, n.head_dim}, dtype);
+    norm_saved.inv_rms = keep.allocate({n.tokens * heads}, dtype);
+    ops::rmsnorm_forward(ctx, raw, norm.value, eps, variant, out, norm_saved);
     ops::rope_forward(ctx, out, run.positions, rope_of(a), out);
   };
   project_normed(params.attention.q_proj, params.attention.q_norm, n.q_heads, saved.q_raw,
                  saved.q_norm, saved.q);
   project_normed(params.attention.k_proj, params.attention.k_norm, n.kv_heads, saved.k_raw,
                  saved.k_norm, saved.k);
-  saved.v = keep.allocate({n.tokens, n.kv_heads, n.head_dim}, DType::f32);
+  saved.v = keep.allocate({n.tokens, n.kv_heads, n.head_dim}, dtype);
   ops::linear_forward(ctx, saved.normed_input, params.attention.v_proj.value,
                       saved.v.reshape({n.tokens, n.kv_heads * n.head_dim}));
 
-  saved.attention_out = keep.allocate({n.tokens, n.q_heads, n.head_dim}, DType::f32);
-  saved.attention.lse = keep.allocate({n.tokens, n.q_heads}, DType::f32);
+  saved.attention_out = keep.allocate({n.tokens, n.q_heads, n.head_dim}, dtype);
+  saved.attention.lse = keep.allocate({n.tokens, n.q_heads}, dtype);
   run.seams.attention->forward(run.seam, layer, saved.q, saved.k, saved.v, attention_scale(a),
                                saved.attention_out, saved.attention);
 
-  saved.mid = keep.allocate({n.tokens, n.hidden}, DType::f32);
-  saved.mid.copy_from(input);
-  ops::gemm(ctx, saved.attention_out.reshape({n.tokens, n.q_heads * n.head_dim}),
-            ops::Transpose::no, params.attention.o_proj.value, ops::Transpose::yes, saved.mid, 1.0,
+  Tensor projected = saved.attention_out;
+  if (gated) {
+    saved.attention_gate = keep.allocate({n.tokens, n.q_heads, n.head_dim}, dtype);
+    ops::linear_forward(ctx, saved.normed_input, params.attention.q_gate_proj.value,
+                        saved.attention_gate.reshape({n.tokens, n.q_heads * n.head_dim}));
+    saved.gated_attention_out = keep.allocate({n.tokens, n.q_heads, n.head_dim}, dtype);
+    ops::sigmoid_gate_forward(ctx, saved.attention_out, saved.attention_gate,
+                              saved.gated_attention_out);
+    projected = saved.gated_attention_out;
+  }
+  ops::gemm(ctx, projected.reshape({n.tokens, n.q_heads * n.head_dim}), ops::Transpose::no,
+            params.attention.o_proj.value, ops::Transpose::yes, saved.mid, 1.0,
             /*accumulate=*/true);
 }
 
@@ -81,6 +115,7 @@ void attention_forward(const LayerRunContext& run, int layer, const DecoderLayer
 // expert output to `mlp_out` [T, h]. Returns the layer's aux loss.
 double moe_forward(const LayerRunContext& run, int layer, const DecoderLayerParams& params,
                    DecoderLayerActivations& saved, const Tensor& mlp_out) {
+  const DType dtype = saved.normed_mid.dtype();
   const auto& a = *run.architecture;
   const Dims n = dims_of(run, saved.normed_mid);
   core::Arena& keep = *run.seam.activations;
@@ -88,12 +123,12 @@ double moe_forward(const LayerRunContext& run, int layer, const DecoderLayerPara
   const ops::OpContext& ctx = run.seam.ops;
   const int top_k = static_cast<int>(n.top_k);
 
-  saved.router.probs = keep.allocate({n.tokens, n.experts}, DType::f32);
+  saved.router.probs = keep.allocate({n.tokens, n.experts}, dtype);
   saved.expert_ids = keep.allocate({n.tokens, n.top_k}, DType::i32);
-  saved.routing_weights = keep.allocate({n.tokens, n.top_k}, DType::f32);
+  saved.routing_weights = keep.allocate({n.tokens, n.top_k}, dtype);
   {
     core::ArenaScope temporaries(scratch);
-    const Tensor logits = scratch.allocate({n.tokens, n.experts}, DType::f32);
+    const Tensor logits = scratch.allocate({n.tokens, n.experts}, dtype);
     ops::linear_forward(ctx, saved.normed_mid, params.moe.router.value, logits);
     ops::router_forward(ctx, logits, top_k, a.norm_topk_prob, saved.expert_ids,
                         saved.routing_weights, saved.router);
@@ -102,10 +137,10 @@ double moe_forward(const LayerRunContext& run, int layer, const DecoderLayerPara
   double aux_loss = 0.0;
   if (run.aux_loss != ops::MoeAuxLossType::none) {
     const std::int64_t sequences = run.cu_seqlens.numel() - 1;
-    saved.aux_grad_coeff = keep.allocate({sequences, n.experts}, DType::f32);
+    saved.aux_grad_coeff = keep.allocate({sequences, n.experts}, dtype);
     core::ArenaScope temporaries(scratch);
-    const Tensor counts = scratch.allocate({sequences, n.experts}, DType::f32);
-    const Tensor prob_sums = scratch.allocate({sequences, n.experts}, DType::f32);
+    const Tensor counts = scratch.allocate({sequences, n.experts}, dtype);
+    const Tensor prob_sums = scratch.allocate({sequences, n.experts}, dtype);
     ops::moe_aux_loss_statistics(ctx, saved.router.probs, saved.expert_ids, run.cu_seqlens,
                                  run.token_is_real, counts, prob_sums);
     run.seams.statistics->reduce(run.seam, counts, prob_sums);
@@ -121,120 +156,116 @@ double moe_forward(const LayerRunContext& run, int layer, const DecoderLayerPara
   ops::build_permute_plan(ctx, saved.expert_ids, static_cast<int>(n.experts), saved.plan);
 
   // x_perm is only an input of the expert computation; the dispatcher keeps what it needs.
-  const Tensor x_perm = keep.allocate({assignments, n.hidden}, DType::f32);
+  const Tensor x_perm = keep.allocate({assignments, n.hidden}, dtype);
   ops::permute_forward(ctx, saved.normed_mid, saved.plan, x_perm);
-  saved.y_perm = keep.allocate({assignments, n.hidden}, DType::f32);
+  saved.y_perm = keep.allocate({assignments, n.hidden}, dtype);
   run.seams.experts->forward(run.seam, layer, x_perm, saved.plan.expert_offsets, params.moe.experts,
                              saved.y_perm, saved.experts);
   ops::unpermute_forward(ctx, saved.y_perm, saved.plan, saved.routing_weights, mlp_out);
-  return aux_loss;
-}
 
-void dense_mlp_forward(const LayerRunContext& run, const DecoderLayerParams& params,
-                       DecoderLayerActivations& saved, const Tensor& mlp_out) {
-  const std::int64_t tokens = saved.normed_mid.size(0);
-  const std::int64_t twice_intermediate = params.dense.gate_up.value.size(0);
-  core::Arena& keep = *run.seam.activations;
-  saved.dense_gate_up = keep.allocate({tokens, twice_intermediate}, DType::f32);
-  saved.dense_hidden = keep.allocate({tokens, twice_intermediate / 2}, DType::f32);
-  ops::linear_forward(run.seam.ops, saved.normed_mid, params.dense.gate_up.value,
-                      saved.dense_gate_up);
-  ops::swiglu_fused_forward(run.seam.ops, saved.dense_gate_up, saved.dense_hidden);
-  ops::linear_forward(run.seam.ops, saved.dense_hidden, params.dense.down.value, mlp_out);
+  if (params.moe.has_shared_expert) {
+    // mlp_out += σ(u · w_sg) · SharedExpert(u)  (qwen-moe.md §3.8)
+    saved.shared_out = keep.allocate({n.tokens, n.hidden}, dtype);
+    swiglu_mlp_forward(ctx, keep, params.moe.shared_expert, saved.normed_mid, saved.shared_gate_up,
+                       saved.shared_hidden, saved.shared_out);
+    saved.shared_gate_logit = keep.allocate({n.tokens, 1}, dtype);
+    ops::linear_forward(ctx, saved.normed_mid, params.moe.shared_expert_gate.value,
+                        saved.shared_gate_logit);
+    ops::sigmoid_row_gate_forward(ctx, saved.shared_out, saved.shared_gate_logit, mlp_out,
+                                  GradMode::accumulate);
+  }
+  return aux_loss;
 }
 
 }  // namespace
 
+ops::RmsNormVariant residual_norm_variant(const config::ModelArchitecture& architecture) {
+  return architecture.is_hybrid() ? RmsNormVariant::one_plus_weight : RmsNormVariant::plain;
+}
+
 double decoder_layer_forward(const LayerRunContext& run, int layer_index,
                              const DecoderLayerParams& params, const Tensor& input,
                              DecoderLayerActivations& saved, const Tensor& output) {
+  const DType dtype = input.dtype();
   const auto& a = *run.architecture;
   const Dims n = dims_of(run, input);
-  attention_forward(run, layer_index, params, input, saved);
-
+  const RmsNormVariant variant = residual_norm_variant(a);
   core::Arena& keep = *run.seam.activations;
-  saved.normed_mid = keep.allocate({n.tokens, n.hidden}, DType::f32);
-  saved.post_attention_norm.inv_rms = keep.allocate({n.tokens}, DType::f32);
+
+  saved.normed_input = keep.allocate({n.tokens, n.hidden}, dtype);
+  saved.input_norm.inv_rms = keep.allocate({n.tokens}, dtype);
+  ops::rmsnorm_forward(run.seam.ops, input, params.input_norm.value, a.rms_norm_eps, variant,
+                       saved.normed_input, saved.input_norm);
+  // Token mixer: mid = input + mixer(normed_input).
+  saved.mid = keep.allocate({n.tokens, n.hidden}, dtype);
+  saved.mid.copy_from(input);
+  if (params.mixer == config::LayerMixer::full_attention) {
+    attention_forward(run, layer_index, params, input, saved);
+  } else {
+    gated_deltanet_forward(run, layer_index, params.linear_attention, saved.linear,
+                           saved.normed_input, saved.mid);
+  }
+
+  saved.normed_mid = keep.allocate({n.tokens, n.hidden}, dtype);
+  saved.post_attention_norm.inv_rms = keep.allocate({n.tokens}, dtype);
   ops::rmsnorm_forward(run.seam.ops, saved.mid, params.post_attention_norm.value, a.rms_norm_eps,
-                       RmsNormVariant::plain, saved.normed_mid, saved.post_attention_norm);
+                       variant, saved.normed_mid, saved.post_attention_norm);
   // The MLP writes straight into `output`, then the residual is added in place.
   double aux_loss = 0.0;
   if (params.is_moe) {
     aux_loss = moe_forward(run, layer_index, params, saved, output);
   } else {
-    dense_mlp_forward(run, params, saved, output);
+    swiglu_mlp_forward(run.seam.ops, keep, params.dense, saved.normed_mid, saved.dense_gate_up,
+                       saved.dense_hidden, output);
   }
   ops::add(run.seam.ops, output, saved.mid, output);
   return aux_loss;
 }
 
-void decoder_layer_backward(const LayerRunContext& run, int layer_index,
-                            const DecoderLayerParams& params, const Tensor& input,
-                            const DecoderLayerActivations& saved, const Tensor& grad) {
+namespace {
+
+// d(normed_input) of a full-attention mixer (overwrite) from d(mid) = grad.
+void attention_backward(const LayerRunContext& run, int layer_index,
+                        const DecoderLayerParams& params, const DecoderLayerActivations& saved,
+                        const Tensor& grad, const Tensor& dnormed_input) {
+  const DType dtype = grad.dtype();
   const auto& a = *run.architecture;
-  const Dims n = dims_of(run, input);
+  const Dims n = dims_of(run, saved.normed_input);
   core::Arena& scratch = *run.seam.scratch;
   const ops::OpContext& ctx = run.seam.ops;
   core::ArenaScope temporaries(scratch);
+  const RmsNormVariant variant = residual_norm_variant(a);
+  const bool gated = params.attention.q_gate_proj.value.defined();
+  const auto flat = [&](const Tensor& t) { return t.reshape({n.tokens, n.q_heads * n.head_dim}); };
 
-  // MLP block: grad is d(output) = d(mid) through the residual, plus the MLP path below.
-  const Tensor dnormed_mid = scratch.allocate({n.tokens, n.hidden}, DType::f32);
-  if (params.is_moe) {
-    const std::int64_t assignments = n.tokens * n.top_k;
-    core::ArenaScope moe_temporaries(scratch);
-    const Tensor dy_perm = scratch.allocate({assignments, n.hidden}, DType::f32);
-    const Tensor dweights = scratch.allocate({n.tokens, n.top_k}, DType::f32);
-    ops::unpermute_backward(ctx, grad, saved.y_perm, saved.plan, saved.routing_weights, dy_perm,
-                            dweights);
-    const Tensor dx_perm = scratch.allocate({assignments, n.hidden}, DType::f32);
-    run.seams.experts->backward(run.seam, layer_index, dy_perm, saved.plan.expert_offsets,
-                                params.moe.experts, saved.experts, dx_perm);
-    ops::permute_backward(ctx, dx_perm, saved.plan, dnormed_mid);
-    const Tensor dlogits = scratch.allocate({n.tokens, n.experts}, DType::f32);
-    ops::router_backward(ctx, dweights, saved.expert_ids, saved.routing_weights, saved.router,
-                         a.norm_topk_prob, dlogits);
-    if (run.aux_loss != ops::MoeAuxLossType::none) {
-      ops::moe_aux_loss_backward(ctx, saved.router.probs, run.cu_seqlens, run.token_is_real,
-                                 saved.aux_grad_coeff, dlogits, run.aux_loss_grad_scale);
-    }
-    ops::linear_backward(ctx, dlogits, saved.normed_mid, params.moe.router.value, dnormed_mid,
-                         params.moe.router.grad, GradMode::accumulate);
+  const Tensor dattention = scratch.allocate(saved.attention_out.shape(), dtype);
+  Tensor dgate;
+  if (gated) {
+    // o_proj's input was attention_out ⊙ σ(gate).
+    const Tensor dgated = scratch.allocate(saved.attention_out.shape(), dtype);
+    ops::linear_backward(ctx, grad, flat(saved.gated_attention_out), params.attention.o_proj.value,
+                         flat(dgated), params.attention.o_proj.grad);
+    dgate = scratch.allocate(saved.attention_gate.shape(), dtype);
+    ops::sigmoid_gate_backward(ctx, dgated, saved.attention_out, saved.attention_gate, dattention,
+                               dgate);
   } else {
-    core::ArenaScope dense_temporaries(scratch);
-    const Tensor dhidden = scratch.allocate(saved.dense_hidden.shape(), DType::f32);
-    const Tensor dgate_up = scratch.allocate(saved.dense_gate_up.shape(), DType::f32);
-    ops::linear_backward(ctx, grad, saved.dense_hidden, params.dense.down.value, dhidden,
-                         params.dense.down.grad);
-    ops::swiglu_fused_backward(ctx, dhidden, saved.dense_gate_up, dgate_up);
-    ops::linear_backward(ctx, dgate_up, saved.normed_mid, params.dense.gate_up.value, dnormed_mid,
-                         params.dense.gate_up.grad);
+    ops::linear_backward(ctx, grad, flat(saved.attention_out), params.attention.o_proj.value,
+                         flat(dattention), params.attention.o_proj.grad);
   }
-  ops::rmsnorm_backward(ctx, dnormed_mid, saved.mid, params.post_attention_norm.value,
-                        RmsNormVariant::plain, saved.post_attention_norm, grad,
-                        params.post_attention_norm.grad, GradMode::accumulate);
-
-  // Attention block: grad is now d(mid) = d(input) through the residual plus the path below.
-  const Tensor dattention = scratch.allocate(saved.attention_out.shape(), DType::f32);
-  ops::linear_backward(ctx, grad, saved.attention_out.reshape({n.tokens, n.q_heads * n.head_dim}),
-                       params.attention.o_proj.value,
-                       dattention.reshape({n.tokens, n.q_heads * n.head_dim}),
-                       params.attention.o_proj.grad);
-  const Tensor dq = scratch.allocate(saved.q.shape(), DType::f32);
-  const Tensor dk = scratch.allocate(saved.k.shape(), DType::f32);
-  const Tensor dv = scratch.allocate(saved.v.shape(), DType::f32);
+  const Tensor dq = scratch.allocate(saved.q.shape(), dtype);
+  const Tensor dk = scratch.allocate(saved.k.shape(), dtype);
+  const Tensor dv = scratch.allocate(saved.v.shape(), dtype);
   run.seams.attention->backward(run.seam, layer_index, dattention, saved.q, saved.k, saved.v,
                                 saved.attention_out, saved.attention, attention_scale(a), dq, dk,
                                 dv);
 
-  const Tensor dnormed_input = dnormed_mid;  // free again: reuse its memory
   const auto projection_backward = [&](const Tensor& dprojected, const Tensor& raw,
                                        const Param& norm, const ops::RmsNormSaved& norm_saved,
                                        const Param& proj, GradMode mode) {
     ops::rope_backward(ctx, dprojected, run.positions, rope_of(a), dprojected);
     core::ArenaScope projection_temporaries(scratch);
-    const Tensor draw = scratch.allocate(raw.shape(), DType::f32);
-    ops::rmsnorm_backward(ctx, dprojected, raw, norm.value, RmsNormVariant::plain, norm_saved, draw,
-                          norm.grad);
+    const Tensor draw = scratch.allocate(raw.shape(), dtype);
+    ops::rmsnorm_backward(ctx, dprojected, raw, norm.value, variant, norm_saved, draw, norm.grad);
     ops::linear_backward(ctx, draw.reshape({n.tokens, raw.size(1) * n.head_dim}),
                          saved.normed_input, proj.value, dnormed_input, proj.grad, mode);
   };
@@ -245,7 +276,74 @@ void decoder_layer_backward(const LayerRunContext& run, int layer_index,
   ops::linear_backward(ctx, dv.reshape({n.tokens, n.kv_heads * n.head_dim}), saved.normed_input,
                        params.attention.v_proj.value, dnormed_input, params.attention.v_proj.grad,
                        GradMode::accumulate);
-  ops::rmsnorm_backward(ctx, dnormed_input, input, params.input_norm.value, RmsNormVariant::plain,
+  if (gated)
+    ops::linear_backward(ctx, flat(dgate), saved.normed_input, params.attention.q_gate_proj.value,
+                         dnormed_input, params.attention.q_gate_proj.grad, GradMode::accumulate);
+}
+
+}  // namespace
+
+void decoder_layer_backward(const LayerRunContext& run, int layer_index,
+                            const DecoderLayerParams& params, const Tensor& input,
+                            const DecoderLayerActivations& saved, const Tensor& grad) {
+  const DType dtype = input.dtype();
+  const auto& a = *run.architecture;
+  const Dims n = dims_of(run, input);
+  core::Arena& scratch = *run.seam.scratch;
+  const ops::OpContext& ctx = run.seam.ops;
+  core::ArenaScope temporaries(scratch);
+  const RmsNormVariant variant = residual_norm_variant(a);
+
+  // MLP block: grad is d(output) = d(mid) through the residual, plus the MLP path below.
+  const Tensor dnormed_mid = scratch.allocate({n.tokens, n.hidden}, dtype);
+  if (params.is_moe) {
+    const std::int64_t assignments = n.tokens * n.top_k;
+    core::ArenaScope moe_temporaries(scratch);
+    const Tensor dy_perm = scratch.allocate({assignments, n.hidden}, dtype);
+    const Tensor dweights = scratch.allocate({n.tokens, n.top_k}, dtype);
+    ops::unpermute_backward(ctx, grad, saved.y_perm, saved.plan, saved.routing_weights, dy_perm,
+                            dweights);
+    const Tensor dx_perm = scratch.allocate({assignments, n.hidden}, dtype);
+    run.seams.experts->backward(run.seam, layer_index, dy_perm, saved.plan.expert_offsets,
+                                params.moe.experts, saved.experts, dx_perm);
+    ops::permute_backward(ctx, dx_perm, saved.plan, dnormed_mid);
+    const Tensor dlogits = scratch.allocate({n.tokens, n.experts}, dtype);
+    ops::router_backward(ctx, dweights, saved.expert_ids, saved.routing_weights, saved.router,
+                         a.norm_topk_prob, dlogits);
+    if (run.aux_loss != ops::MoeAuxLossType::none) {
+      ops::moe_aux_loss_backward(ctx, saved.router.probs, run.cu_seqlens, run.token_is_real,
+                                 saved.aux_grad_coeff, dlogits, run.aux_loss_grad_scale);
+    }
+    ops::linear_backward(ctx, dlogits, saved.normed_mid, params.moe.router.value, dnormed_mid,
+                         params.moe.router.grad, GradMode::accumulate);
+    if (params.moe.has_shared_expert) {
+      const Tensor dshared = scratch.allocate({n.tokens, n.hidden}, dtype);
+      const Tensor dgate_logit = scratch.allocate({n.tokens, 1}, dtype);
+      ops::sigmoid_row_gate_backward(ctx, grad, saved.shared_out, saved.shared_gate_logit, dshared,
+                                     dgate_logit);
+      ops::linear_backward(ctx, dgate_logit, saved.normed_mid, params.moe.shared_expert_gate.value,
+                           dnormed_mid, params.moe.shared_expert_gate.grad, GradMode::accumulate);
+      swiglu_mlp_backward(ctx, scratch, params.moe.shared_expert, dshared, saved.normed_mid,
+                          saved.shared_gate_up, saved.shared_hidden, dnormed_mid,
+                          GradMode::accumulate);
+    }
+  } else {
+    swiglu_mlp_backward(ctx, scratch, params.dense, grad, saved.normed_mid, saved.dense_gate_up,
+                        saved.dense_hidden, dnormed_mid, GradMode::overwrite);
+  }
+  ops::rmsnorm_backward(ctx, dnormed_mid, saved.mid, params.post_attention_norm.value, variant,
+                        saved.post_attention_norm, grad, params.post_attention_norm.grad,
+                        GradMode::accumulate);
+
+  // Token mixer: grad is now d(mid) = d(input) through the residual plus the path below.
+  const Tensor dnormed_input = dnormed_mid;  // free again: reuse its memory
+  if (params.mixer == config::LayerMixer::full_attention) {
+    attention_backward(run, layer_index, params, saved, grad, dnormed_input);
+  } else {
+    gated_deltanet_backward(run, layer_index, params.linear_attention, saved.linear,
+                            saved.normed_input, grad, dnormed_input);
+  }
+  ops::rmsnorm_backward(ctx, dnormed_input, input, params.input_norm.value, variant,
                         saved.input_norm, grad, params.input_norm.grad, GradMode::accumulate);
 }
 

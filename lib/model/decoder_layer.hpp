@@ -1,5 +1,7 @@
 #pragma once
-// One Qwen3-MoE decoder layer (qwen-moe.md §2.2), forward and backward. Internal to lib/model:
+// One decoder layer, forward and backward: Qwen3-MoE (qwen-moe.md §2.2) or the hybrid
+// Qwen3-Next / Qwen3.5 layer (§3.2: zero-centred norms, gated attention or Gated DeltaNet,
+// MoE with a shared expert). Internal to lib/model:
 // Qwen3MoeModel owns the activations and calls these per layer.
 //
 // Shapes: T local rows, h hidden, Hq / Hkv heads, d head_dim, E experts, k experts per token,
@@ -16,15 +18,33 @@
 
 namespace dyncp::model {
 
+// What a Gated DeltaNet mixer keeps for its backward (Hk / Hv heads, dk / dv head dims).
+struct GatedDeltaNetActivations {
+  Tensor q_raw, k_raw;  // [T, Hk, dk]: projections before the conv
+  Tensor v_raw;         // [T, Hv, dv]
+  Tensor z;             // [T, Hv, dv]: gate input of the output norm
+  Tensor a, b;          // [T, Hv]: decay and write-strength projections
+  Tensor g, beta;       // [T, Hv]: log decay, write strength
+  LinearAttentionSaved core;
+  Tensor core_out;    // [T, Hv, dv]: the recurrence output
+  Tensor normed_out;  // [T, Hv, dv]: gated RMSNorm output, out_proj's input
+  ops::RmsNormSaved out_norm;
+};
+
 // What a layer's forward keeps for its backward.
 struct DecoderLayerActivations {
   Tensor normed_input;  // [T, h]
   ops::RmsNormSaved input_norm;
+  // Full-attention layers.
   Tensor q_raw, k_raw;  // [T, Hq, d], [T, Hkv, d]: projections before the q/k norm
   ops::RmsNormSaved q_norm, k_norm;
   Tensor q, k, v;        // after q/k norm and RoPE (v: the projection)
   Tensor attention_out;  // [T, Hq, d]
   ops::AttentionSaved attention;
+  Tensor attention_gate;       // [T, Hq, d] gated attention only: the gate logits
+  Tensor gated_attention_out;  // [T, Hq, d] gated attention only: attention_out ⊙ σ(gate)
+  // Gated DeltaNet layers.
+  GatedDeltaNetActivations linear;
   Tensor mid;  // [T, h]: input + attention output (the residual stream between the blocks)
   Tensor normed_mid;
   ops::RmsNormSaved post_attention_norm;
@@ -39,6 +59,9 @@ struct DecoderLayerActivations {
   Tensor y_perm;  // [T·k, h]: expert outputs, unweighted
   ExpertSaved experts;
   Tensor aux_grad_coeff;  // [S, E] when the aux loss is on
+  // Shared expert (hybrid family): SwiGLU [T, 2Is] / [T, Is], its output [T, h] and gate logit.
+  Tensor shared_gate_up, shared_hidden, shared_out;
+  Tensor shared_gate_logit;  // [T, 1]
 };
 
 // Everything a layer needs besides its parameters and activations.
@@ -46,8 +69,8 @@ struct LayerRunContext {
   SeamContext seam;
   BinSeams seams;
   const config::ModelArchitecture* architecture = nullptr;
-  Tensor positions;   // i32 [T]
-  Tensor cu_seqlens;  // i32 [S + 1]
+  Tensor positions;      // i32 [T]
+  Tensor cu_seqlens;     // i32 [S + 1]
   Tensor token_is_real;  // u8 [T] (1 = real token, 0 = alignment padding) or undefined: all real
   ops::MoeAuxLossType aux_loss = ops::MoeAuxLossType::none;
   std::int64_t aux_num_sequences_global = 1;
@@ -65,5 +88,19 @@ double decoder_layer_forward(const LayerRunContext& run, int layer_index,
 void decoder_layer_backward(const LayerRunContext& run, int layer_index,
                             const DecoderLayerParams& params, const Tensor& input,
                             const DecoderLayerActivations& saved, const Tensor& grad);
+
+// The residual norms' variant: plain for Qwen3-MoE, zero-centred (1 + w) for the hybrid family.
+ops::RmsNormVariant residual_norm_variant(const config::ModelArchitecture& architecture);
+
+// Gated DeltaNet token mixer (gated_deltanet_mixer.cpp), on saved.normed_input [T, h]:
+// forward ADDS its output to `residual` [T, h]; backward takes d(residual) and writes
+// d(normed_input) (overwrite). Parameter gradients accumulate.
+void gated_deltanet_forward(const LayerRunContext& run, int layer_index,
+                            const GatedDeltaNetParams& params, GatedDeltaNetActivations& saved,
+                            const Tensor& normed_input, const Tensor& residual);
+void gated_deltanet_backward(const LayerRunContext& run, int layer_index,
+                             const GatedDeltaNetParams& params,
+                             const GatedDeltaNetActivations& saved, const Tensor& normed_input,
+                             const Tensor& dresidual, const Tensor& dnormed_input);
 
 }  // namespace dyncp::model

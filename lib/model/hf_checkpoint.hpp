@@ -11,18 +11,24 @@
 
 namespace dyncp::model {
 
+class ExpertGather;
+
 // Copies every HF tensor of `parameters` from the checkpoint folder (converted to f32).
 // A missing tensor, an extra one, or one whose shape differs is a data error naming the tensor
 // and both shapes. Tensors of parts this text model does not have (mtp.*, model.visual.*) are
-// skipped; so is a redundant lm_head.weight when the embeddings are tied.
+// skipped; so is a redundant lm_head.weight when the embeddings are tied. Parameters holding
+// an expert slice read only their experts (and skip the others' tensors).
 void load_hf_weights(const std::string& folder, const Qwen3MoeParameters& parameters);
 
 // Reads config.json, builds the model and loads its weights.
 std::unique_ptr<Qwen3MoeModel> load_hf_model(const std::string& folder, ModelOptions options = {});
 
 // Writes config.json and the weights (stored as `dtype`: F32, BF16 or F16), sharded when they
-// exceed max_shard_bytes (0 = one file).
+// exceed max_shard_bytes (0 = one file). Every expert is written. When `parameters` hold an
+// expert slice, every rank of the expert-parallel group calls this with its `gather`
+// (collective, model/whole_model_tensors.hpp) and only the one with `write` writes.
 void save_hf_checkpoint(const std::string& folder, const Qwen3MoeParameters& parameters,
-                        StoredDType dtype = StoredDType::bf16, std::uint64_t max_shard_bytes = 0);
+                        StoredDType dtype = StoredDType::bf16, std::uint64_t max_shard_bytes = 0,
+                        ExpertGather* gather = nullptr, bool write = true);
 
 }  // namespace dyncp::model

@@ -51,12 +51,33 @@ class LocalSequenceStatisticsReducer final : public SequenceStatisticsReducer {
   void reduce(const SeamContext&, const Tensor&, const Tensor&) override {}
 };
 
-// The three local seams together, for one-rank runs and tests.
+// Gated DeltaNet over whole sequences held on this rank: conv + SiLU, L2 norm and the chunked
+// gated delta rule (chunk states kept for backward), per sequence from a zero state.
+class LocalLinearAttentionContext final : public LinearAttentionContext {
+ public:
+  void begin_bin(const SeamContext& context, const LocalBinLayout& layout) override;
+  void forward(const SeamContext& context, int layer, const LinearAttentionDims& dims,
+               const Tensor& q_raw, const Tensor& k_raw, const Tensor& v_raw,
+               const Tensor& conv_weight, const Tensor& g, const Tensor& beta, const Tensor& out,
+               LinearAttentionSaved& saved) override;
+  void backward(const SeamContext& context, int layer, const LinearAttentionDims& dims,
+                const Tensor& dout, const Tensor& q_raw, const Tensor& k_raw, const Tensor& v_raw,
+                const Tensor& conv_weight, const Tensor& g, const Tensor& beta,
+                const LinearAttentionSaved& saved, const Tensor& dq_raw, const Tensor& dk_raw,
+                const Tensor& dv_raw, const Tensor& dconv_weight, const Tensor& dg,
+                const Tensor& dbeta) override;
+
+ private:
+  Tensor cu_seqlens_;
+};
+
+// The local seams together, for one-rank runs and tests.
 struct LocalSeams {
   LocalAttentionContext attention;
   LocalExpertDispatcher experts;
   LocalSequenceStatisticsReducer statistics;
-  BinSeams seams() { return {&attention, &experts, &statistics}; }
+  LocalLinearAttentionContext linear_attention;
+  BinSeams seams() { return {&attention, &experts, &statistics, &linear_attention}; }
 };
 
 }  // namespace dyncp::model

@@ -1,5 +1,6 @@
 #include "model/qwen3_moe_model.hpp"
 
+#include <algorithm>
 #include <vector>
 
 #include "core/error.hpp"
@@ -56,7 +57,7 @@ void check_bin(const PackedBin& bin) {
 }  // namespace
 
 Qwen3MoeModel::Qwen3MoeModel(const config::ModelArchitecture& architecture, ModelOptions options)
-    : parameters_(architecture, options.experts),
+    : parameters_(architecture, options.experts, options.dtype),
       options_(options),
       activations_("model.activations"),
       scratch_("model.scratch") {
@@ -78,12 +79,20 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
                                  const BinOptions& options) {
   check_bin(bin);
   DYNCP_CHECK(seams.attention != nullptr && seams.experts != nullptr && seams.statistics != nullptr,
-              "run_bin needs all three seams");
+              "run_bin needs the attention, expert and statistics seams");
+  const bool has_linear_attention = std::any_of(
+      parameters_.layers.begin(), parameters_.layers.end(), [](const DecoderLayerParams& layer) {
+        return layer.mixer == config::LayerMixer::linear_attention;
+      });
+  if (has_linear_attention && seams.linear_attention == nullptr)
+    core::throw_runtime_error(
+        "this layout has no linear-attention seam, which Gated DeltaNet layers need");
   activations_.reset();
   scratch_.reset();
   recompute_->reset();
 
   const auto& a = parameters_.architecture();
+  const DType dtype = parameters_.all_values().dtype();
   const std::int64_t tokens = bin.token_ids.size(0);
   const std::int64_t hidden = a.hidden_size;
   auto& inputs = layer_activations_->layer_inputs;
@@ -106,12 +115,14 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
   SeamContext bin_context = run.seam;
   bin_context.activations = &activations_;
   seams.attention->begin_bin(bin_context, {bin.cu_seqlens, bin.positions});
+  if (has_linear_attention)
+    seams.linear_attention->begin_bin(bin_context, {bin.cu_seqlens, bin.positions});
 
   BinResult result;
-  inputs[0] = activations_.allocate({tokens, hidden}, DType::f32);
+  inputs[0] = activations_.allocate({tokens, hidden}, dtype);
   ops::embedding_forward(run.seam.ops, bin.token_ids, parameters_.embed_tokens.value, inputs[0]);
   for (std::size_t layer = 0; layer < per_layer.size(); ++layer) {
-    inputs[layer + 1] = activations_.allocate({tokens, hidden}, DType::f32);
+    inputs[layer + 1] = activations_.allocate({tokens, hidden}, dtype);
     const auto mark = recompute_->mark();
     result.aux_loss +=
         decoder_layer_forward(run, static_cast<int>(layer), parameters_.layers[layer],
@@ -120,16 +131,17 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
     if (options_.recompute_full) recompute_->release(mark);
   }
 
-  ops::RmsNormSaved final_norm_saved{activations_.allocate({tokens}, DType::f32)};
-  const Tensor normed_final = activations_.allocate({tokens, hidden}, DType::f32);
+  ops::RmsNormSaved final_norm_saved{activations_.allocate({tokens}, dtype)};
+  const Tensor normed_final = activations_.allocate({tokens, hidden}, dtype);
+  const ops::RmsNormVariant norm_variant = residual_norm_variant(a);
   ops::rmsnorm_forward(run.seam.ops, inputs.back(), parameters_.final_norm.value, a.rms_norm_eps,
-                       ops::RmsNormVariant::plain, normed_final, final_norm_saved);
+                       norm_variant, normed_final, final_norm_saved);
   if (options.final_hidden.defined()) options.final_hidden.copy_from(normed_final);
 
   Tensor dnormed_final;
   Tensor dlm_head;
   if (options.compute_gradients) {
-    dnormed_final = activations_.allocate({tokens, hidden}, DType::f32);
+    dnormed_final = activations_.allocate({tokens, hidden}, dtype);
     dlm_head = parameters_.lm_head.grad;
   }
   ops::CrossEntropyOptions cross_entropy_options;
@@ -144,14 +156,13 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
   if (!options.compute_gradients) return result;
 
   // The residual-stream gradient, updated in place layer by layer.
-  const Tensor grad = activations_.allocate({tokens, hidden}, DType::f32);
+  const Tensor grad = activations_.allocate({tokens, hidden}, dtype);
   ops::rmsnorm_backward(run.seam.ops, dnormed_final, inputs.back(), parameters_.final_norm.value,
-                        ops::RmsNormVariant::plain, final_norm_saved, grad,
-                        parameters_.final_norm.grad);
+                        norm_variant, final_norm_saved, grad, parameters_.final_norm.grad);
   for (std::size_t layer = per_layer.size(); layer-- > 0;) {
     const auto mark = recompute_->mark();
     if (options_.recompute_full) {
-      const Tensor discarded_output = recompute_->allocate({tokens, hidden}, DType::f32);
+      const Tensor discarded_output = recompute_->allocate({tokens, hidden}, dtype);
       decoder_layer_forward(run, static_cast<int>(layer), parameters_.layers[layer], inputs[layer],
                             per_layer[layer], discarded_output);
     }

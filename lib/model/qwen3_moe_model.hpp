@@ -1,9 +1,14 @@
 #pragma once
-// Qwen3-MoE (qwen-moe.md §2.2) forward and backward over ONE packed THD bin:
-//   embedding → per layer [RMSNorm → q/k/v proj → q/k norm → RoPE (global positions) →
-//   attention (AttentionContext seam) → o_proj → residual → RMSNorm → router → experts
-//   (ExpertDispatcher seam), or a dense SwiGLU MLP on mlp_only / decoder_sparse_step layers →
-//   residual] → final norm → LM head + cross-entropy (fused, chunked).
+// Qwen3-MoE (qwen-moe.md §2.2) and the hybrid Qwen3-Next / Qwen3.5-MoE (§3) forward and
+// backward over ONE packed THD bin:
+//   embedding → per layer [RMSNorm → token mixer → residual → RMSNorm → router → experts
+//   (ExpertDispatcher seam) (+ the gated shared expert of the hybrid family), or a dense SwiGLU
+//   MLP on mlp_only / decoder_sparse_step layers → residual] → final norm → LM head +
+//   cross-entropy (fused, chunked).
+// Token mixer per layer_types: full attention (q/k/v proj → q/k norm → RoPE with global
+// positions → AttentionContext seam → [σ(gate) for the hybrid's gated attention] → o_proj) or
+// Gated DeltaNet (projections and gates → LinearAttentionContext seam → gated norm → out_proj).
+// The hybrid family's residual, final and q/k norms are zero-centred (1 + w).
 //
 // The loss is the SUM of per-token cross-entropy over rows with a label >= 0 (and loss_mask 1),
 // returned with the count of those rows; normalisation happens outside (the trainer divides by
@@ -42,6 +47,10 @@ struct PackedBin {
 struct ModelOptions {
   bool recompute_full = false;  // recompute_granularity = full
   ExpertRange experts;          // experts held by this rank (default: all)
+  // f32 (training) or f64 (finite-difference checks): parameters, gradients and activations.
+  // HF checkpoints load into either; the per_token_loss / final_hidden outputs of BinOptions
+  // must have the same dtype.
+  core::DType dtype = core::DType::f32;
   ops::MoeAuxLossType aux_loss = ops::MoeAuxLossType::none;
   std::int64_t cross_entropy_token_chunk = 256;
   std::int64_t cross_entropy_vocab_chunk = 32768;

@@ -1,5 +1,6 @@
 #include "model/qwen3_moe_parameters.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.hpp"
@@ -22,9 +23,15 @@ struct Layout {
   };
   std::vector<Entry> entries;
   std::int64_t total = 0;
+  std::int64_t dense_total = 0;  // the dense parameters come first, then the experts
   void add(Param& param, Shape shape) {
+    total = (total + 15) / 16 * 16;
+    add_adjacent(param, shape);
+  }
+  // Right after the previous parameter, no alignment gap: views can span both.
+  void add_adjacent(Param& param, Shape shape) {
     entries.push_back({&param, shape, total});
-    total += (shape.numel() + 15) / 16 * 16;
+    total += shape.numel();
   }
 };
 
@@ -32,13 +39,180 @@ bool is_norm_weight(const std::string& name) {
   return name.ends_with("norm.weight");
 }
 
+// Gated q_proj: HF row 2d·j + i of head j is query row d·j + i (i < d) or gate row
+// Hq·d + d·j + (i − d) of our [query rows | gate rows] storage (qwen-moe.md §3.3).
+std::vector<std::int64_t> gated_query_rows(std::int64_t heads, std::int64_t head_dim) {
+  std::vector<std::int64_t> rows;
+  for (std::int64_t j = 0; j < heads; ++j)
+    for (std::int64_t i = 0; i < 2 * head_dim; ++i)
+      rows.push_back(i < head_dim ? j * head_dim + i
+                                  : heads * head_dim + j * head_dim + i - head_dim);
+  return rows;
+}
+
+// Qwen3-Next in_proj_qkvz: Hk groups of [q_g (dk) | k_g (dk) | v_g (r·dv) | z_g (r·dv)],
+// r = Hv / Hk, over our storage [q all | k all | v all | z all] (qwen-moe.md §3.4 step 1).
+std::vector<std::int64_t> next_qkvz_rows(const config::ModelArchitecture& a) {
+  const std::int64_t hk = a.linear_num_key_heads, dk = a.linear_key_head_dim,
+                     dv = a.linear_value_head_dim, r = a.linear_num_value_heads / hk;
+  const std::int64_t key_dim = hk * dk, value_dim = a.linear_num_value_heads * dv;
+  std::vector<std::int64_t> rows;
+  for (std::int64_t g = 0; g < hk; ++g) {
+    for (std::int64_t i = 0; i < dk; ++i) rows.push_back(g * dk + i);
+    for (std::int64_t i = 0; i < dk; ++i) rows.push_back(key_dim + g * dk + i);
+    for (std::int64_t i = 0; i < r * dv; ++i) rows.push_back(2 * key_dim + g * r * dv + i);
+    for (std::int64_t i = 0; i < r * dv; ++i)
+      rows.push_back(2 * key_dim + value_dim + g * r * dv + i);
+  }
+  return rows;
+}
+
+// Qwen3-Next in_proj_ba: Hk groups of [b_g (r) | a_g (r)] over our storage [b all | a all].
+std::vector<std::int64_t> next_ba_rows(const config::ModelArchitecture& a) {
+  const std::int64_t hk = a.linear_num_key_heads, hv = a.linear_num_value_heads, r = hv / hk;
+  std::vector<std::int64_t> rows;
+  for (std::int64_t g = 0; g < hk; ++g) {
+    for (std::int64_t i = 0; i < r; ++i) rows.push_back(g * r + i);
+    for (std::int64_t i = 0; i < r; ++i) rows.push_back(hv + g * r + i);
+  }
+  return rows;
+}
+
 }  // namespace
 
+namespace {
+
+// Row r of `table` (row-major, `columns` wide, f32 or f64) as floats, and back.
+// The members a layout plan places (the real ones, or stand-ins when only counting).
+struct ParameterSlots {
+  Param& embed_tokens;
+  std::vector<DecoderLayerParams>& layers;
+  Param& final_norm;
+  Param& lm_head;
+};
+
+// Where every parameter lives in the flat buffers, for an architecture and the experts a rank
+// holds: the one plan behind both the allocation and parameter_count(), so the memory
+// estimate counts exactly what is allocated.
+Layout plan_layout(const config::ModelArchitecture& a, const ExpertRange& experts,
+                   ParameterSlots slots) {
+  const std::int64_t local_experts = experts.count;
+  const std::int64_t h = a.hidden_size, d = a.head_dim, hq = a.num_attention_heads,
+                     hkv = a.num_key_value_heads, e = a.num_experts,
+                     moe_i = a.moe_intermediate_size, dense_i = a.intermediate_size;
+
+  const bool hybrid = a.is_hybrid();
+  const std::int64_t key_dim = a.linear_num_key_heads * a.linear_key_head_dim,
+                     value_dim = a.linear_num_value_heads * a.linear_value_head_dim,
+                     conv_dim = 2 * key_dim + value_dim, hv = a.linear_num_value_heads,
+                     shared_i = a.shared_expert_intermediate_size;
+
+  Layout layout;
+  layout.add(slots.embed_tokens, {a.vocab_size, h});
+  slots.layers.resize(static_cast<std::size_t>(a.num_hidden_layers));
+  for (std::int64_t i = 0; i < a.num_hidden_layers; ++i) {
+    auto& layer = slots.layers[static_cast<std::size_t>(i)];
+    layer.is_moe = a.is_moe_layer(i);
+    layer.mixer = a.mixer_of_layer(i);
+    layout.add(layer.input_norm, {h});
+    if (layer.mixer == config::LayerMixer::full_attention) {
+      // q_proj then q_gate_proj: together HF's q_proj rows (row-ordered view below).
+      layout.add(layer.attention.q_proj, {hq * d, h});
+      if (hybrid) layout.add_adjacent(layer.attention.q_gate_proj, {hq * d, h});
+      layout.add(layer.attention.k_proj, {hkv * d, h});
+      layout.add(layer.attention.v_proj, {hkv * d, h});
+      layout.add(layer.attention.o_proj, {h, hq * d});
+      layout.add(layer.attention.q_norm, {d});
+      layout.add(layer.attention.k_norm, {d});
+    } else {
+      auto& gdn = layer.linear_attention;
+      // qkv | z | b | a back to back: Qwen3-Next's fused projections view across them.
+      layout.add(gdn.in_proj_qkv, {conv_dim, h});
+      layout.add_adjacent(gdn.in_proj_z, {value_dim, h});
+      layout.add_adjacent(gdn.in_proj_b, {hv, h});
+      layout.add_adjacent(gdn.in_proj_a, {hv, h});
+      layout.add(gdn.conv1d, {conv_dim, 1, a.linear_conv_kernel_dim});
+      layout.add(gdn.A_log, {hv});
+      layout.add(gdn.dt_bias, {hv});
+      layout.add(gdn.norm, {a.linear_value_head_dim});
+      layout.add(gdn.out_proj, {h, value_dim});
+    }
+    layout.add(layer.post_attention_norm, {h});
+    if (layer.is_moe) {
+      layout.add(layer.moe.router, {e, h});
+      layer.moe.experts.first_expert = experts.first;
+      if (hybrid) {
+        layer.moe.has_shared_expert = true;
+        layout.add(layer.moe.shared_expert.gate_up, {2 * shared_i, h});
+        layout.add(layer.moe.shared_expert.down, {h, shared_i});
+        layout.add(layer.moe.shared_expert_gate, {1, h});
+      }
+    } else {
+      layout.add(layer.dense.gate_up, {2 * dense_i, h});
+      layout.add(layer.dense.down, {h, dense_i});
+    }
+  }
+  layout.add(slots.final_norm, {h});
+  if (!a.tie_word_embeddings) layout.add(slots.lm_head, {a.vocab_size, h});
+  // Expert weights after every dense one: each group is one contiguous range, so gradient
+  // reductions over the pool (dense) and over the expert-data-parallel group are one call each.
+  layout.dense_total = layout.total;
+  for (auto& layer : slots.layers) {
+    if (!layer.is_moe) continue;
+    layout.add(layer.moe.experts.gate_up, {local_experts, 2 * moe_i, h});
+    layout.add(layer.moe.experts.down, {local_experts, h, moe_i});
+  }
+
+  return layout;
+}
+
+void copy_row_out(const Tensor& table, std::int64_t row, std::int64_t columns, float* out) {
+  if (table.dtype() == DType::f64) {
+    const double* from = table.data<double>() + row * columns;
+    for (std::int64_t j = 0; j < columns; ++j) out[j] = static_cast<float>(from[j]);
+  } else {
+    const float* from = table.data<float>() + row * columns;
+    std::copy(from, from + columns, out);
+  }
+}
+
+void copy_row_in(const float* in, const Tensor& table, std::int64_t row, std::int64_t columns) {
+  if (table.dtype() == DType::f64) {
+    double* to = table.data<double>() + row * columns;
+    for (std::int64_t j = 0; j < columns; ++j) to[j] = in[j];
+  } else {
+    std::copy(in, in + columns, table.data<float>() + row * columns);
+  }
+}
+
+}  // namespace
+
+void HfTensor::read_hf_order(const Tensor& source, float* hf) const {
+  if (rows.empty()) {
+    copy_row_out(source, 0, source.numel(), hf);
+    return;
+  }
+  const std::int64_t columns = source.numel() / source.size(0);
+  for (std::size_t r = 0; r < rows.size(); ++r)
+    copy_row_out(source, rows[r], columns, hf + static_cast<std::int64_t>(r) * columns);
+}
+
+void HfTensor::write_hf_order(const float* hf, const Tensor& destination) const {
+  if (rows.empty()) {
+    copy_row_in(hf, destination, 0, destination.numel());
+    return;
+  }
+  const std::int64_t columns = destination.numel() / destination.size(0);
+  for (std::size_t r = 0; r < rows.size(); ++r)
+    copy_row_in(hf + static_cast<std::int64_t>(r) * columns, destination, rows[r], columns);
+}
+
 void validate_qwen3_moe_architecture(const config::ModelArchitecture& a) {
-  if (a.model_type != "qwen3_moe")
-    core::throw_config_error("model.model_type", "'" + a.model_type +
-                                                     "' is not supported by this model; expected "
-                                                     "qwen3_moe");
+  if (a.model_type != "qwen3_moe" && !a.is_hybrid())
+    core::throw_config_error("model.model_type",
+                             "'" + a.model_type +
+                                 "' is not supported by this model; expected qwen3_moe, "
+                                 "qwen3_next, qwen3_5_moe or qwen3_5_moe_text");
   const auto positive = [](std::int64_t value, const char* field) {
     if (value <= 0)
       core::throw_config_error(std::string("model.") + field,
@@ -47,17 +221,39 @@ void validate_qwen3_moe_architecture(const config::ModelArchitecture& a) {
   positive(a.vocab_size, "vocab_size");
   positive(a.hidden_size, "hidden_size");
   positive(a.num_hidden_layers, "num_hidden_layers");
-  positive(a.num_attention_heads, "num_attention_heads");
-  positive(a.num_key_value_heads, "num_key_value_heads");
-  positive(a.head_dim, "head_dim");
-  if (a.num_attention_heads % a.num_key_value_heads != 0)
-    core::throw_config_error("model.num_key_value_heads",
-                             std::to_string(a.num_key_value_heads) +
-                                 ": must divide num_attention_heads (" +
-                                 std::to_string(a.num_attention_heads) + ")");
-  if (a.head_dim % 2 != 0)
-    core::throw_config_error("model.head_dim",
-                             std::to_string(a.head_dim) + ": must be even for RoPE");
+  bool any_attention = false, any_linear = false;
+  for (std::int64_t i = 0; i < a.num_hidden_layers; ++i)
+    (a.mixer_of_layer(i) == config::LayerMixer::full_attention ? any_attention : any_linear) = true;
+  if (any_attention) {
+    positive(a.num_attention_heads, "num_attention_heads");
+    positive(a.num_key_value_heads, "num_key_value_heads");
+    positive(a.head_dim, "head_dim");
+    if (a.num_attention_heads % a.num_key_value_heads != 0)
+      core::throw_config_error("model.num_key_value_heads",
+                               std::to_string(a.num_key_value_heads) +
+                                   ": must divide num_attention_heads (" +
+                                   std::to_string(a.num_attention_heads) + ")");
+    if (a.head_dim % 2 != 0)
+      core::throw_config_error("model.head_dim",
+                               std::to_string(a.head_dim) + ": must be even for RoPE");
+    if (a.rotary_dim() < 2)
+      core::throw_config_error("model.partial_rotary_factor",
+                               std::to_string(a.partial_rotary_factor) +
+                                   ": rotates fewer than 2 of head_dim " +
+                                   std::to_string(a.head_dim) + " dims");
+  }
+  if (any_linear) {
+    positive(a.linear_num_key_heads, "linear_num_key_heads");
+    positive(a.linear_num_value_heads, "linear_num_value_heads");
+    positive(a.linear_key_head_dim, "linear_key_head_dim");
+    positive(a.linear_value_head_dim, "linear_value_head_dim");
+    positive(a.linear_conv_kernel_dim, "linear_conv_kernel_dim");
+    if (a.linear_num_value_heads % a.linear_num_key_heads != 0)
+      core::throw_config_error("model.linear_num_value_heads",
+                               std::to_string(a.linear_num_value_heads) +
+                                   ": must be a multiple of linear_num_key_heads (" +
+                                   std::to_string(a.linear_num_key_heads) + ")");
+  }
   if (a.hidden_act != "silu")
     core::throw_config_error("model.hidden_act", "'" + a.hidden_act + "': only silu is supported");
   if (a.attention_bias)
@@ -71,13 +267,17 @@ void validate_qwen3_moe_architecture(const config::ModelArchitecture& a) {
       core::throw_config_error("model.num_experts_per_tok",
                                std::to_string(a.num_experts_per_tok) + ": must be in [1, " +
                                    "num_experts = " + std::to_string(a.num_experts) + "]");
+    if (a.is_hybrid())
+      positive(a.shared_expert_intermediate_size, "shared_expert_intermediate_size");
   }
   if (any_dense) positive(a.intermediate_size, "intermediate_size");
 }
 
 Qwen3MoeParameters::Qwen3MoeParameters(const config::ModelArchitecture& architecture,
-                                       ExpertRange experts)
+                                       ExpertRange experts, core::DType dtype)
     : architecture_(architecture), expert_range_(experts) {
+  if (dtype != DType::f32 && dtype != DType::f64)
+    core::throw_config_error("model.dtype", "parameters are f32 or f64");
   architecture_.resolve();
   validate_qwen3_moe_architecture(architecture_);
   const auto& a = architecture_;
@@ -88,46 +288,18 @@ Qwen3MoeParameters::Qwen3MoeParameters(const config::ModelArchitecture& architec
                              "expert range [" + std::to_string(expert_range_.first) + ", " +
                                  std::to_string(expert_range_.first + expert_range_.count) +
                                  ") does not fit in " + std::to_string(a.num_experts) + " experts");
+  Layout layout = plan_layout(a, expert_range_, {embed_tokens, layers, final_norm, lm_head});
+  dense_numel_ = layout.dense_total;
   const std::int64_t local_experts = expert_range_.count;
   const std::int64_t h = a.hidden_size, d = a.head_dim, hq = a.num_attention_heads,
-                     hkv = a.num_key_value_heads, e = a.num_experts,
                      moe_i = a.moe_intermediate_size, dense_i = a.intermediate_size;
+  const bool hybrid = a.is_hybrid();
+  const std::int64_t value_dim = a.linear_num_value_heads * a.linear_value_head_dim,
+                     conv_dim = 2 * a.linear_num_key_heads * a.linear_key_head_dim + value_dim,
+                     hv = a.linear_num_value_heads, shared_i = a.shared_expert_intermediate_size;
 
-  Layout layout;
-  layout.add(embed_tokens, {a.vocab_size, h});
-  layers.resize(static_cast<std::size_t>(a.num_hidden_layers));
-  for (std::int64_t i = 0; i < a.num_hidden_layers; ++i) {
-    auto& layer = layers[static_cast<std::size_t>(i)];
-    layer.is_moe = a.is_moe_layer(i);
-    layout.add(layer.input_norm, {h});
-    layout.add(layer.attention.q_proj, {hq * d, h});
-    layout.add(layer.attention.k_proj, {hkv * d, h});
-    layout.add(layer.attention.v_proj, {hkv * d, h});
-    layout.add(layer.attention.o_proj, {h, hq * d});
-    layout.add(layer.attention.q_norm, {d});
-    layout.add(layer.attention.k_norm, {d});
-    layout.add(layer.post_attention_norm, {h});
-    if (layer.is_moe) {
-      layout.add(layer.moe.router, {e, h});
-      layer.moe.experts.first_expert = expert_range_.first;
-    } else {
-      layout.add(layer.dense.gate_up, {2 * dense_i, h});
-      layout.add(layer.dense.down, {h, dense_i});
-    }
-  }
-  layout.add(final_norm, {h});
-  if (!a.tie_word_embeddings) layout.add(lm_head, {a.vocab_size, h});
-  // Expert weights after every dense one: each group is one contiguous range, so gradient
-  // reductions over the pool (dense) and over the expert-data-parallel group are one call each.
-  dense_numel_ = layout.total;
-  for (auto& layer : layers) {
-    if (!layer.is_moe) continue;
-    layout.add(layer.moe.experts.gate_up, {local_experts, 2 * moe_i, h});
-    layout.add(layer.moe.experts.down, {local_experts, h, moe_i});
-  }
-
-  all_values_ = Tensor::zeros({layout.total}, DType::f32);
-  all_grads_ = Tensor::zeros({layout.total}, DType::f32);
+  all_values_ = Tensor::zeros({layout.total}, dtype);
+  all_grads_ = Tensor::zeros({layout.total}, dtype);
   for (const auto& entry : layout.entries) {
     const std::int64_t end = entry.offset + entry.shape.numel();
     entry.param->value = all_values_.slice(entry.offset, end).reshape(entry.shape);
@@ -145,20 +317,65 @@ Qwen3MoeParameters::Qwen3MoeParameters(const config::ModelArchitecture& architec
   const auto select = [](const Param& param, std::int64_t index) {
     return Param{param.value.select(index), param.grad.select(index)};
   };
+  // Rows [0, rows) of the storage starting at `first` (adjacent parameters), as one tensor.
+  const auto spanning = [](const Param& first, std::int64_t rows, std::int64_t columns) {
+    const auto view = [&](const Tensor& t) {
+      return Tensor::view_of(t.raw_data(), {rows, columns}, t.dtype(), t.device());
+    };
+    return Param{view(first.value), view(first.grad)};
+  };
+  const auto add_hf_rows = [this](std::string name, const Param& param,
+                                  std::vector<std::int64_t> rows) {
+    hf_tensors_.push_back({std::move(name), param.value, param.grad, false, std::move(rows)});
+  };
   add_hf("model.embed_tokens.weight", embed_tokens);
   for (std::int64_t i = 0; i < a.num_hidden_layers; ++i) {
     const auto& layer = layers[static_cast<std::size_t>(i)];
     const std::string prefix = "model.layers." + std::to_string(i) + ".";
     add_hf(prefix + "input_layernorm.weight", layer.input_norm);
-    add_hf(prefix + "self_attn.q_proj.weight", layer.attention.q_proj);
-    add_hf(prefix + "self_attn.k_proj.weight", layer.attention.k_proj);
-    add_hf(prefix + "self_attn.v_proj.weight", layer.attention.v_proj);
-    add_hf(prefix + "self_attn.o_proj.weight", layer.attention.o_proj);
-    add_hf(prefix + "self_attn.q_norm.weight", layer.attention.q_norm);
-    add_hf(prefix + "self_attn.k_norm.weight", layer.attention.k_norm);
+    if (layer.mixer == config::LayerMixer::full_attention) {
+      if (hybrid) {
+        add_hf_rows(prefix + "self_attn.q_proj.weight",
+                    spanning(layer.attention.q_proj, 2 * hq * d, h), gated_query_rows(hq, d));
+      } else {
+        add_hf(prefix + "self_attn.q_proj.weight", layer.attention.q_proj);
+      }
+      add_hf(prefix + "self_attn.k_proj.weight", layer.attention.k_proj);
+      add_hf(prefix + "self_attn.v_proj.weight", layer.attention.v_proj);
+      add_hf(prefix + "self_attn.o_proj.weight", layer.attention.o_proj);
+      add_hf(prefix + "self_attn.q_norm.weight", layer.attention.q_norm);
+      add_hf(prefix + "self_attn.k_norm.weight", layer.attention.k_norm);
+    } else {
+      const auto& gdn = layer.linear_attention;
+      const std::string linear = prefix + "linear_attn.";
+      if (a.model_type == "qwen3_next") {
+        add_hf_rows(linear + "in_proj_qkvz.weight",
+                    spanning(gdn.in_proj_qkv, conv_dim + value_dim, h), next_qkvz_rows(a));
+        add_hf_rows(linear + "in_proj_ba.weight", spanning(gdn.in_proj_b, 2 * hv, h),
+                    next_ba_rows(a));
+      } else {
+        add_hf(linear + "in_proj_qkv.weight", gdn.in_proj_qkv);
+        add_hf(linear + "in_proj_z.weight", gdn.in_proj_z);
+        add_hf(linear + "in_proj_b.weight", gdn.in_proj_b);
+        add_hf(linear + "in_proj_a.weight", gdn.in_proj_a);
+      }
+      add_hf(linear + "conv1d.weight", gdn.conv1d);
+      add_hf(linear + "A_log", gdn.A_log);
+      add_hf(linear + "dt_bias", gdn.dt_bias);
+      add_hf(linear + "norm.weight", gdn.norm);
+      add_hf(linear + "out_proj.weight", gdn.out_proj);
+    }
     add_hf(prefix + "post_attention_layernorm.weight", layer.post_attention_norm);
     if (layer.is_moe) {
       add_hf(prefix + "mlp.gate.weight", layer.moe.router);
+      if (layer.moe.has_shared_expert) {
+        const auto& shared = layer.moe.shared_expert;
+        add_hf(prefix + "mlp.shared_expert.gate_proj.weight", rows_of(shared.gate_up, 0, shared_i));
+        add_hf(prefix + "mlp.shared_expert.up_proj.weight",
+               rows_of(shared.gate_up, shared_i, 2 * shared_i));
+        add_hf(prefix + "mlp.shared_expert.down_proj.weight", shared.down);
+        add_hf(prefix + "mlp.shared_expert_gate.weight", layer.moe.shared_expert_gate);
+      }
       for (std::int64_t local = 0; local < local_experts; ++local) {
         const std::int64_t expert = expert_range_.first + local;
         const std::string expert_prefix = prefix + "mlp.experts." + std::to_string(expert) + ".";
@@ -177,6 +394,18 @@ Qwen3MoeParameters::Qwen3MoeParameters(const config::ModelArchitecture& architec
   if (!a.tie_word_embeddings) add_hf("lm_head.weight", lm_head);
 }
 
+std::int64_t Qwen3MoeParameters::count(const config::ModelArchitecture& architecture,
+                                        ExpertRange experts, std::int64_t* dense) {
+  config::ModelArchitecture a = architecture;
+  a.resolve();
+  if (experts.count == 0) experts.count = a.num_experts;
+  Param embed_tokens, final_norm, lm_head;
+  std::vector<DecoderLayerParams> layers;
+  const Layout layout = plan_layout(a, experts, {embed_tokens, layers, final_norm, lm_head});
+  if (dense != nullptr) *dense = layout.dense_total;
+  return layout.total;
+}
+
 const HfTensor* Qwen3MoeParameters::find(const std::string& hf_name) const {
   for (const auto& tensor : hf_tensors_)
     if (tensor.name == hf_name) return &tensor;
@@ -184,24 +413,62 @@ const HfTensor* Qwen3MoeParameters::find(const std::string& hf_name) const {
 }
 
 void Qwen3MoeParameters::init_random(std::uint64_t seed, double init_std) const {
-  for (std::size_t index = 0; index < hf_tensors_.size(); ++index) {
-    const auto& tensor = hf_tensors_[index];
-    float* values = tensor.value.data<float>();
-    const std::int64_t count = tensor.value.numel();
-    if (is_norm_weight(tensor.name)) {
-      for (std::int64_t j = 0; j < count; ++j) values[j] = 1.0f;
-      continue;
+  // Each tensor's random stream is keyed on its index in the whole model's list, so a rank
+  // holding an expert slice draws exactly the values the whole model has there. A MoE layer's
+  // experts close its block (3 tensors each: gate, up, down): a slice skips 3 x first of them
+  // before its own and the rest after.
+  constexpr std::size_t tensors_per_expert = 3;
+  const auto first = static_cast<std::size_t>(expert_range_.first);
+  const auto after = static_cast<std::size_t>(architecture_.num_experts - expert_range_.first -
+                                              expert_range_.count);
+  std::vector<float> values;
+  std::size_t global_index = 0;
+  bool in_experts = false;
+  for (const auto& tensor : hf_tensors_) {
+    if (tensor.is_expert != in_experts) {
+      global_index += tensors_per_expert * (tensor.is_expert ? first : after);
+      in_experts = tensor.is_expert;
     }
-    // Box-Muller on two counter-based uniforms per element: independent of thread count and
-    // of how tensors are laid out in memory.
-    for (std::int64_t j = 0; j < count; ++j) {
-      const auto bits = core::random_bits(seed, core::RngPurpose::weight_init, index,
-                                          static_cast<std::uint64_t>(j));
-      const double u1 = (static_cast<double>(bits >> 40) + 1.0) * 0x1.0p-24;
-      const double u2 = static_cast<double>(bits & 0xffffffu) * 0x1.0p-24;
-      values[j] =
-          static_cast<float>(init_std * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
-    }
+    values.resize(static_cast<std::size_t>(tensor.value.numel()));
+    fill_initial_values(tensor.name, global_index++, seed, init_std, values);
+    tensor.write_hf_order(values.data(), tensor.value);
+  }
+}
+
+void Qwen3MoeParameters::fill_initial_values(const std::string& name, std::size_t index,
+                                             std::uint64_t seed, double init_std,
+                                             std::vector<float>& values) const {
+  const auto uniform_bits = [&](std::size_t j) {
+    return core::random_bits(seed, core::RngPurpose::weight_init, index,
+                             static_cast<std::uint64_t>(j));
+  };
+  if (is_norm_weight(name)) {
+    // Zero-centred norms ((1 + w), hybrid family) are the identity at 0; the DeltaNet's gated
+    // output norm is plain (identity 1) in every family.
+    const bool zero_centred =
+        architecture_.is_hybrid() && !name.ends_with("linear_attn.norm.weight");
+    std::fill(values.begin(), values.end(), zero_centred ? 0.0f : 1.0f);
+    return;
+  }
+  if (name.ends_with("linear_attn.dt_bias")) {
+    std::fill(values.begin(), values.end(), 1.0f);
+    return;
+  }
+  if (name.ends_with("linear_attn.A_log")) {
+    // log U(1, 16): per-head decay rates spread over an order of magnitude, as HF initialises.
+    for (std::size_t j = 0; j < values.size(); ++j)
+      values[j] = static_cast<float>(
+          std::log(1.0 + 15.0 * static_cast<double>(uniform_bits(j) >> 40) * 0x1.0p-24));
+    return;
+  }
+  // Box-Muller on two counter-based uniforms per element: independent of thread count and of
+  // how tensors are laid out in memory.
+  for (std::size_t j = 0; j < values.size(); ++j) {
+    const auto bits = uniform_bits(j);
+    const double u1 = (static_cast<double>(bits >> 40) + 1.0) * 0x1.0p-24;
+    const double u2 = static_cast<double>(bits & 0xffffffu) * 0x1.0p-24;
+    values[j] =
+        static_cast<float>(init_std * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
   }
 }
 

@@ -1,7 +1,9 @@
 #pragma once
-// Parameters of a Qwen3-MoE model: one owning allocation for all values and one for all
-// gradients (the optimizer and gradient reductions can treat each as a flat buffer), cut into
-// the tensors the layers compute with, plus a view per HF checkpoint tensor (qwen-moe.md §4.2).
+// Parameters of a Qwen3-MoE model, or of the hybrid Qwen3-Next / Qwen3.5-MoE family (gated
+// attention and Gated DeltaNet token mixers, shared experts): one owning allocation for all
+// values and one for all gradients (the optimizer and gradient reductions can treat each as a
+// flat buffer), cut into the tensors the layers compute with, plus a view per HF checkpoint
+// tensor (qwen-moe.md §4.2-4.4).
 //
 // Experts are stored fused per layer (gate_up [E, 2I, h], down [E, h, I]); the HF names
 // `mlp.experts.{e}.gate_proj.weight` / `up_proj` / `down_proj` are contiguous views into them.
@@ -18,7 +20,11 @@
 namespace dyncp::model {
 
 struct AttentionParams {
-  Param q_proj;  // [Hq·d, h]
+  Param q_proj;  // [Hq·d, h]: the query rows
+  // Gated attention (hybrid family) only: [Hq·d, h], the output-gate rows. HF stores query and
+  // gate interleaved per head in one q_proj [Hq·2d, h]; we keep them apart so each is one GEMM
+  // into a contiguous [T, Hq, d] (the HF tensor is a row-ordered view, HfTensor::rows).
+  Param q_gate_proj;
   Param k_proj;  // [Hkv·d, h]
   Param v_proj;  // [Hkv·d, h]
   Param o_proj;  // [h, Hq·d]
@@ -31,26 +37,58 @@ struct DenseMlpParams {
   Param down;     // [h, I]
 };
 
+// Gated DeltaNet token mixer (qwen-moe.md §3.4), sizes Hk / Hv heads, dk / dv head dims,
+// key_dim = Hk·dk, value_dim = Hv·dv, conv_dim = 2·key_dim + value_dim, K = conv kernel.
+// The four input projections are adjacent in memory (rows qkv | z | b | a), so Qwen3-Next's
+// fused in_proj_qkvz / in_proj_ba are row-ordered views of the same storage.
+struct GatedDeltaNetParams {
+  Param in_proj_qkv;  // [conv_dim, h]: rows [q (all heads) | k | v], the conv's channel order
+  Param in_proj_z;    // [value_dim, h]: output-gate input of the gated norm
+  Param in_proj_b;    // [Hv, h]: β = σ(b)
+  Param in_proj_a;    // [Hv, h]: decay input
+  Param conv1d;       // [conv_dim, 1, K] (HF's shape; depthwise, no bias)
+  Param A_log;        // [Hv]
+  Param dt_bias;      // [Hv]
+  Param norm;         // [dv]: gated RMSNorm weight, PLAIN (not 1 + w)
+  Param out_proj;     // [h, value_dim]
+};
+
 struct MoeParams {
   Param router;           // [E, h]
   ExpertWeights experts;  // gate_up [E, 2I, h], down [E, h, I]
+  // Hybrid family: a shared SwiGLU expert (gate_up [2·Is, h], down [h, Is]) behind a
+  // per-token sigmoid gate. has_shared_expert is false for Qwen3-MoE.
+  bool has_shared_expert = false;
+  DenseMlpParams shared_expert;
+  Param shared_expert_gate;  // [1, h]
 };
 
 struct DecoderLayerParams {
   Param input_norm;           // [h]
   Param post_attention_norm;  // [h]
-  AttentionParams attention;
+  config::LayerMixer mixer = config::LayerMixer::full_attention;
+  AttentionParams attention;             // when mixer == full_attention
+  GatedDeltaNetParams linear_attention;  // when mixer == linear_attention
   bool is_moe = false;
   DenseMlpParams dense;  // when !is_moe
   MoeParams moe;         // when is_moe
 };
 
 // One HF checkpoint tensor: its name and the views holding its value and gradient.
+// Names are the text model's (`model.` prefix, one tensor per expert); hf_checkpoint.cpp maps
+// them to the on-disk layouts (Qwen3.5's `model.language_model.` prefix and fused experts).
 struct HfTensor {
   std::string name;
   Tensor value;
   Tensor grad;
   bool is_expert = false;  // summed over the expert-data-parallel group, not the whole pool
+  // Empty: value / grad hold the tensor in HF order. Otherwise HF row r (first dim) is row
+  // rows[r] of value / grad, whose shape is then the HF shape (the gated q_proj and Qwen3-Next's
+  // grouped in_proj_qkvz / in_proj_ba are stored de-interleaved for the layers).
+  std::vector<std::int64_t> rows;
+  // Copies value (or grad; f32 or f64) in HF order into / out of `hf` (value.numel() floats).
+  void read_hf_order(const Tensor& source, float* hf) const;
+  void write_hf_order(const float* hf, const Tensor& destination) const;
 };
 
 // The experts this rank holds: [first, first + count) of every MoE layer (count 0 = all).
@@ -67,8 +105,14 @@ class Qwen3MoeParameters {
  public:
   // Allocates (values zero, gradients zero). Throws a config error naming the field when the
   // architecture is not a usable Qwen3-MoE one or the expert range does not fit.
+  // dtype: f32, or f64 for finite-difference checks.
   explicit Qwen3MoeParameters(const config::ModelArchitecture& architecture,
-                              ExpertRange experts = {});
+                              ExpertRange experts = {}, core::DType dtype = core::DType::f32);
+
+  // Elements the buffers of a model with this architecture and expert range take, without
+  // allocating them (the memory estimate); `dense` receives the part before the experts.
+  static std::int64_t count(const config::ModelArchitecture& architecture, ExpertRange experts,
+                            std::int64_t* dense = nullptr);
 
   const config::ModelArchitecture& architecture() const { return architecture_; }
   const ExpertRange& expert_range() const { return expert_range_; }
@@ -90,11 +134,15 @@ class Qwen3MoeParameters {
   void zero_grads() const { all_grads_.fill_zero(); }
   std::int64_t num_parameters() const { return all_values_.numel(); }
 
-  // Seeded initialisation from core::random_bits(seed, weight_init, tensor index, element):
-  // matrices N(0, init_std), norm weights 1.
+  // Seeded initialisation from core::random_bits(seed, weight_init, tensor index, element),
+  // the index counted in the whole model's HF tensor list (an expert slice gets the values the
+  // whole model has for those experts): matrices N(0, init_std), norm weights at their identity (1, or 0 for the hybrid family's
+  // zero-centred norms), DeltaNet A_log = log U(1, 16) and dt_bias = 1.
   void init_random(std::uint64_t seed, double init_std = 0.02) const;
 
  private:
+  void fill_initial_values(const std::string& name, std::size_t index, std::uint64_t seed,
+                           double init_std, std::vector<float>& values) const;
   config::ModelArchitecture architecture_;
   ExpertRange expert_range_;
   Tensor all_values_;
@@ -103,7 +151,8 @@ class Qwen3MoeParameters {
   std::vector<HfTensor> hf_tensors_;
 };
 
-// Throws config errors (key path `model.<field>`) for architectures this model cannot run.
+// Throws config errors (key path `model.<field>`) for architectures this model cannot run
+// (Qwen3-MoE and the hybrid qwen3_next / qwen3_5_moe / qwen3_5_moe_text).
 void validate_qwen3_moe_architecture(const config::ModelArchitecture& architecture);
 
 }  // namespace dyncp::model

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -64,8 +65,12 @@ class SafetensorsFile {
   const StoredTensorInfo* find(const std::string& name) const;  // nullptr when absent
   // Converts the named tensor into `out` (size must equal its element count).
   void read_f32(const std::string& name, std::span<float> out) const;
+  // Converts elements [first_element, first_element + out.size()) of the row-major tensor.
+  void read_f32_range(const std::string& name, std::int64_t first_element,
+                      std::span<float> out) const;
 
  private:
+  const StoredTensorInfo& float_tensor(const std::string& name) const;  // found, float dtype
   std::string path_;
   const std::uint8_t* mapped_ = nullptr;
   std::size_t mapped_size_ = 0;
@@ -81,6 +86,8 @@ class SafetensorsCheckpoint {
   std::vector<std::string> tensor_names() const;  // sorted
   const StoredTensorInfo* find(const std::string& name) const;
   void read_f32(const std::string& name, std::span<float> out) const;
+  void read_f32_range(const std::string& name, std::int64_t first_element,
+                      std::span<float> out) const;
   const std::string& file_of(const std::string& name) const;
 
  private:
@@ -88,15 +95,21 @@ class SafetensorsCheckpoint {
   std::map<std::string, std::size_t> file_of_tensor_;
 };
 
-// A tensor to write: f32 values in row-major order.
+// A tensor to write: f32 values in row-major order, either held (`values`) or produced when
+// the writer reaches the tensor (`fill`, given a buffer of the shape's element count). Fills
+// run in the given order, one at a time, so values built on demand (every expert of a layer,
+// gathered from the ranks that hold them) need one tensor's memory, not the file's.
 struct TensorToWrite {
   std::string name;
   std::vector<std::int64_t> shape;
   std::span<const float> values;
+  std::function<void(std::span<float>)> fill;
+  std::int64_t numel() const;
 };
 
 // Writes one file, storing values as `dtype` (F32, BF16 or F16). Tensors are written in the
-// given order; the header is padded with spaces so the data buffer starts 8-byte aligned.
+// given order, streamed one at a time; the header is padded with spaces so the data buffer
+// starts 8-byte aligned.
 void write_safetensors_file(const std::string& path, std::span<const TensorToWrite> tensors,
                             StoredDType dtype);
 

@@ -64,19 +64,39 @@ const StoredTensorInfo* SafetensorsFile::find(const std::string& name) const {
 }
 
 void SafetensorsFile::read_f32(const std::string& name, std::span<float> out) const {
+  const StoredTensorInfo& info = float_tensor(name);
+  if (static_cast<std::int64_t>(out.size()) != info.num_elements())
+    core::throw_data_error(path_ + ": tensor '" + name + "'",
+                           "shape " + shape_text(info.shape) + " has " +
+                               std::to_string(info.num_elements()) +
+                               " elements, the destination holds " + std::to_string(out.size()));
+  read_f32_range(name, 0, out);
+}
+
+void SafetensorsFile::read_f32_range(const std::string& name, std::int64_t first_element,
+                                     std::span<float> out) const {
+  const StoredTensorInfo& info = float_tensor(name);
+  const auto end = first_element + static_cast<std::int64_t>(out.size());
+  if (first_element < 0 || end > info.num_elements())
+    core::throw_data_error(path_ + ": tensor '" + name + "'",
+                           "elements [" + std::to_string(first_element) + ", " +
+                               std::to_string(end) + ") are outside its " +
+                               std::to_string(info.num_elements()));
+  const std::uint8_t* source =
+      mapped_ + 8 + header_.header_bytes + info.data_begin +
+      static_cast<std::uint64_t>(first_element) * stored_dtype_size(info.dtype);
+  convert_to_f32(info.dtype, source, out.size(), out.data());
+}
+
+const StoredTensorInfo& SafetensorsFile::float_tensor(const std::string& name) const {
   const StoredTensorInfo* info = find(name);
   if (info == nullptr) core::throw_data_error(path_, "no tensor named '" + name + "'");
-  const std::string where = path_ + ": tensor '" + name + "'";
   if (!is_float_dtype(info->dtype))
-    core::throw_data_error(where, std::string("dtype ") + stored_dtype_name(info->dtype) +
-                                      " cannot be read as floating point weights (expected "
-                                      "BF16, F16, F32 or F64)");
-  if (static_cast<std::int64_t>(out.size()) != info->num_elements())
-    core::throw_data_error(
-        where, "shape " + shape_text(info->shape) + " has " + std::to_string(info->num_elements()) +
-                   " elements, the destination holds " + std::to_string(out.size()));
-  const std::uint8_t* source = mapped_ + 8 + header_.header_bytes + info->data_begin;
-  convert_to_f32(info->dtype, source, out.size(), out.data());
+    core::throw_data_error(path_ + ": tensor '" + name + "'",
+                           std::string("dtype ") + stored_dtype_name(info->dtype) +
+                               " cannot be read as floating point weights (expected "
+                               "BF16, F16, F32 or F64)");
+  return *info;
 }
 
 SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& folder) {
@@ -148,6 +168,13 @@ void SafetensorsCheckpoint::read_f32(const std::string& name, std::span<float> o
   const auto it = file_of_tensor_.find(name);
   DYNCP_CHECK(it != file_of_tensor_.end(), "read_f32 on a missing tensor " + name);
   files_[it->second]->read_f32(name, out);
+}
+
+void SafetensorsCheckpoint::read_f32_range(const std::string& name, std::int64_t first_element,
+                                           std::span<float> out) const {
+  const auto it = file_of_tensor_.find(name);
+  DYNCP_CHECK(it != file_of_tensor_.end(), "read_f32_range on a missing tensor " + name);
+  files_[it->second]->read_f32_range(name, first_element, out);
 }
 
 }  // namespace dyncp::model

@@ -35,11 +35,11 @@ std::uint16_t float_to_f16_bits(float value) {
   return static_cast<std::uint16_t>(sign | ((rebased + rounding) >> 13));
 }
 
-void append_values(std::vector<std::uint8_t>& buffer, std::span<const float> values,
+// Converts `values` into `buffer` (resized to their stored bytes).
+void encode_values(std::vector<std::uint8_t>& buffer, std::span<const float> values,
                    StoredDType dtype) {
-  const std::size_t start = buffer.size();
-  buffer.resize(start + values.size() * stored_dtype_size(dtype));
-  std::uint8_t* out = buffer.data() + start;
+  buffer.resize(values.size() * stored_dtype_size(dtype));
+  std::uint8_t* out = buffer.data();
   for (std::size_t i = 0; i < values.size(); ++i) {
     switch (dtype) {
       case StoredDType::f32:
@@ -62,10 +62,16 @@ void append_values(std::vector<std::uint8_t>& buffer, std::span<const float> val
 }
 
 std::uint64_t stored_bytes(const TensorToWrite& tensor, StoredDType dtype) {
-  return tensor.values.size() * stored_dtype_size(dtype);
+  return static_cast<std::uint64_t>(tensor.numel()) * stored_dtype_size(dtype);
 }
 
 }  // namespace
+
+std::int64_t TensorToWrite::numel() const {
+  std::int64_t count = 1;
+  for (const auto extent : shape) count *= extent;
+  return count;
+}
 
 void write_safetensors_file(const std::string& path, std::span<const TensorToWrite> tensors,
                             StoredDType dtype) {
@@ -76,9 +82,7 @@ void write_safetensors_file(const std::string& path, std::span<const TensorToWri
   header["__metadata__"] = {{"format", "pt"}};
   std::uint64_t offset = 0;
   for (const auto& tensor : tensors) {
-    std::int64_t count = 1;
-    for (const auto extent : tensor.shape) count *= extent;
-    DYNCP_CHECK(count == static_cast<std::int64_t>(tensor.values.size()),
+    DYNCP_CHECK(tensor.fill || tensor.numel() == static_cast<std::int64_t>(tensor.values.size()),
                 "shape and value count differ for " + tensor.name);
     const std::uint64_t bytes = stored_bytes(tensor, dtype);
     header[tensor.name] = {{"dtype", stored_dtype_name(dtype)},
@@ -89,11 +93,8 @@ void write_safetensors_file(const std::string& path, std::span<const TensorToWri
   std::string header_text = header.dump();
   header_text.append((8 - (8 + header_text.size()) % 8) % 8, ' ');
 
-  std::vector<std::uint8_t> data;
-  data.reserve(offset);
-  for (const auto& tensor : tensors) append_values(data, tensor.values, dtype);
-
   // Write to a temporary name and rename, so a crash never leaves a half-written checkpoint.
+  // One tensor at a time: memory beyond the caller's is one tensor's values and bytes.
   const std::string temporary = path + ".partial";
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
@@ -103,9 +104,20 @@ void write_safetensors_file(const std::string& path, std::span<const TensorToWri
       length[i] = static_cast<std::uint8_t>(header_text.size() >> (8 * i));
     out.write(reinterpret_cast<const char*>(length), 8);
     out.write(header_text.data(), static_cast<std::streamsize>(header_text.size()));
-    out.write(reinterpret_cast<const char*>(data.data()),
-              static_cast<std::streamsize>(data.size()));
-    if (!out) core::throw_runtime_error("failed writing " + temporary);
+    std::vector<float> produced;
+    std::vector<std::uint8_t> bytes;
+    for (const auto& tensor : tensors) {
+      std::span<const float> values = tensor.values;
+      if (tensor.fill) {
+        produced.resize(static_cast<std::size_t>(tensor.numel()));
+        tensor.fill(produced);
+        values = produced;
+      }
+      encode_values(bytes, values, dtype);
+      out.write(reinterpret_cast<const char*>(bytes.data()),
+                static_cast<std::streamsize>(bytes.size()));
+      if (!out) core::throw_runtime_error("failed writing " + temporary);
+    }
   }
   std::filesystem::rename(temporary, path);
 }

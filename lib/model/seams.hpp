@@ -1,16 +1,19 @@
 #pragma once
-// The model's seams: the three places where a layer would need other ranks. The layers call
+// The model's seams: the places where a layer would need other ranks. The layers call
 // these interfaces and never know how many ranks take part; lib/model ships the single-rank
 // implementations (local_seams.hpp), the distributed runtime supplies CP / EP ones.
 //
 // - AttentionContext: causal attention over the tokens of this rank's part of the bin. Under
 //   context parallelism a rank holds zigzag chunks k and 2c−1−k of every sequence of its bin
-//   (c = runtime CP group size), each token with its GLOBAL position; the CP implementation
-//   all-gathers K/V over the runtime group in forward and reduce-scatters dK/dV in backward.
+//   (c = runtime CP group size), each token with its GLOBAL position; the CP implementations
+//   all-gather K/V over the runtime group in forward and reduce-scatter dK/dV in backward, or
+//   pass K/V blocks (and dK/dV accumulators) round the group as a ring.
 // - ExpertDispatcher: runs the experts on tokens already permuted by expert. The EP
 //   implementation all-to-alls the rows to the ranks owning their experts and back.
 // - SequenceStatisticsReducer: sums per-sequence MoE aux-loss statistics over the ranks that
 //   hold parts of the same sequences (the CP group); the identity on one rank.
+// - LinearAttentionContext: the sequence-level part of a Gated DeltaNet layer (conv window and
+//   recurrent state run along whole sequences); under CP it needs the earlier chunks' inputs.
 //
 // Every call gets a SeamContext: the op context plus two arenas. `activations` lives for the
 // whole bin (forward writes what backward reads); `scratch` is for temporaries, released by the
@@ -21,6 +24,8 @@
 #include "core/arena.hpp"
 #include "ops/attention.hpp"
 #include "ops/context.hpp"
+#include "ops/gated_delta_rule.hpp"
+#include "ops/l2norm.hpp"
 
 namespace dyncp::model {
 
@@ -106,11 +111,60 @@ class SequenceStatisticsReducer {
                       const Tensor& prob_sums) = 0;
 };
 
-// The seams one bin runs with.
+// Sizes of a Gated DeltaNet layer as its sequence-level part sees them.
+struct LinearAttentionDims {
+  std::int64_t key_heads = 0, key_head_dim = 0;      // Hk, dk
+  std::int64_t value_heads = 0, value_head_dim = 0;  // Hv, dv
+  int chunk_size = 64;                               // chunked recurrence (training)
+};
+
+// What the sequence-level part of a DeltaNet layer keeps for its backward (local rows; a CP
+// implementation keeps its gathered tensors in its own state, keyed by layer).
+struct LinearAttentionSaved {
+  Tensor q, k;  // [T, Hk, dk]: conv + SiLU + L2 norm
+  Tensor v;     // [T, Hv, dv]: conv + SiLU
+  ops::L2NormSaved q_norm, k_norm;
+  ops::GatedDeltaRuleSaved rule;
+};
+
+// The sequence-level part of a Gated DeltaNet layer (qwen-moe.md §3.4 steps 2, 4, 5): the
+// causal depthwise conv + SiLU over q / k / v, L2 norm of q and k, and the gated delta rule.
+// Everything before (projections, gates) and after (gated norm, out_proj) is per token and
+// stays in the layer. Each sequence starts from a zero state and a zero conv window.
+// Under context parallelism a rank holds zigzag chunks k and 2c−1−k of each sequence; a CP
+// implementation gathers the sequence's inputs (q/k/v before the conv, g, beta) over the
+// runtime group, runs whole sequences and keeps this rank's rows (or hands chunk-boundary
+// states along), and in backward returns exactly this rank's rows' input gradients.
+class LinearAttentionContext {
+ public:
+  virtual ~LinearAttentionContext() = default;
+  // Called once per bin before the first layer; the tensors stay valid for the bin.
+  virtual void begin_bin(const SeamContext& context, const LocalBinLayout& layout) = 0;
+  // q_raw, k_raw [T, Hk, dk], v_raw [T, Hv, dv]: the projections before the conv.
+  // conv_weight [2·Hk·dk + Hv·dv, K] (channel order q | k | v). g, beta [T, Hv]: log decay and
+  // write strength. Writes out [T, Hv, dv] (before the gated output norm). Saved tensors come
+  // from context.activations.
+  virtual void forward(const SeamContext& context, int layer, const LinearAttentionDims& dims,
+                       const Tensor& q_raw, const Tensor& k_raw, const Tensor& v_raw,
+                       const Tensor& conv_weight, const Tensor& g, const Tensor& beta,
+                       const Tensor& out, LinearAttentionSaved& saved) = 0;
+  // dq_raw, dk_raw, dv_raw, dg, dbeta for the local rows: overwrite. dconv_weight accumulates
+  // the contribution of THIS rank's rows only (so a sum over the group is the whole gradient).
+  virtual void backward(const SeamContext& context, int layer, const LinearAttentionDims& dims,
+                        const Tensor& dout, const Tensor& q_raw, const Tensor& k_raw,
+                        const Tensor& v_raw, const Tensor& conv_weight, const Tensor& g,
+                        const Tensor& beta, const LinearAttentionSaved& saved, const Tensor& dq_raw,
+                        const Tensor& dk_raw, const Tensor& dv_raw, const Tensor& dconv_weight,
+                        const Tensor& dg, const Tensor& dbeta) = 0;
+};
+
+// The seams one bin runs with. linear_attention is needed only by models with Gated DeltaNet
+// layers.
 struct BinSeams {
   AttentionContext* attention = nullptr;
   ExpertDispatcher* experts = nullptr;
   SequenceStatisticsReducer* statistics = nullptr;
+  LinearAttentionContext* linear_attention = nullptr;
 };
 
 }  // namespace dyncp::model

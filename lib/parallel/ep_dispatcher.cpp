@@ -29,18 +29,16 @@ EpExpertDispatcher::EpExpertDispatcher(dist::Comm& expert_parallel_group, std::i
   }
 }
 
-model::ExpertWeights EpExpertDispatcher::local_weights(const model::ExpertWeights& weights) const {
+void EpExpertDispatcher::check_local(const model::ExpertWeights& weights) const {
   const std::int64_t held = weights.gate_up.value.size(0);
-  if (weights.first_expert == first_local_expert_ && held == num_local_experts_) return weights;
-  DYNCP_CHECK(weights.first_expert == 0 && held == num_experts_,
-              "expert weights must hold every expert or exactly this rank's experts");
-  const std::int64_t begin = first_local_expert_;
-  const std::int64_t end = begin + num_local_experts_;
-  model::ExpertWeights local;
-  local.gate_up = {weights.gate_up.value.slice(begin, end), weights.gate_up.grad.slice(begin, end)};
-  local.down = {weights.down.value.slice(begin, end), weights.down.grad.slice(begin, end)};
-  local.first_expert = begin;
-  return local;
+  if (weights.first_expert != first_local_expert_ || held != num_local_experts_) {
+    core::throw_runtime_error(
+        "EP rank " + std::to_string(group_.rank()) + " owns experts [" +
+        std::to_string(first_local_expert_) + ", " +
+        std::to_string(first_local_expert_ + num_local_experts_) + ") but the model holds [" +
+        std::to_string(weights.first_expert) + ", " + std::to_string(weights.first_expert + held) +
+        "): build it with ModelOptions::experts = parallel::local_expert_range(...)");
+  }
 }
 
 void EpExpertDispatcher::fill_send_counts(const Tensor& expert_offsets,
@@ -102,7 +100,8 @@ void EpExpertDispatcher::regroup(const Tensor& received_expert_rows, const Tenso
 void EpExpertDispatcher::forward(const model::SeamContext& context, int layer, const Tensor& x_perm,
                                  const Tensor& expert_offsets, const model::ExpertWeights& weights,
                                  const Tensor& y_perm, model::ExpertSaved& saved) {
-  const model::ExpertWeights local = local_weights(weights);
+  check_local(weights);
+  const model::ExpertWeights& local = weights;
   if (group_.size() == 1) {
     if (counters_ != nullptr) counters_->expert_rows += x_perm.size(0);
     model::run_experts_forward(context, x_perm, expert_offsets, local, y_perm, saved);
@@ -165,7 +164,8 @@ void EpExpertDispatcher::backward(const model::SeamContext& context, int layer,
                                   const Tensor& dy_perm, const Tensor& expert_offsets,
                                   const model::ExpertWeights& weights,
                                   const model::ExpertSaved& saved, const Tensor& dx_perm) {
-  const model::ExpertWeights local = local_weights(weights);
+  check_local(weights);
+  const model::ExpertWeights& local = weights;
   if (group_.size() == 1) {
     model::run_experts_backward(context, dy_perm, local, saved, dx_perm);
     return;

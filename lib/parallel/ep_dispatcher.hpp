@@ -11,7 +11,8 @@
 //      order and run the local experts (model::run_experts_forward)
 //   4. regroup the outputs back and all_to_all_v them home, in the order they came.
 // Backward mirrors it: dY goes to the experts' owners, dX comes back; expert weight gradients
-// stay on the owning rank and are later summed over the expert-data-parallel group.
+// stay on the owning rank and are later summed over the expert-data-parallel group. The model
+// holds only the owned experts (parallel::local_expert_range).
 // A one-rank EP group runs the experts locally without communication.
 
 #include <vector>
@@ -38,8 +39,8 @@ class EpExpertDispatcher final : public model::ExpertDispatcher {
                 const model::ExpertSaved& saved, const core::Tensor& dx_perm) override;
 
  private:
-  // The experts this rank owns, as views into `weights` (which may hold every expert).
-  model::ExpertWeights local_weights(const model::ExpertWeights& weights) const;
+  // Throws unless `weights` are exactly this rank's experts (the model holds only its slice).
+  void check_local(const model::ExpertWeights& weights) const;
   // send_counts_ (elements per destination) from the global expert offsets.
   void fill_send_counts(const core::Tensor& expert_offsets, std::int64_t row_elements);
   // recv_counts_ (elements per source) from the received per-(source, expert) row counts.

@@ -22,19 +22,15 @@ bool is_norm_weight(const std::string& hf_name) {
   return hf_name.find("norm.weight") != std::string::npos;
 }
 
-ParameterPartition partition_parameters(const model::Qwen3MoeParameters& parameters,
-                                        std::int64_t first_local_expert,
-                                        std::int64_t num_local_experts) {
+ParameterPartition partition_parameters(const model::Qwen3MoeParameters& parameters) {
   const auto* base = static_cast<const float*>(parameters.all_values().raw_data());
   std::vector<ParameterRange> pieces;
   for (const model::HfTensor& tensor : parameters.hf_tensors()) {
     const std::int64_t expert = expert_index_of(tensor.name);
-    DYNCP_CHECK(tensor.is_expert == (expert >= 0), "expert flag matches the tensor name " + tensor.name);
-    if (expert >= 0 &&
-        (expert < first_local_expert || expert >= first_local_expert + num_local_experts)) {
-      continue;
-    }
-    const auto offset = static_cast<std::int64_t>(static_cast<const float*>(tensor.value.raw_data()) - base);
+    DYNCP_CHECK(tensor.is_expert == (expert >= 0),
+                "expert flag matches the tensor name " + tensor.name);
+    const auto offset =
+        static_cast<std::int64_t>(static_cast<const float*>(tensor.value.raw_data()) - base);
     pieces.push_back({offset, tensor.value.numel(), expert >= 0, !is_norm_weight(tensor.name)});
   }
   std::sort(pieces.begin(), pieces.end(),

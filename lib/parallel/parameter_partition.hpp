@@ -2,7 +2,8 @@
 // Which parts of the flat parameter / gradient buffers this rank owns and how each part is
 // synchronised, derived once from the HF tensor list:
 //   dense tensors  every rank holds a replica; gradients summed over the whole pool
-//   expert tensors EP rank j computes experts [j E/ep, (j+1) E/ep); their gradients are summed
+//   expert tensors EP rank j holds only experts [j E/ep, (j+1) E/ep) (the model is built
+//                  with that slice, parallel/expert_gather.hpp); their gradients are summed
 //                  over the expert-data-parallel group (ranks with the same EP index).
 // Adjacent tensors of the same kind and weight-decay class are merged into one range, so a
 // reduction or an optimizer update touches a few large contiguous ranges. A tied LM head
@@ -24,7 +25,7 @@ struct ParameterRange {
 };
 
 struct ParameterPartition {
-  std::vector<ParameterRange> ranges;  // ascending offsets, this rank's only
+  std::vector<ParameterRange> ranges;  // ascending offsets
   std::int64_t dense_elements = 0;
   std::int64_t expert_elements = 0;
 };
@@ -34,8 +35,7 @@ std::int64_t expert_index_of(const std::string& hf_name);
 // True for tensors excluded from weight decay (every norm weight).
 bool is_norm_weight(const std::string& hf_name);
 
-ParameterPartition partition_parameters(const model::Qwen3MoeParameters& parameters,
-                                        std::int64_t first_local_expert,
-                                        std::int64_t num_local_experts);
+// Every tensor `parameters` hold: all of them are this rank's (experts: its slice).
+ParameterPartition partition_parameters(const model::Qwen3MoeParameters& parameters);
 
 }  // namespace dyncp::parallel

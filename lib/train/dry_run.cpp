@@ -169,8 +169,9 @@ bool write_dry_run_report(std::ostream& out, const config::ConfigContainer& conf
   const MemoryEstimate estimate = estimate_memory(input);
   out << "memory estimate per rank (fp32; " << input.tokens_per_rank << " tokens per rank; "
       << (input.recompute_full ? "recompute full" : "no recompute")
-      << (input.architecture.is_hybrid() ? "; linear-attention layers counted as full attention"
-                                         : "")
+      << (input.architecture.is_hybrid()
+              ? "; DeltaNet layers keep whole sequences of their CP group"
+              : "")
       << "):\n"
       << format_memory_table(estimate);
   if (config.dist.device == config::Device::cpu) {

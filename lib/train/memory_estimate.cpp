@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "model/qwen3_moe_parameters.hpp"
+
 namespace dyncp::train {
 
 namespace {
@@ -50,6 +52,32 @@ double moe_saved_per_token(const Shape& s, std::int64_t ep) {
   return values;
 }
 
+// A Gated DeltaNet layer (hybrid family), per local token. The sequence-level part (conv
+// outputs, L2-norm statistics, the chunk-boundary states) is kept for whole sequences: under
+// CP each rank of a group of c holds c times its own rows of it (parallel/cp_linear_attention).
+double deltanet_saved_per_token(const config::ModelArchitecture& a, std::int64_t cp_group) {
+  const double h = static_cast<double>(a.hidden_size);
+  const double hk = static_cast<double>(a.linear_num_key_heads);
+  const double hv = static_cast<double>(a.linear_num_value_heads);
+  const double key = hk * static_cast<double>(a.linear_key_head_dim);
+  const double value = hv * static_cast<double>(a.linear_value_head_dim);
+  constexpr double chunk = 64;       // the chunked delta rule's chunk (model::LinearAttentionDims)
+  const double per_rank = 3 * h + 2  // normed input, mid, normed mid; norm stats
+                          + 2 * key + 2 * value  // q/k/v before the conv, z
+                          + 4 * hv               // a, b, g, beta
+                          + 3 * value + hv;      // rule output, gated-norm output and stats
+  const double whole_sequence =
+      2 * key + value + 2 * hk +
+      hv * static_cast<double>(a.linear_key_head_dim * a.linear_value_head_dim) / chunk;
+  return per_rank + static_cast<double>(std::max<std::int64_t>(cp_group, 1)) * whole_sequence;
+}
+
+// The hybrid family's shared expert behind its sigmoid gate.
+double shared_expert_saved_per_token(const config::ModelArchitecture& a) {
+  if (!a.is_hybrid() || a.shared_expert_intermediate_size <= 0) return 0.0;
+  return 3 * static_cast<double>(a.shared_expert_intermediate_size) + 2;
+}
+
 double dense_saved_per_token(const Shape& s) {
   return 3 * s.dense_intermediate;
 }
@@ -77,40 +105,22 @@ std::string with_commas(double value) {
 
 }  // namespace
 
-std::int64_t count_parameters(const config::ModelArchitecture& a) {
-  const std::int64_t h = a.hidden_size;
-  const std::int64_t d = a.head_dim > 0 ? a.head_dim : a.hidden_size / a.num_attention_heads;
-  const std::int64_t q = a.num_attention_heads * d;
-  const std::int64_t kv = a.num_key_value_heads * d;
-  std::int64_t total = 0;
-  // lib/model starts every tensor on a 64-byte boundary (16 floats).
-  const auto add = [&total](std::int64_t numel) { total += (numel + 15) / 16 * 16; };
-  add(a.vocab_size * h);
-  if (!a.tie_word_embeddings) add(a.vocab_size * h);
-  add(h);
-  for (std::int64_t layer = 0; layer < a.num_hidden_layers; ++layer) {
-    for (const std::int64_t numel : {h, q * h, kv * h, kv * h, h * q, d, d, h}) add(numel);
-    if (a.is_moe_layer(layer)) {
-      add(a.num_experts * h);
-      add(a.num_experts * 2 * a.moe_intermediate_size * h);
-      add(a.num_experts * a.moe_intermediate_size * h);
-    } else {
-      add(2 * a.intermediate_size * h);
-      add(a.intermediate_size * h);
-    }
-  }
-  return total;
+// Both counts come from the model's own layout plan (model::Qwen3MoeParameters::count), so
+// they are exactly what a rank allocates, alignment gaps and the hybrid family's tensors
+// included.
+std::int64_t count_parameters(const config::ModelArchitecture& a,
+                              std::int64_t expert_model_parallel_size) {
+  const std::int64_t ep = std::max<std::int64_t>(expert_model_parallel_size, 1);
+  return model::Qwen3MoeParameters::count(a, {0, std::max<std::int64_t>(a.num_experts / ep, 1)});
 }
 
-std::int64_t count_expert_parameters(const config::ModelArchitecture& a) {
-  std::int64_t total = 0;
-  const auto add = [&total](std::int64_t numel) { total += (numel + 15) / 16 * 16; };
-  for (std::int64_t layer = 0; layer < a.num_hidden_layers; ++layer) {
-    if (!a.is_moe_layer(layer)) continue;
-    add(a.num_experts * 2 * a.moe_intermediate_size * a.hidden_size);
-    add(a.num_experts * a.moe_intermediate_size * a.hidden_size);
-  }
-  return total;
+std::int64_t count_expert_parameters(const config::ModelArchitecture& a,
+                                     std::int64_t expert_model_parallel_size) {
+  const std::int64_t ep = std::max<std::int64_t>(expert_model_parallel_size, 1);
+  std::int64_t dense = 0;
+  const std::int64_t total = model::Qwen3MoeParameters::count(
+      a, {0, std::max<std::int64_t>(a.num_experts / ep, 1)}, &dense);
+  return total - dense;
 }
 
 MemoryEstimate estimate_memory(const MemoryEstimateInput& input) {
@@ -118,27 +128,35 @@ MemoryEstimate estimate_memory(const MemoryEstimateInput& input) {
   const Shape s = shape_of(a);
   const double tokens = static_cast<double>(input.tokens_per_rank);
   MemoryEstimate out;
-  out.num_parameters = count_parameters(a);
+  // Under EP a rank holds only its E/ep experts of every MoE layer.
+  const std::int64_t ep = std::max<std::int64_t>(input.expert_model_parallel_size, 1);
+  out.num_parameters = count_parameters(a, ep);
   const double parameter_bytes = static_cast<double>(out.num_parameters) * bytes_per_value;
-  const std::string parameters = with_commas(static_cast<double>(out.num_parameters)) + " fp32";
+  const std::string parameters =
+      with_commas(static_cast<double>(out.num_parameters)) + " fp32" +
+      (ep > 1 ? " (experts 1/" + std::to_string(ep) + ": " +
+                    with_commas(static_cast<double>(count_expert_parameters(a, ep))) + " of " +
+                    with_commas(static_cast<double>(count_expert_parameters(a))) + ")"
+              : "");
   out.lines.push_back({"weights", parameter_bytes, parameters});
   out.lines.push_back({"gradients", parameter_bytes, parameters});
   if (input.distributed_optimizer && input.pool_size > 1) {
     const std::int64_t pool = input.pool_size;
-    const std::int64_t experts = count_expert_parameters(a);
+    // This rank's experts are split over the pool / ep ranks of its expert-DP group.
+    const std::int64_t experts = count_expert_parameters(a, ep);
     const std::int64_t dense = out.num_parameters - experts;
-    const double owned =
-        static_cast<double>((dense + pool - 1) / pool + (experts + pool - 1) / pool);
-    out.lines.push_back(
-        {"AdamW moments", 2 * owned * bytes_per_value,
-         "exp_avg + exp_avg_sq of this rank's pieces: dense over " + std::to_string(pool) +
-             " pool ranks, experts over " +
-             std::to_string(pool / std::max<std::int64_t>(input.expert_model_parallel_size, 1)) +
-             " expert-DP ranks (distributed optimizer)"});
+    const std::int64_t expert_shards = std::max<std::int64_t>(pool / ep, 1);
+    const double owned = static_cast<double>((dense + pool - 1) / pool +
+                                             (experts + expert_shards - 1) / expert_shards);
+    out.lines.push_back({"AdamW moments", 2 * owned * bytes_per_value,
+                         "exp_avg + exp_avg_sq of this rank's pieces: dense over " +
+                             std::to_string(pool) + " pool ranks, experts over " +
+                             std::to_string(expert_shards) +
+                             " expert-DP ranks (distributed optimizer)"});
     out.parameter_state_bytes = 2 * parameter_bytes + 2 * owned * bytes_per_value;
   } else {
     out.lines.push_back({"AdamW moments", 2 * parameter_bytes,
-                         "exp_avg + exp_avg_sq, full size (only owned ranges are updated)"});
+                         "exp_avg + exp_avg_sq of every parameter this rank holds"});
     out.parameter_state_bytes = 4 * parameter_bytes;
   }
 
@@ -148,9 +166,14 @@ MemoryEstimate estimate_memory(const MemoryEstimateInput& input) {
   for (std::int64_t layer = 0; layer < a.num_hidden_layers; ++layer) {
     const bool moe = a.is_moe_layer(layer);
     any_moe = any_moe || moe;
+    const double mixer =
+        a.mixer_of_layer(layer) == config::LayerMixer::linear_attention
+            ? deltanet_saved_per_token(a, input.largest_cp_group)
+            : attention_saved_per_token(s) + (a.is_hybrid() ? 2 * s.q_width : 0.0);  // gate
     const double per_token =
-        attention_saved_per_token(s) +
-        (moe ? moe_saved_per_token(s, input.expert_model_parallel_size) : dense_saved_per_token(s));
+        mixer + (moe ? moe_saved_per_token(s, input.expert_model_parallel_size) +
+                           shared_expert_saved_per_token(a)
+                     : dense_saved_per_token(s));
     all_layers += per_token;
     largest_layer = std::max(largest_layer, per_token);
   }
@@ -239,11 +262,10 @@ std::string memory_fit_line(const MemoryEstimate& estimate, std::int64_t ranks_h
   char line[320];
   const double needed = estimate.total_bytes() * static_cast<double>(ranks_here);
   if (available_bytes <= 0) {
-    std::snprintf(
-        line, sizeof line,
-        "  fits?: not checked (%s): compare %.1f MiB per rank with the memory "
+    std::snprintf(line, sizeof line,
+                  "  fits?: not checked (%s): compare %.1f MiB per rank with the memory "
                   "each rank has\n",
-        available_what.c_str(), estimate.total_bytes() / mebibyte);
+                  available_what.c_str(), estimate.total_bytes() / mebibyte);
     return line;
   }
   std::snprintf(line, sizeof line, "  %s %.1f MiB x %lld rank(s) = %.1f MiB of %.1f MiB %s\n",

@@ -2,12 +2,11 @@
 // Per-rank memory estimate for `--dry-run`, and the figure the trainer compares its measured
 // peak with. Every buffer is fp32, as the model computes in fp32.
 //
-// Persistent state (every rank holds the whole model: EP ranks compute only their experts but
-// keep all of them, and the optimizer keeps full-size moment buffers while updating only the
-// ranges it owns): weights, gradients, AdamW exp_avg and exp_avg_sq, 4 bytes per parameter each.
-// With the distributed optimizer the moments cover only this rank's pieces: ceil(dense / pool)
-// + ceil(experts / pool) elements (an EP index's experts are split over its pool / ep
-// expert-DP ranks).
+// Persistent state: weights, gradients, AdamW exp_avg and exp_avg_sq, 4 bytes per parameter
+// each, of the parameters a rank holds: every dense one, and under EP only its E/ep experts of
+// every MoE layer (the router stays whole). With the distributed optimizer the moments cover
+// only this rank's pieces: ceil(dense / pool) + ceil(held experts / (pool / ep)) elements (an
+// EP index's experts are split over its pool / ep expert-DP ranks).
 //
 // Per-bin memory at T = max_seqlen_per_dp_cp_rank local tokens (a zigzag shard never holds
 // more rows than that), following what lib/model saves for backward:
@@ -63,11 +62,14 @@ struct MemoryEstimate {
   double total_bytes() const { return parameter_state_bytes + per_bin_bytes; }
 };
 
-// Values a Qwen3-MoE architecture stores, as lib/model lays them out: tied embeddings once,
-// every tensor rounded up to 16 values.
-std::int64_t count_parameters(const config::ModelArchitecture& architecture);
+// Values a Qwen3-MoE architecture stores on one rank, as lib/model lays them out: tied
+// embeddings once, every tensor rounded up to 16 values, E / expert_model_parallel_size
+// experts per MoE layer.
+std::int64_t count_parameters(const config::ModelArchitecture& architecture,
+                              std::int64_t expert_model_parallel_size = 1);
 // The part of count_parameters in routed experts' tensors (gate_up and down of MoE layers).
-std::int64_t count_expert_parameters(const config::ModelArchitecture& architecture);
+std::int64_t count_expert_parameters(const config::ModelArchitecture& architecture,
+                                     std::int64_t expert_model_parallel_size = 1);
 
 MemoryEstimate estimate_memory(const MemoryEstimateInput& input);
 

@@ -1,10 +1,11 @@
 #pragma once
 // AdamW over the parameter ranges this rank owns (parallel::ParameterPartition): every dense
-// parameter, and the experts of this rank's EP index. Weight decay is off for norm weights.
+// parameter, and the experts of this rank's EP index (the only ones the model holds). Weight
+// decay is off for norm weights.
 // Gradient normalisation and clipping arrive as one `grad_scale`.
 //
 // Two ways to hold the state:
-//   replicated   fp32 moments the size of the parameter buffer (only owned ranges touched);
+//   replicated   fp32 moments the size of this rank's parameter buffer;
 //   distributed  (ddp.use_distributed_optimizer) moments only for this rank's pieces
 //                (parallel::OptimizerShards: 1/pool of the dense state, 1/expert-DP of its
 //                experts' state), packed; each step updates the pieces of the parameters and

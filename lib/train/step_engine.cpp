@@ -32,8 +32,17 @@ StepEngine::StepEngine(model::Qwen3MoeModel& model, dist::ParallelState& paralle
       experts_(parallel_state.expert_parallel(), model.architecture().num_experts,
                model.architecture().num_hidden_layers, &counters_),
       statistics_(&counters_),
-      partition_(parallel::partition_parameters(model.parameters(), experts_.first_local_expert(),
-                                                experts_.num_local_experts())) {
+      linear_attention_(&counters_),
+      partition_(parallel::partition_parameters(model.parameters())) {
+  const model::ExpertRange& held = model.parameters().expert_range();
+  if (held.first != experts_.first_local_expert() || held.count != experts_.num_local_experts()) {
+    core::throw_runtime_error(
+        "the model holds experts [" + std::to_string(held.first) + ", " +
+        std::to_string(held.first + held.count) + ") but this EP rank owns [" +
+        std::to_string(experts_.first_local_expert()) + ", " +
+        std::to_string(experts_.first_local_expert() + experts_.num_local_experts()) +
+        "): build it with ModelOptions::experts = parallel::local_expert_range(...)");
+  }
   if (options.distributed_optimizer) {
     dist::Comm& pool = parallel_state.pool();
     dist::Comm& expert_data_parallel = parallel_state.expert_data_parallel();
@@ -167,13 +176,15 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
     dist::Comm* group = runtime_group(p.group_size);
     attention_->set_group(group);
     statistics_.set_group(group);
+    linear_attention_.set_group(group);
     model::BinOptions bin_options;
     bin_options.compute_gradients = compute_gradients;
     bin_options.loss_grad_scale = inverse_tokens;
     bin_options.aux_num_sequences_global = batch_size;
     bin_options.aux_loss_grad_scale = 1.0;
     const model::BinResult result =
-        model_.run_bin(bin, {attention_.get(), &experts_, &statistics_}, bin_options);
+        model_.run_bin(bin, {attention_.get(), &experts_, &statistics_, &linear_attention_},
+                       bin_options);
     local_sums[0] += result.loss_sum;
     if (p.rank_in_group == 0) local_sums[1] += result.aux_loss;
   }

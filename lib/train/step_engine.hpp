@@ -29,6 +29,7 @@
 #include "parallel/comm_timing.hpp"
 #include "parallel/ep_dispatcher.hpp"
 #include "parallel/gradient_sync.hpp"
+#include "parallel/cp_linear_attention.hpp"
 #include "parallel/group_attention.hpp"
 #include "parallel/group_statistics.hpp"
 #include "parallel/parameter_partition.hpp"
@@ -99,6 +100,7 @@ class StepEngine {
   std::unique_ptr<parallel::GroupAttentionContext> attention_;
   parallel::EpExpertDispatcher experts_;
   parallel::GroupStatisticsReducer statistics_;
+  parallel::CpLinearAttentionContext linear_attention_;  // Gated DeltaNet layers (hybrid)
   parallel::ParameterPartition partition_;
   std::optional<parallel::GradientSync> gradient_sync_;             // replicated optimizer state
   std::unique_ptr<parallel::ShardedStateSync> sharded_state_sync_;  // distributed optimizer

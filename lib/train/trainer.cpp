@@ -12,7 +12,7 @@
 #include "dist/parallel_state.hpp"
 #include "model/hf_checkpoint.hpp"
 #include "ops/grad_norm.hpp"
-#include "parallel/expert_replicas.hpp"
+#include "parallel/expert_gather.hpp"
 #include "train/checkpoint_store.hpp"
 #include "train/lr_schedule.hpp"
 #include "train/memory_estimate.hpp"
@@ -68,6 +68,9 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
   model_options.aux_loss = model_config.moe_router_load_balancing_type == config::LoadBalancingType::none
                                ? ops::MoeAuxLossType::none
                                : ops::MoeAuxLossType::seq_aux_loss;
+  // Under EP this rank holds only its experts' weights, gradients and moments.
+  model_options.experts = parallel::local_expert_range(model_config.architecture.num_experts,
+                                                       parallel_state.expert_parallel());
   model::Qwen3MoeModel model(model_config.architecture, model_options);
   const std::string& initial = !config.checkpoint.pretrained_checkpoint.empty()
                                    ? config.checkpoint.pretrained_checkpoint
@@ -76,11 +79,17 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
       (fs::exists(fs::path(initial) / "model.safetensors") ||
        fs::exists(fs::path(initial) / "model.safetensors.index.json"))) {
     model::load_hf_weights(initial, model.parameters());
-    spdlog::info("model: {} parameters loaded from {}", model.parameters().num_parameters(), initial);
+    spdlog::info("model: {} parameters on this rank loaded from {}",
+                 model.parameters().num_parameters(), initial);
   } else {
     model.parameters().init_random(static_cast<std::uint64_t>(config.rng.seed));
-    spdlog::info("model: {} parameters, seeded random init (seed {})",
+    spdlog::info("model: {} parameters on this rank, seeded random init (seed {})",
                  model.parameters().num_parameters(), config.rng.seed);
+  }
+  if (model_options.experts.count < model_config.architecture.num_experts) {
+    spdlog::info("experts: this rank holds [{}, {}) of {} (EP {})", model_options.experts.first,
+                 model_options.experts.first + model_options.experts.count,
+                 model_config.architecture.num_experts, layout.expert_model_parallel_size);
   }
 
   StepEngineOptions engine_options;
@@ -184,19 +193,30 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
     store = std::make_unique<CheckpointStore>(config.checkpoint.save,
                                               static_cast<int>(config.checkpoint.most_recent_k));
   }
+  // Rank 0 writes; the other ranks of its EP group send it their experts one layer at a time.
+  parallel::EpExpertGather expert_gather(parallel_state.expert_parallel());
+  const bool writer_group = [&] {
+    std::int32_t writer = world.rank() == 0 ? 1 : 0;
+    parallel_state.expert_parallel().all_reduce(&writer, &writer, 1, core::DType::i32,
+                                                dist::ReduceOp::max);
+    return writer != 0;
+  }();
   const auto save_checkpoint = [&] {
-    // The checkpoint holds full-size moments whatever the layout: the distributed optimizer's
-    // pieces are gathered into temporary full-size buffers first.
+    if (!store) return;
+    // The checkpoint holds every moment whatever the layout: the distributed optimizer's pieces
+    // are gathered into temporary buffers the size of this rank's parameters first, and the
+    // experts of other EP ranks come through the gather while rank 0 writes.
     const AdamWOptimizer::FullSizeMoments moments = optimizer.full_size_moments();
     optimizer.gather_full_size_moments(moments);
-    const core::Tensor buffers[] = {model.parameters().all_values(), moments.exp_avg,
-                                    moments.exp_avg_sq};
-    parallel::gather_expert_replicas(model.parameters(), buffers, parallel_state.expert_parallel());
-    if (world.rank() == 0 && store) {
+    if (writer_group && world.rank() != 0) {
+      write_training_checkpoint({}, model.parameters(), moments.exp_avg, moments.exp_avg_sq, state,
+                                &expert_gather, /*write=*/false);
+    }
+    if (world.rank() == 0) {
       const fs::path folder = store->begin(state.iteration);
       try {
         write_training_checkpoint(folder, model.parameters(), moments.exp_avg, moments.exp_avg_sq,
-                                  state);
+                                  state, &expert_gather);
         spdlog::info("checkpoint saved: {}", store->commit(state.iteration).string());
       } catch (const core::Error& error) {
         store->abandon(state.iteration);
@@ -320,11 +340,13 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
                           state.iteration % *config.checkpoint.save_interval == 0;
   if (store && !saved_last && report.iterations > 0) save_checkpoint();
   if (!config.checkpoint.export_hf.empty()) {
-    const core::Tensor buffers[] = {model.parameters().all_values()};
-    parallel::gather_expert_replicas(model.parameters(), buffers, parallel_state.expert_parallel());
+    if (writer_group && world.rank() != 0) {
+      model::save_hf_checkpoint(config.checkpoint.export_hf, model.parameters(),
+                                model::StoredDType::bf16, 0, &expert_gather, /*write=*/false);
+    }
     if (world.rank() == 0) {
       model::save_hf_checkpoint(config.checkpoint.export_hf, model.parameters(),
-                                model::StoredDType::bf16);
+                                model::StoredDType::bf16, 0, &expert_gather);
       if (training_data.tokenizer) {
         const fs::path tokenizer_dir = tokenizer_directory(config);
         for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {

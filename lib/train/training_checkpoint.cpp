@@ -1,5 +1,6 @@
 #include "train/training_checkpoint.hpp"
 
+#include <exception>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -18,7 +19,7 @@ namespace {
 
 constexpr int checkpoint_format = 1;
 
-// The moment tensor of each HF tensor, as a view into a flat moment buffer.
+// The moment tensor of an HF tensor, as a view into a flat moment buffer (storage order).
 core::Tensor moment_view(const model::Qwen3MoeParameters& parameters, const core::Tensor& flat,
                          const model::HfTensor& tensor) {
   const auto offset = static_cast<const float*>(tensor.value.raw_data()) -
@@ -26,29 +27,36 @@ core::Tensor moment_view(const model::Qwen3MoeParameters& parameters, const core
   return core::Tensor::view_of(flat.data<float>() + offset, tensor.value.shape(), core::DType::f32);
 }
 
-std::vector<std::int64_t> dims_of(const core::Shape& shape) {
-  std::vector<std::int64_t> dims;
-  for (int d = 0; d < shape.rank(); ++d) dims.push_back(shape[d]);
-  return dims;
-}
-
 }  // namespace
 
 void write_training_checkpoint(const fs::path& folder, const model::Qwen3MoeParameters& parameters,
                                const core::Tensor& exp_avg, const core::Tensor& exp_avg_sq,
-                               const LoopState& state) {
-  model::save_hf_checkpoint((folder / "model").string(), parameters, model::StoredDType::f32);
-
-  std::vector<model::TensorToWrite> moments;
-  for (const model::HfTensor& tensor : parameters.hf_tensors()) {
-    for (const auto& [prefix, flat] : {std::pair{"exp_avg.", &exp_avg}, std::pair{"exp_avg_sq.", &exp_avg_sq}}) {
-      const core::Tensor view = moment_view(parameters, *flat, tensor);
-      moments.push_back({prefix + tensor.name, dims_of(view.shape()),
-                         {view.data<float>(), static_cast<std::size_t>(view.numel())}});
-    }
+                               const LoopState& state, model::ExpertGather* gather, bool write) {
+  // A failed model write must not skip the moments' gathers the other ranks are making.
+  std::exception_ptr failure;
+  try {
+    model::save_hf_checkpoint((folder / "model").string(), parameters, model::StoredDType::f32, 0,
+                              gather, write);
+  } catch (...) {
+    failure = std::current_exception();
   }
-  model::write_safetensors_file((folder / "optimizer.safetensors").string(), moments,
-                                model::StoredDType::f32);
+
+  model::WholeExpertLayer avg_experts(parameters, exp_avg, gather);
+  model::WholeExpertLayer avg_sq_experts(parameters, exp_avg_sq, gather);
+  std::vector<model::TensorToWrite> moments;
+  for (const model::WholeModelTensor& tensor : model::whole_model_tensors(parameters)) {
+    moments.push_back(
+        model::tensor_to_write(tensor, "exp_avg." + tensor.name, parameters, exp_avg, avg_experts));
+    moments.push_back(model::tensor_to_write(tensor, "exp_avg_sq." + tensor.name, parameters,
+                                             exp_avg_sq, avg_sq_experts));
+  }
+  model::write_collectively(
+      moments, write && !failure, [&](std::span<const model::TensorToWrite> all) {
+        model::write_safetensors_file((folder / "optimizer.safetensors").string(), all,
+                                      model::StoredDType::f32);
+      });
+  if (failure) std::rethrow_exception(failure);
+  if (!write) return;
 
   const nlohmann::json json = {{"format", checkpoint_format},
                                {"iteration", state.iteration},
@@ -93,15 +101,20 @@ LoopState read_training_checkpoint(const fs::path& folder,
     core::throw_data_error(state_path.string(), std::string("malformed state: ") + error.what());
   }
 
+  // Only the tensors these parameters hold: under EP, this rank's experts.
   model::load_hf_weights((folder / "model").string(), parameters);
   const model::SafetensorsFile moments((folder / "optimizer.safetensors").string());
+  std::vector<float> buffer;
   for (const model::HfTensor& tensor : parameters.hf_tensors()) {
-    for (const auto& [prefix, flat] : {std::pair{"exp_avg.", &exp_avg}, std::pair{"exp_avg_sq.", &exp_avg_sq}}) {
+    for (const auto& [prefix, flat] :
+         {std::pair{"exp_avg.", &exp_avg}, std::pair{"exp_avg_sq.", &exp_avg_sq}}) {
       const core::Tensor view = moment_view(parameters, *flat, tensor);
       const std::string name = prefix + tensor.name;
       if (moments.find(name) == nullptr)
         core::throw_data_error(moments.path(), "missing optimizer tensor '" + name + "'");
-      moments.read_f32(name, {view.data<float>(), static_cast<std::size_t>(view.numel())});
+      buffer.resize(static_cast<std::size_t>(view.numel()));
+      moments.read_f32(name, buffer);
+      tensor.write_hf_order(buffer.data(), view);
     }
   }
   return state;

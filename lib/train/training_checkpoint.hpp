@@ -1,9 +1,11 @@
 #pragma once
 // A training checkpoint is layout-independent: full fp32 weights (an HF folder: config.json +
 // model.safetensors), full fp32 Adam moments (optimizer.safetensors, tensors named
-// "exp_avg.<hf name>" / "exp_avg_sq.<hf name>") and the loop state (state.json). Any layout
-// (dp, cp, dynamic or static, EP) can load it: every rank reads the whole checkpoint and uses
-// its part. Rank 0 writes; folders are published atomically by CheckpointStore.
+// "exp_avg.<hf name>" / "exp_avg_sq.<hf name>", HF order) and the loop state (state.json).
+// Any layout (dp, cp, dynamic or static, EP) can load it: every rank reads the tensors it
+// holds (under EP only its own experts). Rank 0 writes; under EP its expert-parallel group
+// rebuilds every expert for it one layer at a time (model/whole_model_tensors.hpp). Folders
+// are published atomically by CheckpointStore.
 //
 //   <save>/iter_0000040/model/{config.json, model.safetensors}
 //   <save>/iter_0000040/optimizer.safetensors
@@ -15,6 +17,7 @@
 
 #include "core/tensor.hpp"
 #include "model/qwen3_moe_parameters.hpp"
+#include "model/whole_model_tensors.hpp"
 
 namespace dyncp::train {
 
@@ -27,11 +30,15 @@ struct LoopState {
   std::int64_t seed = 0;
 };
 
-// Writes the three parts into `folder` (which exists and is empty).
+// Writes the three parts into `folder` (which exists and is empty). The moments are laid out
+// like parameters.all_values(). With an expert slice every rank of the expert-parallel group
+// calls this with its `gather` (collective) and only the one with `write` writes; a writer
+// whose writing fails still takes part in every gather before the error propagates.
 void write_training_checkpoint(const std::filesystem::path& folder,
                                const model::Qwen3MoeParameters& parameters,
                                const core::Tensor& exp_avg, const core::Tensor& exp_avg_sq,
-                               const LoopState& state);
+                               const LoopState& state, model::ExpertGather* gather = nullptr,
+                               bool write = true);
 
 // Reads a checkpoint folder into the parameters and moments; returns the loop state. Data
 // errors name the file for anything missing or malformed.

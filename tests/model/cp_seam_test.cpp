@@ -21,6 +21,8 @@ struct SharedGroup {
   std::barrier<> barrier{group_size};
   std::vector<Tensor> cu{group_size}, positions{group_size}, published{group_size},
       published_second{group_size};
+  // Linear attention: each rank's local row -> row of the whole sequences in position order.
+  std::vector<std::vector<std::int64_t>> whole_row{group_size};
 };
 
 // Row offset, in the gathered layout, of rank r's rows of sequence s (ranks in order inside
@@ -167,6 +169,131 @@ class ThreadStatisticsReducer final : public SequenceStatisticsReducer {
   int rank_;
 };
 
+// The sequence-level part of a Gated DeltaNet layer under CP, done the plain way: all-gather
+// the layer's inputs (q/k/v before the conv, g, beta) into whole sequences in position order,
+// run them with the local implementation and keep this rank's rows; in backward all-gather
+// d(out), run the whole-sequence backward (identical on every rank) and keep this rank's rows.
+// The conv weight gradient of the whole sequences is added on rank 0 only, so the gradient sum
+// over the group is exact.
+class ThreadCpLinearAttention final : public LinearAttentionContext {
+ public:
+  ThreadCpLinearAttention(SharedGroup& group, int rank) : group_(group), rank_(rank) {}
+
+  void begin_bin(const SeamContext& context, const LocalBinLayout& layout) override {
+    group_.cu[rank_] = layout.cu_seqlens;
+    group_.positions[rank_] = layout.positions;
+    group_.barrier.arrive_and_wait();
+    const std::int64_t sequences = layout.cu_seqlens.numel() - 1;
+    whole_cu_ = context.activations->allocate({sequences + 1}, DType::i32);
+    std::int32_t* whole_cu = whole_cu_.data<std::int32_t>();
+    whole_cu[0] = 0;
+    for (std::int64_t s = 0; s < sequences; ++s) {
+      std::int32_t length = 0;
+      for (int r = 0; r < group_size; ++r)
+        length += group_.cu[r].data<std::int32_t>()[s + 1] - group_.cu[r].data<std::int32_t>()[s];
+      whole_cu[s + 1] = whole_cu[s] + length;
+    }
+    auto& mine = group_.whole_row[rank_];
+    mine.assign(static_cast<std::size_t>(layout.positions.numel()), 0);
+    const std::int32_t* cu = layout.cu_seqlens.data<std::int32_t>();
+    for (std::int64_t s = 0; s < sequences; ++s)
+      for (std::int32_t i = cu[s]; i < cu[s + 1]; ++i)
+        mine[static_cast<std::size_t>(i)] = whole_cu[s] + layout.positions.data<std::int32_t>()[i];
+    group_.barrier.arrive_and_wait();
+    whole_.begin_bin(context, {whole_cu_, Tensor()});
+  }
+
+  void forward(const SeamContext& context, int layer, const LinearAttentionDims& dims,
+               const Tensor& q_raw, const Tensor& k_raw, const Tensor& v_raw,
+               const Tensor& conv_weight, const Tensor& g, const Tensor& beta, const Tensor& out,
+               LinearAttentionSaved&) override {
+    auto& state = layer_state(layer);
+    core::Arena& keep = *context.activations;
+    state.q_raw = all_gather(keep, q_raw);
+    state.k_raw = all_gather(keep, k_raw);
+    state.v_raw = all_gather(keep, v_raw);
+    state.g = all_gather(keep, g);
+    state.beta = all_gather(keep, beta);
+    core::ArenaScope scope(*context.scratch);
+    const Tensor whole_out = context.scratch->allocate(whole_shape(out), DType::f32);
+    whole_.forward(context, layer, dims, state.q_raw, state.k_raw, state.v_raw, conv_weight,
+                   state.g, state.beta, whole_out, state.saved);
+    keep_mine(whole_out, out);
+  }
+
+  void backward(const SeamContext& context, int layer, const LinearAttentionDims& dims,
+                const Tensor& dout, const Tensor&, const Tensor&, const Tensor&,
+                const Tensor& conv_weight, const Tensor&, const Tensor&,
+                const LinearAttentionSaved&, const Tensor& dq_raw, const Tensor& dk_raw,
+                const Tensor& dv_raw, const Tensor& dconv_weight, const Tensor& dg,
+                const Tensor& dbeta) override {
+    auto& state = layer_state(layer);
+    core::Arena& scratch = *context.scratch;
+    core::ArenaScope scope(scratch);
+    const Tensor whole_dout = all_gather(scratch, dout);
+    const auto like = [&](const Tensor& t) { return scratch.allocate(t.shape(), DType::f32); };
+    const Tensor dq = like(state.q_raw), dk = like(state.k_raw), dv = like(state.v_raw),
+                 dg_whole = like(state.g), dbeta_whole = like(state.beta);
+    const Tensor dconv =
+        rank_ == 0 ? dconv_weight : scratch.zeros(dconv_weight.shape(), DType::f32);
+    whole_.backward(context, layer, dims, whole_dout, state.q_raw, state.k_raw, state.v_raw,
+                    conv_weight, state.g, state.beta, state.saved, dq, dk, dv, dconv, dg_whole,
+                    dbeta_whole);
+    keep_mine(dq, dq_raw);
+    keep_mine(dk, dk_raw);
+    keep_mine(dv, dv_raw);
+    keep_mine(dg_whole, dg);
+    keep_mine(dbeta_whole, dbeta);
+  }
+
+ private:
+  struct LayerState {
+    Tensor q_raw, k_raw, v_raw, g, beta;  // whole sequences
+    LinearAttentionSaved saved;
+  };
+
+  LayerState& layer_state(int layer) {
+    if (static_cast<std::size_t>(layer) >= states_.size()) states_.resize(layer + 1);
+    return states_[static_cast<std::size_t>(layer)];
+  }
+
+  core::Shape whole_shape(const Tensor& local) const {
+    core::Shape shape = local.shape();
+    shape[0] = whole_cu_.data<std::int32_t>()[whole_cu_.numel() - 1];
+    return shape;
+  }
+
+  Tensor all_gather(core::Arena& arena, const Tensor& local) {
+    const Tensor whole = arena.allocate(whole_shape(local), DType::f32);
+    const std::int64_t row_numel = local.numel() / std::max<std::int64_t>(local.size(0), 1);
+    group_.published[rank_] = local;
+    group_.barrier.arrive_and_wait();
+    for (int r = 0; r < group_size; ++r) {
+      const auto& rows = group_.whole_row[r];
+      for (std::size_t i = 0; i < rows.size(); ++i)
+        std::memcpy(whole.data<float>() + rows[i] * row_numel,
+                    group_.published[r].data<float>() + static_cast<std::int64_t>(i) * row_numel,
+                    sizeof(float) * row_numel);
+    }
+    group_.barrier.arrive_and_wait();
+    return whole;
+  }
+
+  void keep_mine(const Tensor& whole, const Tensor& local) const {
+    const std::int64_t row_numel = local.numel() / std::max<std::int64_t>(local.size(0), 1);
+    const auto& rows = group_.whole_row[rank_];
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      std::memcpy(local.data<float>() + static_cast<std::int64_t>(i) * row_numel,
+                  whole.data<float>() + rows[i] * row_numel, sizeof(float) * row_numel);
+  }
+
+  SharedGroup& group_;
+  int rank_;
+  Tensor whole_cu_;
+  LocalLinearAttentionContext whole_;
+  std::vector<LayerState> states_;
+};
+
 // Rank k of a group of c keeps chunks k and 2c−1−k of every sequence (lengths divisible by 2c).
 OwnedPackedBin zigzag_shard(const TokenSequences& sequences, int rank) {
   const auto whole = pack_sequences(sequences);
@@ -196,13 +323,19 @@ OwnedPackedBin zigzag_shard(const TokenSequences& sequences, int rank) {
 
 TEST_CASE("context parallelism through the seams reproduces the single-rank loss and gradients",
           "[model][seams]") {
-  const auto fixture = testing::fixture_dir("qwen3_moe_a");
+  // Qwen3-MoE, and the hybrid model whose DeltaNet layers go through the linear-attention
+  // seam (one sequence spans two 64-token chunks of the recurrence).
+  const std::string name = GENERATE(as<std::string>{}, "qwen3_moe_a", "qwen3_5_moe_b");
+  INFO(name);
+  const auto fixture = testing::fixture_dir(name);
   ModelOptions options;
   options.aux_loss = ops::MoeAuxLossType::seq_aux_loss;
-  const TokenSequences sequences = {
-      {5, 77, 301, 12, 9, 400, 33, 1},
-      {100, 200, 300, 400, 500, 11, 22, 33, 44, 55, 66, 77, 88, 99, 7, 8},
-      {42, 43, 44, 45}};
+  TokenSequences sequences = {{5, 77, 301, 12, 9, 400, 33, 1},
+                              {100, 200, 300, 400, 500, 11, 22, 33, 44, 55, 66, 77, 88, 99, 7, 8},
+                              {42, 43, 44, 45}};
+  std::vector<std::int32_t> long_sequence;
+  for (int i = 0; i < 72; ++i) long_sequence.push_back((37 * i + 11) % 256);
+  sequences.push_back(long_sequence);
   BinOptions bin_options;
   bin_options.aux_num_sequences_global = static_cast<std::int64_t>(sequences.size());
 
@@ -222,10 +355,11 @@ TEST_CASE("context parallelism through the seams reproduces the single-rank loss
       ThreadCpAttention attention(group, rank);
       LocalExpertDispatcher experts;
       ThreadStatisticsReducer statistics(group, rank);
+      ThreadCpLinearAttention linear_attention(group, rank);
       const auto shard = zigzag_shard(sequences, rank);
       models[rank]->parameters().zero_grads();
-      results[rank] =
-          models[rank]->run_bin(shard.bin, {&attention, &experts, &statistics}, bin_options);
+      results[rank] = models[rank]->run_bin(
+          shard.bin, {&attention, &experts, &statistics, &linear_attention}, bin_options);
     });
   }
   for (auto& thread : threads) thread.join();

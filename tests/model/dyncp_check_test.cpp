@@ -32,7 +32,10 @@ Outcome run_command(const std::string& arguments) {
 
 TEST_CASE("dyncp-check --json reports the HF loss and gradient norms of a fixture",
           "[model][cli]") {
-  const auto fixture = testing::fixture_dir("qwen3_moe_a");
+  // Qwen3-MoE, and the hybrid Qwen3.5 checkpoint in its released layout.
+  const auto fixture =
+      testing::fixture_dir(GENERATE(as<std::string>{}, "qwen3_moe_a", "qwen3_5_moe_b"));
+  INFO(fixture);
   const auto outcome =
       run_command("--hf " + fixture + " --batch " + fixture + "/batch.json --json");
   REQUIRE(outcome.exit_code == 0);

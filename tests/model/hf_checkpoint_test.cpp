@@ -17,10 +17,7 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("dyncp_model_hf_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+  return testing::fresh_dir("hf_" + name);
 }
 
 std::string read_text(const fs::path& path) {
@@ -84,9 +81,10 @@ TEST_CASE("bad HF checkpoint folders are data errors naming what is wrong", "[mo
     write_config(std::regex_replace(config_text, std::regex("qwen3_moe"), "llama"));
     require_data_error(load, {"config.json", "model_type 'llama'"});
   }
-  SECTION("a model_type this model does not implement") {
+  SECTION("weights of another model_type") {
+    // Relabelled as the hybrid family, whose layer 0 is a Gated DeltaNet layer.
     write_config(std::regex_replace(config_text, std::regex("\"qwen3_moe\""), "\"qwen3_next\""));
-    require_data_error(load, {"config.json", "qwen3_next"});
+    require_data_error(load, {"model.layers.0.linear_attn.in_proj_qkvz.weight", "missing"});
   }
   SECTION("a tensor with the wrong shape") {
     write_config(std::regex_replace(config_text, std::regex("\"moe_intermediate_size\": *48"),

@@ -8,6 +8,7 @@
 namespace dyncp::model {
 namespace {
 
+// The Qwen3-MoE fixture; the tests that hold for every model family also run the hybrid one.
 const std::string fixture = "qwen3_moe_a";
 
 double max_relative_gap(const std::vector<float>& ours, const std::vector<float>& reference) {
@@ -20,6 +21,8 @@ double max_relative_gap(const std::vector<float>& ours, const std::vector<float>
 }
 
 TEST_CASE("one packed bin equals the sequences run one by one", "[model]") {
+  const std::string fixture = GENERATE(as<std::string>{}, "qwen3_moe_a", "qwen3_5_moe_b");
+  INFO("fixture " << fixture);
   const auto model = load_hf_model(testing::fixture_dir(fixture));
   const auto sequences = read_batch_json(testing::fixture_dir(fixture) + "/batch.json");
   const auto packed = testing::run_batch(*model, sequences);
@@ -47,6 +50,8 @@ TEST_CASE("one packed bin equals the sequences run one by one", "[model]") {
 }
 
 TEST_CASE("recompute_granularity=full gives bitwise the same loss and gradients", "[model]") {
+  const std::string fixture = GENERATE(as<std::string>{}, "qwen3_moe_a", "qwen3_5_moe_b");
+  INFO("fixture " << fixture);
   const auto model = load_hf_model(testing::fixture_dir(fixture));
   const auto sequences = read_batch_json(testing::fixture_dir(fixture) + "/batch.json");
   const auto stored = testing::run_batch(*model, sequences);
@@ -57,6 +62,8 @@ TEST_CASE("recompute_granularity=full gives bitwise the same loss and gradients"
 }
 
 TEST_CASE("parameter gradients accumulate across bins", "[model]") {
+  const std::string fixture = GENERATE(as<std::string>{}, "qwen3_moe_a", "qwen3_5_moe_b");
+  INFO("fixture " << fixture);
   const auto model = load_hf_model(testing::fixture_dir(fixture));
   const auto sequences = read_batch_json(testing::fixture_dir(fixture) + "/batch.json");
   const auto once = testing::run_batch(*model, sequences);
@@ -76,6 +83,8 @@ TEST_CASE("parameter gradients accumulate across bins", "[model]") {
 }
 
 TEST_CASE("steady-state bins allocate no heap memory", "[model]") {
+  const std::string fixture = GENERATE(as<std::string>{}, "qwen3_moe_a", "qwen3_5_moe_b");
+  INFO("fixture " << fixture);
   ModelOptions options;
   options.aux_loss = ops::MoeAuxLossType::seq_aux_loss;
   GENERATE(false, true) ? options.recompute_full = true : options.recompute_full = false;

@@ -2,6 +2,7 @@
 // Helpers shared by the model tests: fixture paths, running a packed batch, gradient copies.
 
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,15 @@ namespace dyncp::model::testing {
 
 inline std::string fixture_dir(const std::string& name) {
   return std::string(DYNCP_SOURCE_DIR) + "/tests/fixtures/model/" + name;
+}
+
+// An empty folder under the system temp dir, named after the test.
+inline std::filesystem::path fresh_dir(const std::string& name) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("dyncp_model_" + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
 }
 
 struct BatchRun {

@@ -7,7 +7,9 @@
 //
 // Checks, each reported as passed/failed: loss, aux loss, every owned gradient range
 // (||ours - ref|| / ||ref|| <= 1e-5), and that work is divided: over the pool every query row
-// was processed exactly once per layer (no rank recomputed another's share).
+// was processed exactly once per layer (no rank recomputed another's share). Under EP each
+// rank holds only its experts (dense parameters + experts / ep, seeded like the reference's
+// experts there); the reference's buffers are compared through the tensors of the same names.
 //
 // With --distributed-optimizer 1 the gradients are reduce-scattered: each rank checks its own
 // pieces (relative to the reference range's norm), holds optimizer state for only its
@@ -32,7 +34,7 @@
 #include "model/local_seams.hpp"
 #include "model/qwen3_moe_model.hpp"
 #include "packing/alignment.hpp"
-#include "parallel/expert_replicas.hpp"
+#include "parallel/expert_gather.hpp"
 #include "train/optimizer.hpp"
 #include "train/step_engine.hpp"
 
@@ -85,6 +87,35 @@ config::ModelArchitecture tiny_architecture() {
   return a;
 }
 
+// The hybrid family at the same scale (qwen-moe.md §8 config B, shrunk): a Gated DeltaNet
+// layer then a gated full-attention layer, every MLP a MoE with a shared expert.
+config::ModelArchitecture tiny_hybrid_architecture() {
+  config::ModelArchitecture a;
+  a.model_type = "qwen3_5_moe_text";
+  a.vocab_size = 96;
+  a.hidden_size = 32;
+  a.num_hidden_layers = 2;
+  a.layer_types = {config::LayerMixer::linear_attention, config::LayerMixer::full_attention};
+  a.num_attention_heads = 4;
+  a.num_key_value_heads = 2;
+  a.head_dim = 16;
+  a.partial_rotary_factor = 0.25;
+  a.linear_num_key_heads = 2;
+  a.linear_num_value_heads = 4;
+  a.linear_key_head_dim = 8;
+  a.linear_value_head_dim = 8;
+  a.linear_conv_kernel_dim = 4;
+  a.num_experts = 8;
+  a.num_experts_per_tok = 2;
+  a.moe_intermediate_size = 20;
+  a.shared_expert_intermediate_size = 24;
+  a.norm_topk_prob = true;
+  a.rope_theta = 10000.0;
+  a.router_aux_loss_coef = 0.01;
+  a.resolve();
+  return a;
+}
+
 struct Options {
   int cp = 1;
   int ep = 1;
@@ -94,6 +125,7 @@ struct Options {
   bool recompute = false;
   int optimizer_steps = 3;
   bool distributed_optimizer = false;
+  bool hybrid = false;  // --model qwen3_5_moe: the Gated DeltaNet hybrid
   config::CpCommType cp_comm_type = config::CpCommType::all_gather;
   config::PackingScheduler scheduler = config::PackingScheduler::dp_balanced;
 };
@@ -111,6 +143,10 @@ Options parse(int argc, char** argv) {
     else if (key == "--recompute") options.recompute = value == "1";
     else if (key == "--optimizer-steps") options.optimizer_steps = std::stoi(value);
     else if (key == "--distributed-optimizer") options.distributed_optimizer = value == "1";
+    else if (key == "--model") {
+      if (value != "qwen3_moe" && value != "qwen3_5_moe") throw std::runtime_error("--model: qwen3_moe or qwen3_5_moe");
+      options.hybrid = value == "qwen3_5_moe";
+    }
     else if (key == "--cp-comm-type") {
       if (value != "all_gather" && value != "p2p") throw std::runtime_error("--cp-comm-type: all_gather or p2p");
       options.cp_comm_type = value == "p2p" ? config::CpCommType::p2p : config::CpCommType::all_gather;
@@ -126,19 +162,54 @@ Options parse(int argc, char** argv) {
   return options;
 }
 
-double norm(const float* x, std::int64_t n) {
+template <typename T>
+double norm(const T* x, std::int64_t n) {
   double sum = 0;
   for (std::int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
   return std::sqrt(sum);
 }
 
-double difference_norm(const float* a, const float* b, std::int64_t n) {
+template <typename A, typename B>
+double difference_norm(const A* a, const B* b, std::int64_t n) {
   double sum = 0;
   for (std::int64_t i = 0; i < n; ++i) {
     const double d = static_cast<double>(a[i]) - b[i];
     sum += d * d;
   }
   return std::sqrt(sum);
+}
+
+// `reference_flat` (laid out like the one-rank reference's values) laid out like `ours`, which
+// may hold an expert slice: each of our HF tensors from the reference tensor of the same name.
+template <typename T = float>
+std::vector<T> laid_out_like(const model::Qwen3MoeParameters& ours,
+                             const model::Qwen3MoeParameters& reference,
+                             const core::Tensor& reference_flat) {
+  std::vector<T> out(static_cast<std::size_t>(ours.num_parameters()), T{0});
+  const float* our_base = ours.all_values().data<float>();
+  const T* reference_base = reference.all_values().data<T>();
+  for (const auto& tensor : ours.hf_tensors()) {
+    const model::HfTensor* match = reference.find(tensor.name);
+    if (match == nullptr) throw std::runtime_error("reference has no " + tensor.name);
+    const std::int64_t at = tensor.value.data<float>() - our_base;
+    const std::int64_t from = match->value.data<T>() - reference_base;
+    std::memcpy(out.data() + at, reference_flat.data<T>() + from,
+                static_cast<std::size_t>(tensor.value.numel()) * sizeof(T));
+  }
+  return out;
+}
+
+// The HF names of the tensors stored in [offset, offset + count) of the flat buffers.
+std::string tensors_in(const model::Qwen3MoeParameters& parameters, std::int64_t offset,
+                       std::int64_t count) {
+  std::string names;
+  const float* base = parameters.all_values().data<float>();
+  for (const auto& tensor : parameters.hf_tensors()) {
+    const std::int64_t at = tensor.value.data<float>() - base;
+    if (at < offset + count && at + tensor.value.numel() > offset)
+      names += (names.empty() ? "" : ", ") + tensor.name;
+  }
+  return names;
 }
 
 // Distributed optimizer: each rank holds state for its own piece of each kind, at most
@@ -195,7 +266,8 @@ int main(int argc, char** argv) {
       }
     };
 
-    const config::ModelArchitecture architecture = tiny_architecture();
+    const config::ModelArchitecture architecture =
+        options.hybrid ? tiny_hybrid_architecture() : tiny_architecture();
     model::ModelOptions model_options;
     model_options.recompute_full = options.recompute;
     model_options.aux_loss = options.aux ? ops::MoeAuxLossType::seq_aux_loss : ops::MoeAuxLossType::none;
@@ -230,13 +302,60 @@ int main(int argc, char** argv) {
     const model::BinResult reference_result =
         reference.run_bin(builder.build(whole_params, whole), local.seams(), reference_options);
     const double reference_loss = reference_result.loss_sum / static_cast<double>(reference_tokens);
+    // The same reference in fp64 with the same (fp32) weights: the truth against which a
+    // gradient that is a near-cancelling sum (e.g. a DeltaNet dt_bias, summed over every token)
+    // shows how inexact the fp32 reference itself is.
+    model::ModelOptions truth_options = model_options;
+    truth_options.dtype = core::DType::f64;
+    model::Qwen3MoeModel truth(architecture, truth_options);
+    {
+      const float* from = reference.parameters().all_values().data<float>();
+      double* to = truth.parameters().all_values().data<double>();
+      for (std::int64_t i = 0; i < reference.parameters().num_parameters(); ++i) to[i] = from[i];
+    }
+    truth.parameters().zero_grads();
+    truth.run_bin(builder.build(whole_params, whole), local.seams(), reference_options);
 
     // The layout under test.
     const dist::ParallelLayout layout = dist::layout_for_world(
         world->size(), options.cp, options.ep, options.dynamic, options.min_cp);
     dist::ParallelState parallel_state(*world, layout);
-    model::Qwen3MoeModel model(architecture, model_options);
+    // Each rank holds only its EP index's experts; the reference holds every expert.
+    model::ModelOptions sliced_options = model_options;
+    sliced_options.experts =
+        parallel::local_expert_range(architecture.num_experts, parallel_state.expert_parallel());
+    model::Qwen3MoeModel model(architecture, sliced_options);
     model.parameters().init_random(7);
+    {
+      // Memory really is divided: dense parameters whole, experts 1/ep, over the EP group every
+      // expert exactly once; and the seeded slice is the reference's experts.
+      const model::Qwen3MoeParameters& ours = model.parameters();
+      const model::Qwen3MoeParameters& full = reference.parameters();
+      const int ep = parallel_state.expert_parallel().size();
+      const auto expert_elements = [](const model::Qwen3MoeParameters& parameters) {
+        std::int64_t count = 0;
+        for (const auto& tensor : parameters.hf_tensors())
+          if (tensor.is_expert) count += tensor.value.numel();
+        return count;
+      };
+      std::int64_t experts_held = expert_elements(ours);
+      const std::int64_t every_expert = expert_elements(full);
+      const std::int64_t dense = full.num_parameters() - every_expert;  // incl. alignment gaps
+      check(experts_held * ep == every_expert &&
+                ours.num_parameters() == dense + every_expert / ep &&
+                ours.all_grads().numel() == ours.num_parameters(),
+            "this rank holds " + std::to_string(ours.num_parameters()) + " parameters = dense " +
+                std::to_string(dense) + " + experts " + std::to_string(experts_held) +
+                " (the whole model's " + std::to_string(every_expert) + " / ep " +
+                std::to_string(ep) + ")");
+      parallel_state.expert_parallel().all_reduce(&experts_held, &experts_held, 1, core::DType::i64,
+                                                  dist::ReduceOp::sum);
+      check(experts_held == every_expert, "the EP group's slices add up to every expert once");
+      const std::vector<float> initial = laid_out_like(ours, full, full.all_values());
+      check(std::memcmp(initial.data(), ours.all_values().raw_data(),
+                        initial.size() * sizeof(float)) == 0,
+            "seeded init of this rank's slice equals the whole model's values there");
+    }
     train::StepEngineOptions engine_options;
     engine_options.scheduler = options.scheduler;
     // Static CP must fit the longest sequence (60, padded to 64) on cp ranks; dynamic CP uses a
@@ -277,7 +396,12 @@ int main(int argc, char** argv) {
     }
 
     const float* ours = model.parameters().all_grads().data<float>();
-    const float* theirs = reference.parameters().all_grads().data<float>();
+    const std::vector<float> reference_grads = laid_out_like(
+        model.parameters(), reference.parameters(), reference.parameters().all_grads());
+    const float* theirs = reference_grads.data();
+    const std::vector<double> truth_grads =
+        laid_out_like<double>(model.parameters(), truth.parameters(), truth.parameters().all_grads());
+    const double* truths = truth_grads.data();
     double worst = 0;
     // Distributed optimizer: only this rank's pieces hold sums; each piece of a range is
     // measured against the whole range's reference norm, as the replicated check is.
@@ -296,18 +420,38 @@ int main(int argc, char** argv) {
       std::snprintf(line, sizeof line, "gradient range at %lld (%lld elements, expert %d): relative error %.3g",
                     static_cast<long long>(range.offset), static_cast<long long>(range.count),
                     range.is_expert ? 1 : 0, error);
-      check(error <= 1e-5, line);
+      bool ok = error <= 1e-5;
+      if (!ok) {
+        // Allowed only where the fp32 reference is itself that far from the fp64 truth: the
+        // layout must then be as close to the truth as the reference, within 10x.
+        const double truth_norm = norm(truths + range.offset, range.count);
+        const double ours_vs_truth =
+            difference_norm(ours + range.offset, truths + range.offset, range.count) / truth_norm;
+        const double reference_vs_truth =
+            difference_norm(theirs + range.offset, truths + range.offset, range.count) / truth_norm;
+        ok = ours_vs_truth <= 10 * reference_vs_truth;
+        std::snprintf(line + std::strlen(line), sizeof line - std::strlen(line),
+                      "; vs fp64 truth %.3g, the fp32 reference %.3g", ours_vs_truth,
+                      reference_vs_truth);
+        if (ok && rank == 0) std::printf("accepted by the fp64 bound: %s\n", line);
+      }
+      check(ok, line + (" [" + tensors_in(model.parameters(), range.offset, range.count) + "]"));
     }
 
     // Work is divided: over the pool, every padded row of the batch is a query row exactly
-    // once per layer (twice with full recompute, whose backward re-runs the forward).
+    // once per full-attention layer (twice with full recompute, whose backward re-runs the
+    // forward). Gated DeltaNet layers run whole sequences on every rank of a group (see
+    // parallel/cp_linear_attention.hpp) and are not counted here.
     std::int64_t rows = engine.seam_counters().attention_query_rows;
     parallel_state.pool().all_reduce(&rows, &rows, 1, core::DType::i64, dist::ReduceOp::sum);
+    std::int64_t attention_layers = 0;
+    for (std::int64_t layer = 0; layer < architecture.num_hidden_layers; ++layer)
+      attention_layers += architecture.mixer_of_layer(layer) == config::LayerMixer::full_attention;
     std::int64_t padded_total = 0;
     for (const auto length : lengths)
       padded_total += packing::padded_length(length, engine_options.alignment_multiple);
     const std::int64_t expected_rows =
-        padded_total * architecture.num_hidden_layers * (options.recompute ? 2 : 1);
+        padded_total * attention_layers * (options.recompute ? 2 : 1);
     check(rows == expected_rows, "query rows over the pool " + std::to_string(rows) + " vs " +
                                      std::to_string(expected_rows));
 
@@ -317,8 +461,7 @@ int main(int argc, char** argv) {
     // round-off from another summation order changes m / sqrt(v) by a visible fraction (up to
     // about 1e-3 lr is seen over 3 steps); a real layout bug moves parameters by whole lr units.
     const double lr = 1e-2;
-    const auto reference_partition =
-        parallel::partition_parameters(reference.parameters(), 0, architecture.num_experts);
+    const auto reference_partition = parallel::partition_parameters(reference.parameters());
     train::AdamWOptimizer reference_optimizer(reference.parameters(), reference_partition, {});
     train::AdamWOptimizer optimizer =
         sharded ? train::AdamWOptimizer(model.parameters(), *engine.sharded_state_sync(), {})
@@ -334,10 +477,10 @@ int main(int argc, char** argv) {
       optimizer.step(lr, step, 1.0);
     }
     if (options.optimizer_steps > 0) {
-      const core::Tensor values[] = {model.parameters().all_values()};
-      parallel::gather_expert_replicas(model.parameters(), values, parallel_state.expert_parallel());
       const float* after = model.parameters().all_values().data<float>();
-      const float* reference_after = reference.parameters().all_values().data<float>();
+      const std::vector<float> reference_values = laid_out_like(
+          model.parameters(), reference.parameters(), reference.parameters().all_values());
+      const float* reference_after = reference_values.data();
       double worst_lr_units = 0;
       for (std::int64_t i = 0; i < model.parameters().num_parameters(); ++i)
         worst_lr_units = std::max(worst_lr_units,
@@ -347,20 +490,19 @@ int main(int argc, char** argv) {
       check(worst_lr_units <= 1e-2, line);
       if (rank == 0) std::printf("%s\n", line);
 
-      // What a checkpoint stores: full-size moments gathered from their owners agree with the
-      // reference optimizer's, and reloading them gives a fresh optimizer the same state.
+      // What a checkpoint stores: moments the size of this rank's parameters, gathered from
+      // their owners, agree with the reference optimizer's there, and reloading them gives a
+      // fresh optimizer the same state.
       const train::AdamWOptimizer::FullSizeMoments moments = optimizer.full_size_moments();
       optimizer.gather_full_size_moments(moments);
-      const core::Tensor moment_buffers[] = {moments.exp_avg, moments.exp_avg_sq};
-      parallel::gather_expert_replicas(model.parameters(), moment_buffers,
-                                       parallel_state.expert_parallel());
       for (const auto& [name, full, reference_moment] :
            {std::tuple{"exp_avg", moments.exp_avg, reference_optimizer.exp_avg()},
             std::tuple{"exp_avg_sq", moments.exp_avg_sq, reference_optimizer.exp_avg_sq()}}) {
-        const std::int64_t n = reference_moment.numel();
-        const double error =
-            difference_norm(full.data<float>(), reference_moment.data<float>(), n) /
-            std::max(norm(reference_moment.data<float>(), n), 1e-30);
+        const std::vector<float> expected =
+            laid_out_like(model.parameters(), reference.parameters(), reference_moment);
+        const auto n = static_cast<std::int64_t>(expected.size());
+        const double error = difference_norm(full.data<float>(), expected.data(), n) /
+                             std::max(norm(expected.data(), n), 1e-30);
         std::snprintf(line, sizeof line, "gathered %s: relative error %.3g", name, error);
         check(full.numel() == n && error <= 1e-4, line);
       }

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end checks of dyncp-train on the mock smoke recipe, run by ctest:
 #   e2e_test.sh DYNCP_TRAIN SOURCE_DIR CASE
-# CASE: smoke | resume | relayout | relayout_distopt | sigterm | sigusr1 | enospc | nan | learns |
-# ring. Each prints what it compares and exits non-zero on any mismatch.
+# CASE: smoke | resume | relayout | relayout_distopt | relayout_ep | sigterm | sigusr1 | enospc |
+# nan | learns | ring | hybrid. Each prints what it compares and exits non-zero on any mismatch.
 set -euo pipefail
 train=$1
 source_dir=$2
@@ -10,6 +10,8 @@ case_name=$3
 work=$(mktemp -d "${TMPDIR:-/tmp}/dyncp-e2e-$case_name.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 recipe=$source_dir/configs/smoke/tiny_mock.yaml
+# hybrid: the resume check on the Qwen3.5 hybrid (Gated DeltaNet layers under dynamic CP + EP).
+[[ $case_name == hybrid ]] && recipe=$source_dir/configs/smoke/tiny_hybrid_mock.yaml
 run() { mpirun -np 4 "$train" --config "$recipe" "$@"; }
 losses() { python3 -c 'import json,sys; [print(repr(json.loads(l)["loss"])) for l in open(sys.argv[1])]' "$1"; }
 
@@ -30,7 +32,7 @@ for r in rows:
 print("smoke: 4 steps, finite losses, every microbatch covers the 4-rank pool")
 PY
     ;;
-  resume)
+  resume | hybrid)
     # Uninterrupted 6 steps versus 3 steps, save, then resume for 3 more: bitwise equal losses.
     # The LR schedule spans 6 steps in all three runs (its default length is train_iters).
     run train.train_iters=6 scheduler.lr_decay_iters=6 logger.metrics_path="$work/full.jsonl" >"$work/full.log" 2>&1
@@ -41,7 +43,7 @@ PY
     losses "$work/full.jsonl" >"$work/full.txt"
     cat <(losses "$work/first.jsonl") <(losses "$work/second.jsonl") >"$work/resumed.txt"
     diff "$work/full.txt" "$work/resumed.txt"
-    echo "resume: 6 losses bitwise equal to the uninterrupted run"
+    echo "$case_name: 6 losses bitwise equal to the uninterrupted run"
     ;;
   sigterm | sigusr1)
     mpirun -np 4 "$train" --config "$recipe" train.train_iters=100000 checkpoint.save="$work/ckpt" \
@@ -157,6 +159,72 @@ resumed = worst(f"{work}/to_sharded/iter_0000005", f"{work}/to_plain/iter_000000
 print(f"relayout_distopt: checkpoint tensors, worst relative difference: sharded vs plain after 3 "
       f"steps {same_layout:.3g}, resumed runs after 5 steps {resumed:.3g}")
 assert same_layout <= 1e-6 and resumed <= 1e-4
+PY
+    ;;
+  relayout_ep)
+    # Each rank holds only its experts, yet checkpoints and exports list every expert: saved
+    # with EP 4 (2 experts per rank) and resumed with EP 1 (all 8 on each rank), every loss
+    # matches the uninterrupted EP 2 run to fp32 round-off, and the EP 4 and EP 2 checkpoints
+    # after 3 steps hold the same tensors (names, shapes, values to round-off).
+    run train.train_iters=5 scheduler.lr_decay_iters=5 logger.metrics_path="$work/full.jsonl" >"$work/full.log" 2>&1
+    run train.train_iters=3 scheduler.lr_decay_iters=5 checkpoint.save="$work/ep2" \
+      checkpoint.export_hf="$work/hf_ep2" >"$work/a.log" 2>&1
+    run train.train_iters=3 scheduler.lr_decay_iters=5 model.expert_model_parallel_size=4 \
+      checkpoint.save="$work/ep4" checkpoint.export_hf="$work/hf_ep4" \
+      logger.metrics_path="$work/ep4.jsonl" >"$work/b.log" 2>&1
+    grep -q "experts: this rank holds \[0, 2) of 8 (EP 4)" "$work/b.log" || { echo "experts not sliced"; exit 1; }
+    run train.train_iters=5 scheduler.lr_decay_iters=5 model.expert_model_parallel_size=1 \
+      checkpoint.load="$work/ep4" checkpoint.export_hf="$work/hf_ep1" \
+      logger.metrics_path="$work/ep1.jsonl" >"$work/c.log" 2>&1
+    python3 - "$work" <<'PY'
+import array, json, math, struct, sys
+work = sys.argv[1]
+def losses(name):
+    return {r["iteration"]: r["loss"] for r in map(json.loads, open(f"{work}/{name}.jsonl"))}
+full, ep4, ep1 = losses("full"), losses("ep4"), losses("ep1")
+assert sorted(ep4) == [1, 2, 3] and sorted(ep1) == [4, 5], (ep4, ep1)
+for name, run in (("ep 4", ep4), ("ep 4 -> ep 1", ep1)):
+    for it, loss in run.items():
+        assert abs(loss - full[it]) <= 1e-5 * abs(full[it]), (name, it, loss, full[it])
+    print(f"relayout_ep: {name} steps {sorted(run)} match the EP 2 run:", {it: (run[it], full[it]) for it in run})
+def tensors(path):
+    with open(path, "rb") as f:
+        size = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(size))
+        data = f.read()
+    out = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = entry["data_offsets"]
+        if entry["dtype"] == "F32":
+            values = array.array("f", data[begin:end])
+        else:  # BF16: the high half of an f32
+            values = array.array("f", struct.pack(f"<{(end - begin) // 2}I",
+                                 *(v << 16 for v in struct.unpack(f"<{(end - begin) // 2}H", data[begin:end]))))
+        out[name] = (entry["shape"], values)
+    return out
+def worst(a_path, b_path):
+    a, b = tensors(a_path), tensors(b_path)
+    assert sorted(a) == sorted(b), sorted(set(a) ^ set(b))
+    result = 0.0
+    for name in a:
+        assert a[name][0] == b[name][0], (name, a[name][0], b[name][0])
+        diff = math.sqrt(sum((x - y) ** 2 for x, y in zip(a[name][1], b[name][1])))
+        result = max(result, diff / max(math.sqrt(sum(y * y for y in b[name][1])), 1e-30))
+    return result, len(a)
+for part in ("model/model.safetensors", "optimizer.safetensors"):
+    error, count = worst(f"{work}/ep4/iter_0000003/{part}", f"{work}/ep2/iter_0000003/{part}")
+    print(f"relayout_ep: {part}: {count} tensors, EP 4 vs EP 2 worst relative difference {error:.3g}")
+    assert count > 0 and error <= 1e-4, (part, error)  # a misplaced expert shows as ~1
+experts = [n for n in tensors(f"{work}/hf_ep4/model.safetensors") if ".mlp.experts." in n]
+assert len(experts) == 2 * 8 * 3, len(experts)  # 2 MoE layers x 8 experts x gate/up/down
+# bf16 exports: a round-off difference can move a value by one bf16 step (2^-8 relative).
+error, count = worst(f"{work}/hf_ep4/model.safetensors", f"{work}/hf_ep2/model.safetensors")
+print(f"relayout_ep: HF exports after 3 steps, EP 4 vs EP 2: {count} tensors, worst relative "
+      f"difference {error:.3g}")
+assert error <= 4e-3, error
+worst(f"{work}/hf_ep1/model.safetensors", f"{work}/hf_ep4/model.safetensors")  # same names, shapes
 PY
     ;;
   nan)

@@ -17,9 +17,10 @@ using namespace dyncp;
 namespace {
 
 config::ConfigContainer smoke_config(std::int64_t world_size,
-                                     const std::vector<std::string>& overrides = {}) {
-  auto config = config::load_config_file(
-      std::string(DYNCP_SOURCE_DIR) + "/configs/smoke/tiny_mock.yaml", overrides);
+                                     const std::vector<std::string>& overrides = {},
+                                     const std::string& recipe = "tiny_mock.yaml") {
+  auto config = config::load_config_file(std::string(DYNCP_SOURCE_DIR) + "/configs/smoke/" + recipe,
+                                         overrides);
   config::resolve_config(config, world_size);
   return config;
 }
@@ -46,6 +47,21 @@ TEST_CASE("memory estimate: parameter count matches the model's layout", "[train
       const model::Qwen3MoeParameters parameters(a);
       CHECK(train::count_parameters(a) == parameters.num_parameters());
     }
+  }
+}
+
+TEST_CASE("memory estimate: parameter count of the hybrid family matches the model's layout",
+          "[train][memory]") {
+  // Gated DeltaNet and gated attention layers, shared experts; with EP a slice of the experts.
+  auto architecture = smoke_config(4, {}, "tiny_hybrid_mock.yaml").model.architecture;
+  architecture.resolve();
+  REQUIRE(architecture.is_hybrid());
+  for (const std::int64_t ep : {1, 2, 4}) {
+    INFO("ep " << ep);
+    const std::int64_t held = architecture.num_experts / ep;
+    const model::Qwen3MoeParameters parameters(architecture, {0, held});
+    CHECK(train::count_parameters(architecture, ep) == parameters.num_parameters());
+    CHECK(train::count_expert_parameters(architecture, ep) == parameters.expert_values().numel());
   }
 }
 
@@ -109,20 +125,26 @@ TEST_CASE("memory estimate: the distributed optimizer divides the moments over t
       train::memory_estimate_input(smoke_config(4, {"ddp.use_distributed_optimizer=true"})));
   const double full = line_bytes(replicated, "AdamW moments");
   const double pieces = line_bytes(sharded, "AdamW moments");
-  // Dense and expert counts are each rounded up to a whole element per shard.
-  CHECK(pieces >= full / 4);
-  CHECK(pieces <= full / 4 + 2 * 2 * 4);
+  // The smoke layout has EP 2 on a pool of 4: this rank holds half the experts; dense state is
+  // split over the 4 pool ranks, its experts' over the 2 expert-DP ranks, each count rounded
+  // up to a whole element per shard.
+  auto architecture = smoke_config(4).model.architecture;
+  architecture.resolve();
+  const double held_experts = static_cast<double>(train::count_expert_parameters(architecture, 2));
+  const double dense = static_cast<double>(train::count_parameters(architecture, 2)) - held_experts;
+  CHECK(full == Approx(2 * 4 * (dense + held_experts)));
+  CHECK(pieces >= 2 * 4 * (dense / 4 + held_experts / 2));
+  CHECK(pieces <= 2 * 4 * (dense / 4 + held_experts / 2 + 2));
   CHECK(replicated.parameter_state_bytes - sharded.parameter_state_bytes == Approx(full - pieces));
   CHECK(sharded.per_bin_bytes == replicated.per_bin_bytes);
-  // One rank: nothing to divide.
+  // One rank: nothing to divide, every expert held.
   const auto single = train::estimate_memory(train::memory_estimate_input(smoke_config(
       1, {"model.context_parallel_size=1", "model.expert_model_parallel_size=1",
           "model.dynamic_context_parallel=false", "model.max_seqlen_per_dp_cp_rank=256",
           "ddp.use_distributed_optimizer=true"})));
-  CHECK(line_bytes(single, "AdamW moments") == Approx(full));
+  CHECK(line_bytes(single, "AdamW moments") ==
+        Approx(2 * 4 * static_cast<double>(train::count_parameters(architecture))));
   // The expert share is what the model's expert tensors hold.
-  auto architecture = smoke_config(4).model.architecture;
-  architecture.resolve();
   const model::Qwen3MoeParameters parameters(architecture);
   std::int64_t expert_values = 0;
   for (const auto& tensor : parameters.hf_tensors())
@@ -130,38 +152,64 @@ TEST_CASE("memory estimate: the distributed optimizer divides the moments over t
   CHECK(train::count_expert_parameters(architecture) == expert_values);
 }
 
+TEST_CASE("memory estimate: EP divides the expert weights, gradients and moments",
+          "[train][memory]") {
+  auto architecture = smoke_config(4).model.architecture;
+  architecture.resolve();
+  const std::int64_t every_expert = train::count_expert_parameters(architecture);
+  const std::int64_t dense = train::count_parameters(architecture) - every_expert;
+  for (const std::int64_t ep : {1, 2, 4}) {
+    INFO("ep " << ep);
+    // What the model allocates for one EP rank's slice.
+    const std::int64_t count = architecture.num_experts / ep;
+    const model::Qwen3MoeParameters slice(architecture, {architecture.num_experts - count, count});
+    CHECK(train::count_parameters(architecture, ep) == slice.num_parameters());
+    CHECK(train::count_expert_parameters(architecture, ep) * ep == every_expert);
+    const auto estimate = train::estimate_memory(train::memory_estimate_input(
+        smoke_config(4, {"model.context_parallel_size=1", "model.dynamic_context_parallel=false",
+                         "model.max_seqlen_per_dp_cp_rank=256",
+                         "model.expert_model_parallel_size=" + std::to_string(ep)})));
+    CHECK(estimate.num_parameters == dense + every_expert / ep);
+    CHECK(estimate.parameter_state_bytes ==
+          Approx(16.0 * static_cast<double>(dense + every_expert / ep)));
+  }
+}
+
 TEST_CASE("memory estimate: close to the arenas' high-water mark on a full bin",
           "[train][memory]") {
-  for (const bool recompute : {false, true}) {
-    INFO("recompute " << recompute);
-    auto input = train::memory_estimate_input(smoke_config(
-        1, {"model.context_parallel_size=1", "model.expert_model_parallel_size=1",
-            "model.dynamic_context_parallel=false", "model.max_seqlen_per_dp_cp_rank=256"}));
-    input.recompute_full = recompute;
-    const auto estimate = train::estimate_memory(input);
+  for (const char* recipe : {"tiny_mock.yaml", "tiny_hybrid_mock.yaml"})
+    for (const bool recompute : {false, true}) {
+      INFO(recipe << ", recompute " << recompute);
+      auto input = train::memory_estimate_input(smoke_config(
+          1,
+          {"model.context_parallel_size=1", "model.expert_model_parallel_size=1",
+           "model.dynamic_context_parallel=false", "model.max_seqlen_per_dp_cp_rank=256"},
+          recipe));
+      input.recompute_full = recompute;
+      const auto estimate = train::estimate_memory(input);
 
-    model::ModelOptions options;
-    options.recompute_full = recompute;
-    model::Qwen3MoeModel model(input.architecture, options);
-    model.parameters().init_random(7);
-    // Two sequences filling the 256-token bin.
-    model::TokenSequences sequences(2);
-    for (std::int32_t i = 0; i < 128; ++i) {
-      sequences[0].push_back((i * 37 + 5) % 512);
-      sequences[1].push_back((i * 91 + 11) % 512);
+      model::ModelOptions options;
+      options.recompute_full = recompute;
+      model::Qwen3MoeModel model(input.architecture, options);
+      model.parameters().init_random(7);
+      // Two sequences filling the 256-token bin.
+      model::TokenSequences sequences(2);
+      for (std::int32_t i = 0; i < 128; ++i) {
+        sequences[0].push_back((i * 37 + 5) % 512);
+        sequences[1].push_back((i * 91 + 11) % 512);
+      }
+      const auto packed = model::pack_sequences(sequences);
+      model::LocalSeams seams;
+      model::BinOptions bin_options;
+      bin_options.loss_grad_scale = 1.0 / 254.0;
+      model.run_bin(packed.bin, seams.seams(), bin_options);
+
+      const double measured = static_cast<double>(model.activation_high_water_bytes());
+      INFO("measured " << measured << " bytes, estimated " << estimate.per_bin_bytes);
+      // A slight over-estimate: it adds peaks the arenas may reach at different times.
+      CHECK(estimate.per_bin_bytes >= measured);
+      CHECK(estimate.per_bin_bytes < 1.4 * measured);
     }
-    const auto packed = model::pack_sequences(sequences);
-    model::LocalSeams seams;
-    model::BinOptions bin_options;
-    bin_options.loss_grad_scale = 1.0 / 254.0;
-    model.run_bin(packed.bin, seams.seams(), bin_options);
-
-    const double measured = static_cast<double>(model.activation_high_water_bytes());
-    INFO("measured " << measured << " bytes, estimated " << estimate.per_bin_bytes);
-    // A slight over-estimate: it adds peaks the arenas may reach at different times.
-    CHECK(estimate.per_bin_bytes >= measured);
-    CHECK(estimate.per_bin_bytes < 1.4 * measured);
-  }
 }
 
 TEST_CASE("memory estimate: the fit verdict compares every rank's total with what is available",

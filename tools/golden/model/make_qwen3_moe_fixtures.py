@@ -135,13 +135,15 @@ def router_margin(model, config, sequences):
     margins = []
 
     def hook(module, inputs, output):
-        hidden = inputs[0].reshape(-1, module.hidden_dim)
+        hidden = inputs[0].reshape(-1, module.weight.shape[1])
         probs = torch.softmax(torch.nn.functional.linear(hidden, module.weight), dim=-1, dtype=torch.float)
         top = torch.topk(probs, config.num_experts_per_tok + 1, dim=-1).values
         margins.append((top[:, -2] - top[:, -1]).min().item())
 
+    # Qwen3MoeTopKRouter, Qwen3_5MoeTopKRouter, ...
     handles = [m.register_forward_hook(hook) for m in model.modules()
-               if type(m).__name__ == "Qwen3MoeTopKRouter"]
+               if type(m).__name__.endswith("TopKRouter")]
+    assert handles, "no router modules found"
     with torch.no_grad():
         for ids in sequences:
             model(input_ids=torch.tensor([ids]))
@@ -192,51 +194,60 @@ def gradient_summary(gradients):
     return total ** 0.5, norms, samples
 
 
-def make_fixture(name, config_fields, out_root, seed):
+def pick_model(name, build, sequences, seed):
+    """build(seed) -> (config, model), advancing the seed until routing is unambiguous."""
+    for attempt in range(200):
+        config, model = build(seed + attempt)
+        margin = router_margin(model, config, sequences)
+        if margin >= ROUTER_MARGIN:
+            return config, model, margin, seed + attempt
+    sys.exit(f"{name}: no seed gave a router margin >= {ROUTER_MARGIN}")
+
+
+def write_fixture(folder, config_json, weight_files, sequences, result, gradients, extra):
+    """config.json, BF16 weight files {file: {name: tensor}}, batch.json and expected.json
+    (result, gradient summary, then `extra`). Returns the total gradient norm."""
     from safetensors.torch import save_file
+
+    grad_norm, grad_norms, grad_samples = gradient_summary(gradients)
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config_json, f, indent=2)
+        f.write("\n")
+    for file_name, tensors in weight_files.items():
+        path = os.path.join(folder, file_name)
+        save_file({k: v.contiguous().to(torch.bfloat16) for k, v in tensors.items()}, path,
+                  metadata={"format": "pt"})
+        os.chmod(path, 0o644)
+    with open(os.path.join(folder, "batch.json"), "w") as f:
+        json.dump({"sequences": sequences}, f)
+        f.write("\n")
+    expected = dict(result)
+    expected.update({"grad_norm": grad_norm, "grad_norms": grad_norms,
+                     "grad_samples": grad_samples})
+    expected.update(extra)
+    with open(os.path.join(folder, "expected.json"), "w") as f:
+        json.dump(expected, f)
+        f.write("\n")
+    return grad_norm
+
+
+def make_fixture(name, config_fields, out_root, seed):
     import transformers
 
     rng = torch.Generator().manual_seed(1234)
     sequences = [torch.randint(0, config_fields["vocab_size"], (n,), generator=rng).tolist()
                  for n in SEQUENCE_LENGTHS]
-    for attempt in range(200):
-        config, model = build_model(config_fields, seed + attempt)
-        margin = router_margin(model, config, sequences)
-        if margin >= ROUTER_MARGIN:
-            break
-    else:
-        sys.exit(f"{name}: no seed gave a router margin >= {ROUTER_MARGIN}")
-    used_seed = seed + attempt
-
+    config, model, margin, used_seed = pick_model(
+        name, lambda s: build_model(config_fields, s), sequences, seed)
     result = run_hf(model, sequences)
-    gradients = hf_named_tensors(model, config, lambda p: p.grad)
-    grad_norm, grad_norms, grad_samples = gradient_summary(gradients)
-    weights = hf_named_tensors(model, config, lambda p: p.detach())
-
-    folder = os.path.join(out_root, name)
-    os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, "config.json"), "w") as f:
-        json.dump(config_fields, f, indent=2)
-        f.write("\n")
-    save_file({k: v.contiguous().to(torch.bfloat16) for k, v in weights.items()},
-              os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
-    os.chmod(os.path.join(folder, "model.safetensors"), 0o644)
-    with open(os.path.join(folder, "batch.json"), "w") as f:
-        json.dump({"sequences": sequences}, f)
-        f.write("\n")
-    expected = dict(result)
-    expected.update({
-        "grad_norm": grad_norm,
-        "grad_norms": grad_norms,
-        "grad_samples": grad_samples,
-        "router_margin": margin,
-        "seed": used_seed,
-        "generator": {"script": "tools/golden/model/make_qwen3_moe_fixtures.py",
-                      "torch": torch.__version__, "transformers": transformers.__version__},
-    })
-    with open(os.path.join(folder, "expected.json"), "w") as f:
-        json.dump(expected, f)
-        f.write("\n")
+    grad_norm = write_fixture(
+        os.path.join(out_root, name), config_fields,
+        {"model.safetensors": hf_named_tensors(model, config, lambda p: p.detach())}, sequences,
+        result, hf_named_tensors(model, config, lambda p: p.grad),
+        {"router_margin": margin, "seed": used_seed,
+         "generator": {"script": "tools/golden/model/make_qwen3_moe_fixtures.py",
+                       "torch": torch.__version__, "transformers": transformers.__version__}})
     print(f"{name}: seed {used_seed}, router margin {margin:.2e}, loss {result['loss']:.6f}, "
           f"grad_norm {grad_norm:.6f}")
 

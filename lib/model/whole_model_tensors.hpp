@@ -1,0 +1,81 @@
+#pragma once
+// The whole model's tensors as written to layout-independent files (HF exports, training
+// checkpoints), from a rank that may hold only a slice of the experts.
+//
+// Under expert parallelism EP rank j holds experts [j E/ep, (j+1) E/ep) of every MoE layer:
+// their weights, gradients and optimizer moments, nothing of the others. The files list every
+// expert, so any layout can read them. Their writer rebuilds one MoE layer's fused expert
+// tensors at a time from the slices of its EP group (ExpertGather), while writing: the extra
+// memory is one layer's experts, never the whole model.
+//
+// Rebuilding is collective. Every rank of the group builds the same list of tensors to write
+// and runs its fills in the same order: the writer while it writes, the others without
+// writing (write_collectively), and a writer that fails part-way runs the remaining fills
+// before reporting the failure, so no rank is left waiting in a gather.
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/qwen3_moe_parameters.hpp"
+#include "model/safetensors.hpp"
+
+namespace dyncp::model {
+
+class ExpertGather {
+ public:
+  virtual ~ExpertGather() = default;
+  // Collective over the ranks whose slices make up every expert. `slice`: this rank's part of
+  // one fused expert tensor (its experts, contiguous); `whole` receives every rank's parts in
+  // expert order.
+  virtual void gather(std::span<const float> slice, std::span<float> whole) = 0;
+};
+
+// One MoE layer's fused expert tensors holding every expert, read from a buffer laid out like
+// parameters.all_values() (the values themselves, or an optimizer moment).
+class WholeExpertLayer {
+ public:
+  // `gather` may be null when `parameters` hold every expert; `flat` must outlive this.
+  WholeExpertLayer(const Qwen3MoeParameters& parameters, Tensor flat, ExpertGather* gather);
+  // gate_up [E, 2I, h] (part 0) or down [E, h, I] (part 1) of layer `layer`, valid until a
+  // call for another layer. The first call for a layer rebuilds both parts (collective).
+  std::span<const float> part(std::int64_t layer, int part);
+
+ private:
+  const Qwen3MoeParameters& parameters_;
+  Tensor flat_;
+  ExpertGather* gather_;
+  std::int64_t layer_ = -1;
+  std::vector<float> parts_[2];
+  std::span<const float> views_[2];
+};
+
+// One tensor of the whole model in HF checkpoint order (text-model names, one tensor per
+// expert).
+struct WholeModelTensor {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  const HfTensor* held = nullptr;  // non-expert tensors: this rank's own
+  std::int64_t layer = -1;         // experts: their layer, expert index and
+  std::int64_t expert = -1;
+  int part = 0;  // 0 gate_proj, 1 up_proj, 2 down_proj
+};
+
+// Identical on every rank whatever expert slice it holds.
+std::vector<WholeModelTensor> whole_model_tensors(const Qwen3MoeParameters& parameters);
+
+// An entry writing `tensor` as `stored_name`, its values read (in HF order) from `flat`, laid
+// out like parameters.all_values(); experts come through `experts`, which reads `flat` too.
+TensorToWrite tensor_to_write(const WholeModelTensor& tensor, std::string stored_name,
+                              const Qwen3MoeParameters& parameters, const Tensor& flat,
+                              WholeExpertLayer& experts);
+
+// On the writer (`writer` true) calls `write` with the tensors; elsewhere only runs their
+// fills. Either way every fill runs once, in order: a write that throws part-way runs the rest
+// before the exception propagates.
+void write_collectively(std::vector<TensorToWrite>& tensors, bool writer,
+                        const std::function<void(std::span<const TensorToWrite>)>& write);
+
+}  // namespace dyncp::model
