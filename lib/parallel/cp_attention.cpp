@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "parallel/group_bin_layout.hpp"
 
 namespace dyncp::parallel {
 
@@ -51,34 +52,13 @@ void CpAttentionContext::begin_bin(const model::SeamContext& context,
   layout_.q_cu_seqlens = layout.cu_seqlens;
   layout_.q_positions = layout.positions;
 
-  dist::Comm& group = *group_;
-  const std::int64_t ranks = group.size();
-  const std::int64_t sequences = layout.cu_seqlens.numel() - 1;
   core::Arena& keep = *context.activations;
-
-  // Every rank of the group must hold the same bin: same sequence count, same local rows.
-  std::int64_t shape_mine[2] = {local_rows_, sequences};
-  const Tensor shapes = keep.allocate({ranks, 2}, DType::i64);
   ScopedMilliseconds timer(cp_time());
-  group.all_gather(shape_mine, 2, shapes.raw_data(), DType::i64);
-  const std::int64_t* all_shapes = shapes.data<std::int64_t>();
-  for (std::int64_t r = 0; r < ranks; ++r) {
-    if (all_shapes[2 * r] != local_rows_ || all_shapes[2 * r + 1] != sequences) {
-      core::throw_runtime_error(
-          "CP attention: rank " + std::to_string(group.rank()) + " of group '" + group.name() +
-          "' holds " + std::to_string(local_rows_) + " rows in " + std::to_string(sequences) +
-          " sequences but group rank " + std::to_string(r) + " holds " +
-          std::to_string(all_shapes[2 * r]) + " in " + std::to_string(all_shapes[2 * r + 1]) +
-          " (every rank of a group must hold the zigzag shard of the same bin)");
-    }
-  }
-
-  const Tensor all_positions = keep.allocate({ranks * local_rows_}, DType::i32);
-  const Tensor all_cu = keep.allocate({ranks * (sequences + 1)}, DType::i32);
-  group.all_gather(layout.positions.raw_data(), static_cast<std::size_t>(local_rows_),
-                   all_positions.raw_data(), DType::i32);
-  group.all_gather(layout.cu_seqlens.raw_data(), static_cast<std::size_t>(sequences + 1),
-                   all_cu.raw_data(), DType::i32);
+  const GroupBinLayout gathered = gather_group_bin_layout(*group_, keep, layout, "CP attention");
+  const std::int64_t ranks = gathered.ranks;
+  const std::int64_t sequences = gathered.sequences;
+  const Tensor& all_positions = gathered.positions;
+  const Tensor& all_cu = gathered.cu_seqlens;
 
   // Keys of sequence s: rank 0's rows of s, then rank 1's, ...
   layout_.kv_cu_seqlens = keep.allocate({sequences + 1}, DType::i32);
@@ -152,9 +132,8 @@ void CpAttentionContext::forward(const model::SeamContext& context, int layer, c
 
 void CpAttentionContext::backward(const model::SeamContext& context, int layer, const Tensor& dout,
                                   const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const Tensor& out, const ops::AttentionSaved& saved,
-                                  double scale, const Tensor& dq, const Tensor& dk,
-                                  const Tensor& dv) {
+                                  const Tensor& out, const ops::AttentionSaved& saved, double scale,
+                                  const Tensor& dq, const Tensor& dk, const Tensor& dv) {
   if (!distributed()) {
     local_.backward(context, layer, dout, q, k, v, out, saved, scale, dq, dk, dv);
     return;

@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "ops/elementwise.hpp"
+#include "parallel/group_bin_layout.hpp"
 
 namespace dyncp::parallel {
 
@@ -60,35 +61,16 @@ void CpRingAttentionContext::begin_bin(const model::SeamContext& context,
     local_.begin_bin(context, layout);
     return;
   }
-  dist::Comm& group = *group_;
-  const std::int64_t ranks = group.size();
-  const std::int64_t sequences = layout.cu_seqlens.numel() - 1;
   core::Arena& keep = *context.activations;
-
-  // Every rank of the group must hold the same bin: same sequence count, same local rows
-  // (so every K/V block has the same shape and a receive never needs resizing).
-  std::int64_t shape_mine[2] = {local_rows_, sequences};
-  const Tensor shapes = keep.allocate({ranks, 2}, DType::i64);
+  // Every rank of the group holds the same bin (so every K/V block has the same shape and a
+  // receive never needs resizing).
   ScopedMilliseconds timer(cp_time());
-  group.all_gather(shape_mine, 2, shapes.raw_data(), DType::i64);
-  const std::int64_t* all_shapes = shapes.data<std::int64_t>();
-  for (std::int64_t r = 0; r < ranks; ++r) {
-    if (all_shapes[2 * r] != local_rows_ || all_shapes[2 * r + 1] != sequences) {
-      core::throw_runtime_error(
-          "CP ring attention: rank " + std::to_string(group.rank()) + " of group '" + group.name() +
-          "' holds " + std::to_string(local_rows_) + " rows in " + std::to_string(sequences) +
-          " sequences but group rank " + std::to_string(r) + " holds " +
-          std::to_string(all_shapes[2 * r]) + " in " + std::to_string(all_shapes[2 * r + 1]) +
-          " (every rank of a group must hold the zigzag shard of the same bin)");
-    }
-  }
-
-  const Tensor all_positions = keep.allocate({ranks * local_rows_}, DType::i32);
-  const Tensor all_cu = keep.allocate({ranks * (sequences + 1)}, DType::i32);
-  group.all_gather(layout.positions.raw_data(), static_cast<std::size_t>(local_rows_),
-                   all_positions.raw_data(), DType::i32);
-  group.all_gather(layout.cu_seqlens.raw_data(), static_cast<std::size_t>(sequences + 1),
-                   all_cu.raw_data(), DType::i32);
+  const GroupBinLayout gathered =
+      gather_group_bin_layout(*group_, keep, layout, "CP ring attention");
+  const std::int64_t ranks = gathered.ranks;
+  const std::int64_t sequences = gathered.sequences;
+  const Tensor& all_positions = gathered.positions;
+  const Tensor& all_cu = gathered.cu_seqlens;
 
   layouts_.resize(static_cast<std::size_t>(ranks));
   visible_.resize(static_cast<std::size_t>(ranks));

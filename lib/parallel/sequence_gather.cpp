@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "parallel/comm_timing.hpp"
+#include "parallel/group_bin_layout.hpp"
 
 namespace dyncp::parallel {
 
@@ -26,40 +27,12 @@ void SequenceGather::begin_bin(dist::Comm& group, core::Arena& keep,
                                const model::LocalBinLayout& layout) {
   group_ = &group;
   local_rows_ = layout.positions.numel();
-  const std::int64_t ranks = group.size();
-  const std::int64_t sequences = layout.cu_seqlens.numel() - 1;
-
-  std::int64_t shape_mine[2] = {local_rows_, sequences};
-  std::vector<std::int64_t> shapes(static_cast<std::size_t>(2 * ranks));
-  group.all_gather(shape_mine, 2, shapes.data(), DType::i64);
-  for (std::int64_t r = 0; r < ranks; ++r) {
-    if (shapes[static_cast<std::size_t>(2 * r + 1)] != sequences) {
-      core::throw_runtime_error(
-          "sequence gather: rank " + std::to_string(group.rank()) + " of group '" + group.name() +
-          "' holds " + std::to_string(sequences) + " sequences but group rank " +
-          std::to_string(r) + " holds " +
-          std::to_string(shapes[static_cast<std::size_t>(2 * r + 1)]) +
-          " (every rank of a group must hold the zigzag shard of the same bin)");
-    }
-  }
-  // Row counts may differ between ranks only if the shard cut does; all_gather needs equal
-  // counts, which the zigzag contract guarantees (every rank gets 2 of 2c equal chunks).
-  for (std::int64_t r = 0; r < ranks; ++r) {
-    if (shapes[static_cast<std::size_t>(2 * r)] != local_rows_) {
-      core::throw_runtime_error(
-          "sequence gather: rank " + std::to_string(group.rank()) + " of group '" + group.name() +
-          "' holds " + std::to_string(local_rows_) + " rows but group rank " + std::to_string(r) +
-          " holds " + std::to_string(shapes[static_cast<std::size_t>(2 * r)]));
-    }
-  }
-
+  const GroupBinLayout gathered = gather_group_bin_layout(group, keep, layout, "sequence gather");
+  const std::int64_t ranks = gathered.ranks;
+  const std::int64_t sequences = gathered.sequences;
   const std::int64_t gathered_rows = ranks * local_rows_;
-  std::vector<std::int32_t> positions(static_cast<std::size_t>(gathered_rows));
-  std::vector<std::int32_t> cu(static_cast<std::size_t>(ranks * (sequences + 1)));
-  group.all_gather(layout.positions.raw_data(), static_cast<std::size_t>(local_rows_),
-                   positions.data(), DType::i32);
-  group.all_gather(layout.cu_seqlens.raw_data(), static_cast<std::size_t>(sequences + 1), cu.data(),
-                   DType::i32);
+  const std::int32_t* positions = gathered.positions.data<std::int32_t>();
+  const std::int32_t* cu = gathered.cu_seqlens.data<std::int32_t>();
 
   whole_cu_seqlens_ = keep.allocate({sequences + 1}, DType::i32);
   whole_positions_ = keep.allocate({gathered_rows}, DType::i32);
@@ -75,17 +48,16 @@ void SequenceGather::begin_bin(dist::Comm& group, core::Arena& keep,
   for (std::int64_t s = 0; s < sequences; ++s) {
     const std::int32_t first = next;
     for (std::int64_t r = 0; r < ranks; ++r) {
-      const std::int32_t* rank_cu = cu.data() + r * (sequences + 1);
+      const std::int32_t* rank_cu = cu + r * (sequences + 1);
       for (std::int32_t row = rank_cu[s]; row < rank_cu[s + 1]; ++row) {
         from_gathered[next++] = static_cast<std::int32_t>(r * local_rows_ + row);
       }
     }
     // Position order inside the sequence; positions must be exactly 0..L-1.
-    std::sort(from_gathered + first, from_gathered + next, [&](std::int32_t a, std::int32_t b) {
-      return positions[static_cast<std::size_t>(a)] < positions[static_cast<std::size_t>(b)];
-    });
+    std::sort(from_gathered + first, from_gathered + next,
+              [&](std::int32_t a, std::int32_t b) { return positions[a] < positions[b]; });
     for (std::int32_t w = first; w < next; ++w) {
-      const std::int32_t position = positions[static_cast<std::size_t>(from_gathered[w])];
+      const std::int32_t position = positions[from_gathered[w]];
       if (position != w - first) {
         core::throw_runtime_error("sequence gather: sequence " + std::to_string(s) +
                                   " of the bin on group '" + group.name() +
@@ -93,8 +65,8 @@ void SequenceGather::begin_bin(dist::Comm& group, core::Arena& keep,
                                   std::to_string(next - first - 1) + " exactly once");
       }
       whole_positions[w] = position;
-      const std::int32_t gathered = from_gathered[w];
-      if (gathered / local_rows_ == group.rank()) own[gathered % local_rows_] = w;
+      const std::int32_t source_row = from_gathered[w];
+      if (source_row / local_rows_ == group.rank()) own[source_row % local_rows_] = w;
     }
     whole_cu[s + 1] = next;
   }
