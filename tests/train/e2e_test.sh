@@ -2,7 +2,8 @@
 # End-to-end checks of dyncp-train on the mock smoke recipe, run by ctest:
 #   e2e_test.sh DYNCP_TRAIN SOURCE_DIR CASE
 # CASE: smoke | resume | relayout | relayout_distopt | relayout_ep | sigterm | sigusr1 | enospc |
-# nan | learns | ring | hybrid. Each prints what it compares and exits non-zero on any mismatch.
+# nan | learns | learns_hybrid | ring | hybrid. Each prints what it compares and exits non-zero
+# on any mismatch.
 set -euo pipefail
 train=$1
 source_dir=$2
@@ -243,14 +244,16 @@ assert len(rows) == 4 and rows[-1]["skipped_steps"] >= 1, rows
 print("nan: stop_on_nan stops the run; otherwise", rows[-1]["skipped_steps"], "steps skipped")
 PY
     ;;
-  learns)
+  learns | learns_hybrid)
     # The demo recipe on freshly generated demo data: after 60 steps the held-out loss is below
     # the unigram entropy of the held-out loss tokens, so the model learned more than token
-    # frequencies.
+    # frequencies. learns_hybrid: the same with the Qwen3.5 hybrid demo recipe.
     python3 "$source_dir/tools/make_demo_data.py" --out "$work/demo" --num-samples 2000 >/dev/null
     python3 "$source_dir/tools/make_demo_data.py" --out "$work/demo/heldout" --seed 2 \
       --num-samples 200 >/dev/null
-    demo=("$source_dir/configs/demo/tiny_moe.yaml" dataset.data_path="$work/demo/train.jsonl"
+    demo_recipe=$source_dir/configs/demo/tiny_moe.yaml
+    [[ $case_name == learns_hybrid ]] && demo_recipe=$source_dir/configs/demo/tiny_hybrid.yaml
+    demo=("$demo_recipe" dataset.data_path="$work/demo/train.jsonl"
           tokenizer.tokenizer_model="$work/demo/tokenizer" dataset.cache_dir="$work/cache")
     mpirun -np 4 "$train" --config "${demo[@]}" \
       dataset.validation_data_path="$work/demo/heldout/train.jsonl" train.train_iters=60 \
@@ -259,13 +262,13 @@ PY
     data_tool=$(dirname "$train")/../dyncp-data/dyncp-data
     entropy=$("$data_tool" prepare --config "${demo[@]}" dataset.data_path="$work/demo/heldout/train.jsonl" \
               2>/dev/null | sed -n 's/^loss-token unigram entropy \([0-9.]*\) nats$/\1/p')
-    python3 - "$work/m.jsonl" "$entropy" <<'PY'
+    python3 - "$work/m.jsonl" "$entropy" "$case_name" <<'PY'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 held_out = [r["validation_loss"] for r in rows if "validation_loss" in r]
 entropy = float(sys.argv[2])
 assert held_out, "no evaluation ran"
-print(f"learns: held-out loss {held_out[-1]:.4f} vs unigram entropy {entropy:.4f} nats "
+print(f"{sys.argv[3]}: held-out loss {held_out[-1]:.4f} vs unigram entropy {entropy:.4f} nats "
       f"(first training loss {rows[0]['loss']:.4f})")
 assert held_out[-1] < entropy, "the model did not beat the unigram entropy"
 PY
