@@ -4,7 +4,6 @@
 // parse error or a core::Error of a user-fixable kind), 1 runtime failure. Never a stack trace.
 
 #include <CLI/CLI.hpp>
-
 #include <exception>
 #include <iostream>
 #include <string>

@@ -3,13 +3,12 @@
 // implementations can be compared with ours. Exit codes: 0 ok, 2 bad input, 1 runtime failure.
 
 #include <CLI/CLI.hpp>
-
-#include "../cli_main.hpp"
 #include <cmath>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "../cli_main.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/version.hpp"

@@ -110,13 +110,16 @@ std::string format_inspect_report(const data::PreparedDataset& dataset) {
 std::string format_inspect_json(const data::PreparedDataset& dataset) {
   const auto& stats = dataset.stats();
   const LengthSummary summary = summarize(dataset);
-  nlohmann::json report = {
-      {"cache", dataset.path().string()},   {"samples", dataset.size()},
-      {"tokens", stats.total_tokens},       {"loss_tokens", stats.total_loss_tokens},
-      {"records_read", stats.records_read}, {"dropped_too_long", stats.dropped_too_long},
-      {"truncated", stats.truncated},       {"dropped_no_loss", stats.dropped_no_loss},
-      {"skipped_bad", stats.skipped_bad},
-      {"loss_token_unigram_entropy", loss_token_unigram_entropy(dataset)}};
+  nlohmann::json report = {{"cache", dataset.path().string()},
+                           {"samples", dataset.size()},
+                           {"tokens", stats.total_tokens},
+                           {"loss_tokens", stats.total_loss_tokens},
+                           {"records_read", stats.records_read},
+                           {"dropped_too_long", stats.dropped_too_long},
+                           {"truncated", stats.truncated},
+                           {"dropped_no_loss", stats.dropped_no_loss},
+                           {"skipped_bad", stats.skipped_bad},
+                           {"loss_token_unigram_entropy", loss_token_unigram_entropy(dataset)}};
   for (const double fraction : percentiles) {
     report["length_p" + std::to_string(static_cast<int>(fraction * 100))] =
         summary.percentile(fraction);

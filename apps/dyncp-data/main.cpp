@@ -4,8 +4,6 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
-
-#include "../cli_main.hpp"
 #include <algorithm>
 #include <chrono>
 #include <fstream>
@@ -13,16 +11,17 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "../cli_main.hpp"
+#include "config/config_loader.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "data/chat_json.hpp"
 #include "data/chat_template.hpp"
 #include "data/dataset_source.hpp"
-#include "config/config_loader.hpp"
 #include "data/prepared_dataset.hpp"
-#include "train/training_data.hpp"
 #include "data/tokenizer.hpp"
 #include "inspect_report.hpp"
+#include "train/training_data.hpp"
 
 namespace {
 

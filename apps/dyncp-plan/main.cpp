@@ -3,22 +3,21 @@
 // schema in docs/packing.md). Exit codes: 0 ok, 2 bad usage or input, 1 internal failure.
 
 #include <CLI/CLI.hpp>
-
-#include "../cli_main.hpp"
 #include <algorithm>
 #include <iostream>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "../cli_main.hpp"
 #include "config/config_loader.hpp"
+#include "config/length_distribution.hpp"
 #include "config/model_architecture.hpp"
 #include "core/error.hpp"
 #include "core/version.hpp"
 #include "lengths_file.hpp"
 #include "packing/alignment.hpp"
 #include "packing/cost_model.hpp"
-#include "config/length_distribution.hpp"
 #include "plan_report.hpp"
 
 namespace {
@@ -170,9 +169,9 @@ int run(const Options& options) {
                               ": raise --cap");
     }
     for (std::int64_t step = 0; step < options.steps; ++step) {
-      auto lengths = config::sample_lengths(distribution,
-                                             static_cast<std::size_t>(*options.global_batch_size),
-                                             options.seed, static_cast<std::uint64_t>(step));
+      auto lengths =
+          config::sample_lengths(distribution, static_cast<std::size_t>(*options.global_batch_size),
+                                 options.seed, static_cast<std::uint64_t>(step));
       for (auto& length : lengths) {
         length = std::min(packing::padded_length(length, multiple), longest);
       }

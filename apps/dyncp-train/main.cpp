@@ -2,13 +2,12 @@
 // maps every failure to a message and an exit code: 0 ok, 2 usage/config/data, 1 runtime.
 
 #include <CLI/CLI.hpp>
-
-#include "../cli_main.hpp"
 #include <iostream>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "../cli_main.hpp"
 #include "config/config_loader.hpp"
 #include "config/config_reference.hpp"
 #include "config/resolve.hpp"
@@ -81,16 +80,16 @@ int run(const Options& options) {
                              "selective: not built yet; use full, or leave it unset");
   }
   if (world_size != launch.world_size) {
-    core::throw_usage_error("--world-size " + std::to_string(world_size) +
-                            " differs from the launched world (" +
-                            std::to_string(launch.world_size) +
-                            " ranks): it is for --dry-run and --print-config only");
+    core::throw_usage_error(
+        "--world-size " + std::to_string(world_size) + " differs from the launched world (" +
+        std::to_string(launch.world_size) + " ranks): it is for --dry-run and --print-config only");
   }
 
   // Training: MPI is the bootstrap; communicators are destroyed before the runtime.
-  dist::MpiRuntime runtime(nullptr, nullptr,
-                           {.collective_timeout_seconds =
-                                60.0 * static_cast<double>(config.dist.distributed_timeout_minutes)});
+  dist::MpiRuntime runtime(
+      nullptr, nullptr,
+      {.collective_timeout_seconds =
+           60.0 * static_cast<double>(config.dist.distributed_timeout_minutes)});
   core::setup_logging({.rank = runtime.world_rank(), .world_size = runtime.world_size()});
   try {
     auto world = runtime.world();

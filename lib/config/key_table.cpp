@@ -231,8 +231,9 @@ void append_runtime_keys(std::vector<KeySpec>& keys) {
                           "HF safetensors folder with the initial weights; empty: random init"));
   keys.push_back(make_key("checkpoint.save", DYNCP_FIELD(checkpoint.save),
                           "Folder for training checkpoints; empty: none"));
-  keys.push_back(make_key("checkpoint.load", DYNCP_FIELD(checkpoint.load),
-                          "Checkpoint folder to resume from (its newest checkpoint); empty: start fresh"));
+  keys.push_back(
+      make_key("checkpoint.load", DYNCP_FIELD(checkpoint.load),
+               "Checkpoint folder to resume from (its newest checkpoint); empty: start fresh"));
   keys.push_back(make_key("checkpoint.save_interval", DYNCP_FIELD(checkpoint.save_interval),
                           "Save every this many steps; unset: at the end only (when save is set)"));
   keys.push_back(make_key("checkpoint.most_recent_k", DYNCP_FIELD(checkpoint.most_recent_k),

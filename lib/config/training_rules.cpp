@@ -30,7 +30,7 @@ void check_data(ConfigContainer& config, ProblemList& problems) {
   if (dataset.type == DatasetType::mock_varlen) {
     try {
       const auto distribution = parse_length_distribution(dataset.mock_length_distribution,
-                                                            "dataset.mock_length_distribution");
+                                                          "dataset.mock_length_distribution");
       if (distribution.max_length > seq_length) {
         problems.add("dataset.mock_length_distribution", dataset.mock_length_distribution,
                      "max " + str(distribution.max_length) + " exceeds the sequence length " +

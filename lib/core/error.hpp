@@ -49,12 +49,12 @@ class Error : public std::runtime_error {
 }  // namespace dyncp::core
 
 // Internal invariant check: a failure is a bug in this program, never bad user input.
-#define DYNCP_CHECK(condition, message)                                                   \
-  do {                                                                                    \
-    if (!(condition)) {                                                                   \
-      throw ::dyncp::core::Error(::dyncp::core::ErrorKind::runtime,                       \
-                                 std::string(__FILE__) + ":" + std::to_string(__LINE__),  \
-                                 std::string("internal check failed: ") + #condition +    \
-                                     ": " + (message));                                   \
-    }                                                                                     \
+#define DYNCP_CHECK(condition, message)                                            \
+  do {                                                                             \
+    if (!(condition)) {                                                            \
+      throw ::dyncp::core::Error(                                                  \
+          ::dyncp::core::ErrorKind::runtime,                                       \
+          std::string(__FILE__) + ":" + std::to_string(__LINE__),                  \
+          std::string("internal check failed: ") + #condition + ": " + (message)); \
+    }                                                                              \
   } while (false)

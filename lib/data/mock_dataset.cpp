@@ -9,8 +9,8 @@ namespace dyncp::data {
 
 MockVarlenDataset::MockVarlenDataset(const MockVarlenOptions& options)
     : options_(options),
-      distribution_(
-          config::parse_length_distribution(options.distribution, "dataset.mock_length_distribution")) {
+      distribution_(config::parse_length_distribution(options.distribution,
+                                                      "dataset.mock_length_distribution")) {
   if (options.num_samples < 1) {
     core::throw_config_error("dataset.mock_num_samples",
                              std::to_string(options.num_samples) + ": must be >= 1");

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string>
 
-#include "data/sample.hpp"
 #include "config/length_distribution.hpp"
+#include "data/sample.hpp"
 
 namespace dyncp::data {
 

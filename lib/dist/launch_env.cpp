@@ -42,8 +42,8 @@ LaunchEnv discover_launch_env(const EnvLookup& lookup_in) {
     env.source = "slurm";
     env.rank = parse_count(lookup, "SLURM_PROCID", 0);
     // The step's task count; SLURM_NTASKS is the job's and differs for a smaller step.
-    env.world_size = parse_count(lookup, lookup("SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS"
-                                                                        : "SLURM_NTASKS", 1);
+    env.world_size = parse_count(
+        lookup, lookup("SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS", 1);
     env.local_rank = parse_count(lookup, "SLURM_LOCALID", 0);
   } else if (lookup("PMIX_RANK") || lookup("PMI_RANK")) {
     env.source = "pmix";

@@ -395,7 +395,7 @@ Qwen3MoeParameters::Qwen3MoeParameters(const config::ModelArchitecture& architec
 }
 
 std::int64_t Qwen3MoeParameters::count(const config::ModelArchitecture& architecture,
-                                        ExpertRange experts, std::int64_t* dense) {
+                                       ExpertRange experts, std::int64_t* dense) {
   config::ModelArchitecture a = architecture;
   a.resolve();
   if (experts.count == 0) experts.count = a.num_experts;

@@ -136,8 +136,9 @@ class Qwen3MoeParameters {
 
   // Seeded initialisation from core::random_bits(seed, weight_init, tensor index, element),
   // the index counted in the whole model's HF tensor list (an expert slice gets the values the
-  // whole model has for those experts): matrices N(0, init_std), norm weights at their identity (1, or 0 for the hybrid family's
-  // zero-centred norms), DeltaNet A_log = log U(1, 16) and dt_bias = 1.
+  // whole model has for those experts): matrices N(0, init_std), norm weights at their identity (1,
+  // or 0 for the hybrid family's zero-centred norms), DeltaNet A_log = log U(1, 16) and dt_bias
+  // = 1.
   void init_random(std::uint64_t seed, double init_std = 0.02) const;
 
  private:

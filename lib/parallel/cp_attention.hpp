@@ -35,8 +35,8 @@ class CpAttentionContext final : public GroupAttentionContext {
 
   void begin_bin(const model::SeamContext& context, const model::LocalBinLayout& layout) override;
   void forward(const model::SeamContext& context, int layer, const core::Tensor& q,
-               const core::Tensor& k, const core::Tensor& v, double scale,
-               const core::Tensor& out, ops::AttentionSaved& saved) override;
+               const core::Tensor& k, const core::Tensor& v, double scale, const core::Tensor& out,
+               ops::AttentionSaved& saved) override;
   void backward(const model::SeamContext& context, int layer, const core::Tensor& dout,
                 const core::Tensor& q, const core::Tensor& k, const core::Tensor& v,
                 const core::Tensor& out, const ops::AttentionSaved& saved, double scale,

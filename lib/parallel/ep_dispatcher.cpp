@@ -41,12 +41,11 @@ void EpExpertDispatcher::check_local(const model::ExpertWeights& weights) const 
   }
 }
 
-void EpExpertDispatcher::fill_send_counts(const Tensor& expert_offsets,
-                                          std::int64_t row_elements) {
+void EpExpertDispatcher::fill_send_counts(const Tensor& expert_offsets, std::int64_t row_elements) {
   const std::int64_t* offsets = expert_offsets.data<std::int64_t>();
   for (int dest = 0; dest < group_.size(); ++dest) {
-    const std::int64_t rows = offsets[(dest + 1) * num_local_experts_] -
-                              offsets[dest * num_local_experts_];
+    const std::int64_t rows =
+        offsets[(dest + 1) * num_local_experts_] - offsets[dest * num_local_experts_];
     send_counts_[static_cast<std::size_t>(dest)] = static_cast<std::size_t>(rows * row_elements);
   }
 }
@@ -56,7 +55,8 @@ void EpExpertDispatcher::fill_recv_counts(const Tensor& received_expert_rows,
   const std::int64_t* rows = received_expert_rows.data<std::int64_t>();
   for (int source = 0; source < group_.size(); ++source) {
     std::int64_t total = 0;
-    for (std::int64_t e = 0; e < num_local_experts_; ++e) total += rows[source * num_local_experts_ + e];
+    for (std::int64_t e = 0; e < num_local_experts_; ++e)
+      total += rows[source * num_local_experts_ + e];
     recv_counts_[static_cast<std::size_t>(source)] = static_cast<std::size_t>(total * row_elements);
   }
 }
@@ -82,8 +82,10 @@ void EpExpertDispatcher::regroup(const Tensor& received_expert_rows, const Tenso
       std::int64_t& source_major_offset = source_cursor_[static_cast<std::size_t>(s)];
       const std::int64_t block = rows[s * num_local_experts_ + e];
       const std::size_t bytes = static_cast<std::size_t>(block) * row_bytes;
-      const std::size_t expert_major_byte = static_cast<std::size_t>(expert_major_offset) * row_bytes;
-      const std::size_t source_major_byte = static_cast<std::size_t>(source_major_offset) * row_bytes;
+      const std::size_t expert_major_byte =
+          static_cast<std::size_t>(expert_major_offset) * row_bytes;
+      const std::size_t source_major_byte =
+          static_cast<std::size_t>(source_major_offset) * row_bytes;
       if (bytes > 0) {
         if (source_major_to_expert_major) {
           std::memcpy(dst + expert_major_byte, src + source_major_byte, bytes);
@@ -119,7 +121,8 @@ void EpExpertDispatcher::forward(const model::SeamContext& context, int layer, c
   {
     core::ArenaScope scope(scratch);
     const Tensor sent = scratch.allocate({num_experts_}, DType::i64);
-    for (std::int64_t e = 0; e < num_experts_; ++e) sent.data<std::int64_t>()[e] = offsets[e + 1] - offsets[e];
+    for (std::int64_t e = 0; e < num_experts_; ++e)
+      sent.data<std::int64_t>()[e] = offsets[e + 1] - offsets[e];
     ScopedMilliseconds timer(ep_time());
     group_.all_to_all(sent.raw_data(), received.raw_data(),
                       static_cast<std::size_t>(num_local_experts_), DType::i64);
@@ -127,7 +130,8 @@ void EpExpertDispatcher::forward(const model::SeamContext& context, int layer, c
   fill_send_counts(expert_offsets, hidden);
   fill_recv_counts(received, hidden);
   std::int64_t received_rows = 0;
-  for (const std::size_t count : recv_counts_) received_rows += static_cast<std::int64_t>(count) / hidden;
+  for (const std::size_t count : recv_counts_)
+    received_rows += static_cast<std::int64_t>(count) / hidden;
   if (counters_ != nullptr) counters_->expert_rows += received_rows;
 
   // 2-3. Rows to their experts' owners; regroup by local expert; run the experts.
@@ -139,7 +143,8 @@ void EpExpertDispatcher::forward(const model::SeamContext& context, int layer, c
     group[0] = 0;
     for (std::int64_t e = 0; e < num_local_experts_; ++e) {
       group[e + 1] = group[e];
-      for (std::int64_t s = 0; s < group_.size(); ++s) group[e + 1] += counts[s * num_local_experts_ + e];
+      for (std::int64_t s = 0; s < group_.size(); ++s)
+        group[e + 1] += counts[s * num_local_experts_ + e];
     }
   }
   core::ArenaScope scope(scratch);

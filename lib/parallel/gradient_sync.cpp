@@ -5,9 +5,9 @@
 
 namespace dyncp::parallel {
 
-GradientSync::GradientSync(const ParameterPartition& partition, float* gradients,
-                           dist::Comm& pool, dist::Comm& expert_data_parallel,
-                           dist::Comm& expert_parallel, std::int64_t bucket_elements)
+GradientSync::GradientSync(const ParameterPartition& partition, float* gradients, dist::Comm& pool,
+                           dist::Comm& expert_data_parallel, dist::Comm& expert_parallel,
+                           std::int64_t bucket_elements)
     : partition_(partition),
       gradients_(gradients),
       pool_(pool),
@@ -41,8 +41,7 @@ void GradientSync::reduce_kind(bool experts, dist::Comm& comm) {
     if (range.is_expert != experts) continue;
     if (range.count >= bucket_size) {
       comm.all_reduce(gradients_ + range.offset, gradients_ + range.offset,
-                      static_cast<std::size_t>(range.count), core::DType::f32,
-                      dist::ReduceOp::sum);
+                      static_cast<std::size_t>(range.count), core::DType::f32, dist::ReduceOp::sum);
       continue;
     }
     if (used + range.count > bucket_size) flush();

@@ -23,9 +23,10 @@ const model::PackedBin& BinBuilder::build(const packing::PackedSeqParams& params
 
   for (const packing::TokenRange& range : params.local_ranges) {
     const auto& sample = samples[static_cast<std::size_t>(range.sequence)];
-    const std::int64_t sequence_start = params.cu_seqlens_padded[static_cast<std::size_t>(range.sequence)];
-    const std::int64_t padded = params.cu_seqlens_padded[static_cast<std::size_t>(range.sequence) + 1] -
-                                sequence_start;
+    const std::int64_t sequence_start =
+        params.cu_seqlens_padded[static_cast<std::size_t>(range.sequence)];
+    const std::int64_t padded =
+        params.cu_seqlens_padded[static_cast<std::size_t>(range.sequence) + 1] - sequence_start;
     if (sample.padded_len != padded) {
       core::throw_data_error("sample " + std::to_string(sample.sample_id),
                              "padded length " + std::to_string(sample.padded_len) +

@@ -3,7 +3,6 @@
 #include <cmath>
 #include <numbers>
 
-
 namespace dyncp::train {
 
 double LrSchedule::lr_at(std::int64_t iteration) const {

@@ -43,9 +43,11 @@ ProgressBar::~ProgressBar() {
 std::string ProgressBar::render(std::int64_t done, std::int64_t total, double seconds_per_step,
                                 int width) {
   const double fraction =
-      total > 0 ? std::clamp(static_cast<double>(done) / static_cast<double>(total), 0.0, 1.0) : 1.0;
+      total > 0 ? std::clamp(static_cast<double>(done) / static_cast<double>(total), 0.0, 1.0)
+                : 1.0;
   const int filled = static_cast<int>(fraction * width);
-  const double eta = static_cast<double>(std::max<std::int64_t>(total - done, 0)) * seconds_per_step;
+  const double eta =
+      static_cast<double>(std::max<std::int64_t>(total - done, 0)) * seconds_per_step;
   return fmt::format("[{}{}] {:>{}}/{}  {:3.0f}%  ETA {}", std::string(filled, '#'),
                      std::string(width - filled, '-'), done, std::to_string(total).size(), total,
                      100.0 * fraction, format_duration(eta));

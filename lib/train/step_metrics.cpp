@@ -21,13 +21,14 @@ std::string format_group_histogram(const std::map<int, int>& group_sizes) {
 std::string format_console_line(const StepMetrics& m) {
   const auto& t = m.time;
   return fmt::format(
-      "iter {}/{} | samples {} | {:.1f} ms | lr {:.3e} | loss {:.5f} | grad norm {:.4f} | "
-      "{:.0f} tok/s | {:.2f} TFLOP/s/dev | mb {} | {} | skipped {} | "
-      "data {:.0f} sched {:.1f} compute {:.0f} cp {:.0f} ep {:.0f} sync {:.0f} opt {:.0f} ms",
-      m.iteration, m.train_iters, m.consumed_samples, m.elapsed_ms, m.lr, m.loss, m.grad_norm,
-      m.tokens_per_s, m.tflops_per_device, m.microbatches, format_group_histogram(m.group_sizes),
-      m.skipped_samples, t.data_ms, t.schedule_ms, t.compute_ms, t.cp_comm_ms, t.ep_comm_ms,
-      t.grad_sync_ms, t.optimizer_ms) +
+             "iter {}/{} | samples {} | {:.1f} ms | lr {:.3e} | loss {:.5f} | grad norm {:.4f} | "
+             "{:.0f} tok/s | {:.2f} TFLOP/s/dev | mb {} | {} | skipped {} | "
+             "data {:.0f} sched {:.1f} compute {:.0f} cp {:.0f} ep {:.0f} sync {:.0f} opt {:.0f} "
+             "ms",
+             m.iteration, m.train_iters, m.consumed_samples, m.elapsed_ms, m.lr, m.loss,
+             m.grad_norm, m.tokens_per_s, m.tflops_per_device, m.microbatches,
+             format_group_histogram(m.group_sizes), m.skipped_samples, t.data_ms, t.schedule_ms,
+             t.compute_ms, t.cp_comm_ms, t.ep_comm_ms, t.grad_sync_ms, t.optimizer_ms) +
          (m.validation_loss ? fmt::format(" | validation loss {:.5f}", *m.validation_loss) : "");
 }
 
@@ -68,7 +69,8 @@ MetricsWriter::MetricsWriter(const std::string& path) {
   const auto parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent);
   out_.open(path, std::ios::app);
-  if (!out_) core::throw_config_error("logger.metrics_path", "cannot open '" + path + "' for writing");
+  if (!out_)
+    core::throw_config_error("logger.metrics_path", "cannot open '" + path + "' for writing");
 }
 
 void MetricsWriter::write(const StepMetrics& metrics) {

@@ -13,28 +13,28 @@ namespace dyncp::train {
 
 // Wall time spent per phase of the step, in milliseconds.
 struct StepTimeBreakdown {
-  double data_ms = 0;        // sample ids, bin assembly
-  double schedule_ms = 0;    // packing scheduler
-  double compute_ms = 0;     // forward + backward compute (communication excluded)
-  double cp_comm_ms = 0;     // K/V all-gather and dK/dV reduce-scatter on runtime CP groups
-  double ep_comm_ms = 0;     // expert-parallel all-to-all
-  double grad_sync_ms = 0;   // loss / token counts and gradient reductions
-  double optimizer_ms = 0;   // clip + AdamW + parameter all-gather
+  double data_ms = 0;       // sample ids, bin assembly
+  double schedule_ms = 0;   // packing scheduler
+  double compute_ms = 0;    // forward + backward compute (communication excluded)
+  double cp_comm_ms = 0;    // K/V all-gather and dK/dV reduce-scatter on runtime CP groups
+  double ep_comm_ms = 0;    // expert-parallel all-to-all
+  double grad_sync_ms = 0;  // loss / token counts and gradient reductions
+  double optimizer_ms = 0;  // clip + AdamW + parameter all-gather
 };
 
 struct StepMetrics {
   std::int64_t iteration = 0;  // 1-based index of the step just taken
   std::int64_t train_iters = 0;
   std::int64_t consumed_samples = 0;
-  double loss = 0;             // sum of token losses / loss tokens, over the global batch
-  double grad_norm = 0;        // global L2 norm before clipping
+  double loss = 0;       // sum of token losses / loss tokens, over the global batch
+  double grad_norm = 0;  // global L2 norm before clipping
   double lr = 0;
   std::int64_t loss_tokens = 0;
-  std::int64_t real_tokens = 0;    // tokens of the global batch before alignment padding
-  double tokens_per_s = 0;         // real tokens / step time
-  double tflops_per_device = 0;    // Megatron's MoE formula on padded lengths / time / world
+  std::int64_t real_tokens = 0;  // tokens of the global batch before alignment padding
+  double tokens_per_s = 0;       // real tokens / step time
+  double tflops_per_device = 0;  // Megatron's MoE formula on padded lengths / time / world
   std::int64_t microbatches = 0;
-  std::map<int, int> group_sizes;  // CP group size -> number of groups over the step
+  std::map<int, int> group_sizes;    // CP group size -> number of groups over the step
   std::int64_t comm_bytes = 0;       // bytes sent over all ranks' communicators in the step
   std::int64_t skipped_samples = 0;  // filtered by data preparation, cumulative
   std::int64_t skipped_steps = 0;    // NaN/inf steps skipped, cumulative

@@ -1,9 +1,10 @@
 #include "train/trainer.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <spdlog/spdlog.h>
 #include <string>
 
 #include "core/error.hpp"
@@ -46,28 +47,28 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
   }
   TrainerReport report;
   const auto& model_config = config.model;
-  const dist::ParallelLayout layout = dist::layout_for_world(
-      world.size(), static_cast<int>(model_config.context_parallel_size),
-      static_cast<int>(model_config.expert_model_parallel_size),
-      model_config.dynamic_context_parallel,
-      static_cast<int>(model_config.min_dynamic_context_parallel_size));
+  const dist::ParallelLayout layout =
+      dist::layout_for_world(world.size(), static_cast<int>(model_config.context_parallel_size),
+                             static_cast<int>(model_config.expert_model_parallel_size),
+                             model_config.dynamic_context_parallel,
+                             static_cast<int>(model_config.min_dynamic_context_parallel_size));
   dist::ParallelState parallel_state(world, layout);
   if (config.dist.eager_dynamic_cp_groups && layout.dynamic_context_parallel)
     parallel_state.ensure_all_dynamic_groups();
-  spdlog::info("layout: world {} = dp {} x cp {}, ep {}, {} CP, alignment multiple {}",
-               world.size(), layout.data_parallel_size, layout.context_parallel_size,
-               layout.expert_model_parallel_size,
-               layout.dynamic_context_parallel ? "dynamic" : "static",
-               config.layout.alignment_multiple);
+  spdlog::info(
+      "layout: world {} = dp {} x cp {}, ep {}, {} CP, alignment multiple {}", world.size(),
+      layout.data_parallel_size, layout.context_parallel_size, layout.expert_model_parallel_size,
+      layout.dynamic_context_parallel ? "dynamic" : "static", config.layout.alignment_multiple);
 
   TrainingData training_data = open_training_data(config);
 
   model::ModelOptions model_options;
   model_options.recompute_full =
       model_config.recompute_granularity == config::RecomputeGranularity::full;
-  model_options.aux_loss = model_config.moe_router_load_balancing_type == config::LoadBalancingType::none
-                               ? ops::MoeAuxLossType::none
-                               : ops::MoeAuxLossType::seq_aux_loss;
+  model_options.aux_loss =
+      model_config.moe_router_load_balancing_type == config::LoadBalancingType::none
+          ? ops::MoeAuxLossType::none
+          : ops::MoeAuxLossType::seq_aux_loss;
   // Under EP this rank holds only its experts' weights, gradients and moments.
   model_options.experts = parallel::local_expert_range(model_config.architecture.num_experts,
                                                        parallel_state.expert_parallel());
@@ -96,7 +97,8 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
   engine_options.scheduler = model_config.sequence_packing_scheduler.value_or(
       layout.dynamic_context_parallel ? config::PackingScheduler::default_dynamic_cp
                                       : config::PackingScheduler::dp_balanced);
-  engine_options.max_seqlen_per_dp_cp_rank = model_config.max_seqlen_per_dp_cp_rank.value_or(model_config.seq_length);
+  engine_options.max_seqlen_per_dp_cp_rank =
+      model_config.max_seqlen_per_dp_cp_rank.value_or(model_config.seq_length);
   engine_options.alignment_multiple = config.layout.alignment_multiple;
   engine_options.fold_alignment_padding = config.dataset.fold_alignment_padding;
   engine_options.pad_token_id = training_data.pad_token_id;
@@ -104,17 +106,18 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
   engine_options.cost_model.device_flops_per_second = config.packing.device_flops_per_second;
   engine_options.cost_model.link_bytes_per_second = config.packing.link_bytes_per_second;
   engine_options.cost_model.collective_latency_seconds = config.packing.collective_latency_seconds;
-  engine_options.cost_model.microbatch_overhead_seconds = config.packing.microbatch_overhead_seconds;
+  engine_options.cost_model.microbatch_overhead_seconds =
+      config.packing.microbatch_overhead_seconds;
   engine_options.distributed_optimizer = config.ddp.use_distributed_optimizer;
   // A sample longer than the largest group can hold can never be scheduled: say which, now,
   // rather than when a global batch first draws it.
   const std::int64_t largest_group =
       layout.dynamic_context_parallel ? layout.pool_size() : layout.context_parallel_size;
-  data::require_samples_fit(*training_data.source,
-                            largest_group * engine_options.max_seqlen_per_dp_cp_rank,
-                            engine_options.alignment_multiple,
-                            std::to_string(largest_group) + " ranks x model.max_seqlen_per_dp_cp_rank " +
-                                std::to_string(engine_options.max_seqlen_per_dp_cp_rank));
+  data::require_samples_fit(
+      *training_data.source, largest_group * engine_options.max_seqlen_per_dp_cp_rank,
+      engine_options.alignment_multiple,
+      std::to_string(largest_group) + " ranks x model.max_seqlen_per_dp_cp_rank " +
+          std::to_string(engine_options.max_seqlen_per_dp_cp_rank));
   StepEngine engine(model, parallel_state, *training_data.source, engine_options);
 
   // Evaluation: the same held-out batches every time, forward only.
@@ -123,10 +126,9 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
   // eval_iters 0 with an interval set is warned about by the config and evaluates nothing.
   if (config.validation.eval_interval && config.validation.eval_iters > 0) {
     validation_data = std::make_unique<TrainingData>(open_validation_data(config));
-    data::require_samples_fit(*validation_data->source,
-                              largest_group * engine_options.max_seqlen_per_dp_cp_rank,
-                              engine_options.alignment_multiple,
-                              "the largest CP group's capacity (validation data)");
+    data::require_samples_fit(
+        *validation_data->source, largest_group * engine_options.max_seqlen_per_dp_cp_rank,
+        engine_options.alignment_multiple, "the largest CP group's capacity (validation data)");
     StepEngineOptions validation_options = engine_options;
     validation_options.distributed_optimizer = false;  // forward only: no gradients to shard
     validation_engine = std::make_unique<StepEngine>(model, parallel_state,
@@ -270,7 +272,8 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
                                   std::to_string(metrics.grad_norm) +
                                   "); set train.stop_on_nan=false to skip such steps");
       }
-      spdlog::warn("iteration {}: non-finite loss or gradient norm; step skipped", metrics.iteration);
+      spdlog::warn("iteration {}: non-finite loss or gradient norm; step skipped",
+                   metrics.iteration);
     }
     metrics.time.optimizer_ms = seconds_since(optimizer_start) * 1e3;
     ++state.iteration;
@@ -283,7 +286,8 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
     metrics.loss_tokens = outcome.loss_tokens;
     metrics.real_tokens = outcome.real_tokens;
     metrics.tokens_per_s = static_cast<double>(outcome.real_tokens) / (metrics.elapsed_ms / 1e3);
-    metrics.tflops_per_device = outcome.model_flops / (metrics.elapsed_ms / 1e3) / 1e12 / world.size();
+    metrics.tflops_per_device =
+        outcome.model_flops / (metrics.elapsed_ms / 1e3) / 1e12 / world.size();
     metrics.microbatches = outcome.microbatches;
     metrics.group_sizes = outcome.group_sizes;
     metrics.comm_bytes = outcome.comm_bytes + optimizer_comm_bytes;
@@ -298,16 +302,16 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
       progress.clear();
       spdlog::info("{}", format_console_line(metrics));
     }
-    progress.update(state.iteration,
-                    seconds_since(run_start) / static_cast<double>(state.iteration - first_iteration));
+    progress.update(state.iteration, seconds_since(run_start) /
+                                         static_cast<double>(state.iteration - first_iteration));
     report.last_loss = metrics.loss;
     ++report.iterations;
 
     // Every rank must agree to stop on a signal, so the flag is all-reduced.
     std::int32_t stop = stop_requested() ? 1 : 0;
     world.all_reduce(&stop, &stop, 1, core::DType::i32, dist::ReduceOp::max);
-    const bool due = config.checkpoint.save_interval &&
-                     state.iteration % *config.checkpoint.save_interval == 0;
+    const bool due =
+        config.checkpoint.save_interval && state.iteration % *config.checkpoint.save_interval == 0;
     if (stop != 0) {
       spdlog::warn("stop signal received: saving a checkpoint at iteration {} and exiting",
                    state.iteration);
@@ -319,7 +323,8 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
   }
   progress.clear();
   const double total_seconds = seconds_since(run_start);
-  spdlog::info("trained {} iterations in {:.1f} s", state.iteration - first_iteration, total_seconds);
+  spdlog::info("trained {} iterations in {:.1f} s", state.iteration - first_iteration,
+               total_seconds);
   {
     // Measured against the --dry-run estimate (train/memory_estimate.hpp).
     const MemoryEstimate estimate = estimate_memory(memory_estimate_input(config));
@@ -329,15 +334,16 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
                                   optimizer.exp_avg().numel() + optimizer.exp_avg_sq().numel());
     const double arena_bytes = static_cast<double>(model.activation_high_water_bytes());
     constexpr double mebibyte = 1024.0 * 1024.0;
-    spdlog::info("memory: measured {:.1f} MiB (parameters, gradients, optimizer {:.1f} MiB + "
-                 "activation arenas high-water {:.1f} MiB); dry-run estimate {:.1f} MiB "
-                 "({:.1f} + {:.1f} MiB)",
-                 (state_bytes + arena_bytes) / mebibyte, state_bytes / mebibyte,
-                 arena_bytes / mebibyte, estimate.total_bytes() / mebibyte,
-                 estimate.parameter_state_bytes / mebibyte, estimate.per_bin_bytes / mebibyte);
+    spdlog::info(
+        "memory: measured {:.1f} MiB (parameters, gradients, optimizer {:.1f} MiB + "
+        "activation arenas high-water {:.1f} MiB); dry-run estimate {:.1f} MiB "
+        "({:.1f} + {:.1f} MiB)",
+        (state_bytes + arena_bytes) / mebibyte, state_bytes / mebibyte, arena_bytes / mebibyte,
+        estimate.total_bytes() / mebibyte, estimate.parameter_state_bytes / mebibyte,
+        estimate.per_bin_bytes / mebibyte);
   }
-  const bool saved_last = config.checkpoint.save_interval &&
-                          state.iteration % *config.checkpoint.save_interval == 0;
+  const bool saved_last =
+      config.checkpoint.save_interval && state.iteration % *config.checkpoint.save_interval == 0;
   if (store && !saved_last && report.iterations > 0) save_checkpoint();
   if (!config.checkpoint.export_hf.empty()) {
     if (writer_group && world.rank() != 0) {

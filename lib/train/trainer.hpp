@@ -14,7 +14,7 @@
 namespace dyncp::train {
 
 struct TrainerReport {
-  std::int64_t iterations = 0;       // optimizer steps this run took
+  std::int64_t iterations = 0;  // optimizer steps this run took
   double last_loss = 0;
   bool stopped_by_signal = false;
 };

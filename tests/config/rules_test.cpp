@@ -278,11 +278,11 @@ TEST_CASE("valid but suspicious settings give warnings", "[config]") {
 
 TEST_CASE("rule: evaluation needs held-out data unless the data is mock", "[config]") {
   CHECK_NOTHROW(resolved({"validation.eval_interval=5", "validation.eval_iters=2"}));
-  REQUIRE_THROWS_WITH(resolved({"validation.eval_interval=5", "validation.eval_iters=2",
-                                "dataset.type=token_jsonl", "dataset.data_path=train.jsonl"}),
-                      Contains("validation.eval_interval") &&
-                          Contains("dataset.validation_data_path"));
-  CHECK_NOTHROW(resolved({"validation.eval_interval=5", "validation.eval_iters=2",
-                          "dataset.type=token_jsonl", "dataset.data_path=train.jsonl",
-                          "dataset.validation_data_path=held_out.jsonl"}));
+  REQUIRE_THROWS_WITH(
+      resolved({"validation.eval_interval=5", "validation.eval_iters=2", "dataset.type=token_jsonl",
+                "dataset.data_path=train.jsonl"}),
+      Contains("validation.eval_interval") && Contains("dataset.validation_data_path"));
+  CHECK_NOTHROW(
+      resolved({"validation.eval_interval=5", "validation.eval_iters=2", "dataset.type=token_jsonl",
+                "dataset.data_path=train.jsonl", "dataset.validation_data_path=held_out.jsonl"}));
 }

@@ -1,6 +1,6 @@
-#include <catch2/catch.hpp>
-
 #include "core/error.hpp"
+
+#include <catch2/catch.hpp>
 
 using namespace dyncp::core;
 

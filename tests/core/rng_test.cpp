@@ -1,6 +1,6 @@
-#include <catch2/catch.hpp>
-
 #include "core/rng.hpp"
+
+#include <catch2/catch.hpp>
 
 using dyncp::core::random_bits;
 using dyncp::core::Rng;

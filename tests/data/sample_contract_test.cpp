@@ -62,7 +62,8 @@ TEST_CASE("mock varlen samples follow the distribution and are deterministic", "
 TEST_CASE("mock varlen rejects a bad distribution spec naming the key", "[data][mock]") {
   MockVarlenOptions options;
   options.distribution = "zipf:alpha=2";
-  REQUIRE_THROWS_WITH(MockVarlenDataset(options), Catch::Contains("dataset.mock_length_distribution"));
+  REQUIRE_THROWS_WITH(MockVarlenDataset(options),
+                      Catch::Contains("dataset.mock_length_distribution"));
 }
 
 TEST_CASE("a sample longer than the pool's capacity is reported with its id", "[data][sample]") {

@@ -1,9 +1,9 @@
-#include <catch2/catch.hpp>
+#include "dist/launch_env.hpp"
 
+#include <catch2/catch.hpp>
 #include <map>
 
 #include "core/error.hpp"
-#include "dist/launch_env.hpp"
 
 using dyncp::dist::discover_launch_env;
 

@@ -2,11 +2,11 @@
 
 #include <catch2/catch.hpp>
 
+#include "config/length_distribution.hpp"
 #include "core/rng.hpp"
 #include "packing/alignment.hpp"
 #include "packing/default_dynamic_cp.hpp"
 #include "packing/dp_balanced.hpp"
-#include "config/length_distribution.hpp"
 
 using namespace dyncp;
 using namespace dyncp::packing;

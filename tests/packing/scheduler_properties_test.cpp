@@ -1,11 +1,11 @@
 // Contract properties of both schedulers on seeded random batches, pools 2..1024.
 #include <catch2/catch.hpp>
 
+#include "config/length_distribution.hpp"
 #include "core/error.hpp"
 #include "core/rng.hpp"
 #include "packing/default_dynamic_cp.hpp"
 #include "packing/dp_balanced.hpp"
-#include "config/length_distribution.hpp"
 
 using namespace dyncp;
 using namespace dyncp::packing;

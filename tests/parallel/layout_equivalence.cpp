@@ -45,16 +45,20 @@ namespace {
 // Short and long sequences mixed, fixed token ids, loss on every next token.
 class FixedSource final : public data::SampleSource {
  public:
-  FixedSource(std::vector<std::int64_t> lengths, std::int64_t vocab) : lengths_(std::move(lengths)) {
+  FixedSource(std::vector<std::int64_t> lengths, std::int64_t vocab)
+      : lengths_(std::move(lengths)) {
     for (std::size_t i = 0; i < lengths_.size(); ++i) {
       std::vector<std::int32_t> tokens(static_cast<std::size_t>(lengths_[i]));
       core::Rng rng(99, core::RngPurpose::test, i);
-      for (auto& token : tokens) token = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(vocab)));
+      for (auto& token : tokens)
+        token = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(vocab)));
       tokens_.push_back(std::move(tokens));
     }
   }
   std::int64_t size() const override { return static_cast<std::int64_t>(lengths_.size()); }
-  std::int64_t length(std::int64_t index) const override { return lengths_[static_cast<std::size_t>(index)]; }
+  std::int64_t length(std::int64_t index) const override {
+    return lengths_[static_cast<std::size_t>(index)];
+  }
   data::Sample sample(std::int64_t index, std::int64_t alignment, std::int32_t pad) const override {
     const auto& tokens = tokens_[static_cast<std::size_t>(index)];
     const std::vector<std::uint8_t> targets(tokens.size(), 1);
@@ -135,26 +139,36 @@ Options parse(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string key = argv[i];
     const std::string value = argv[i + 1];
-    if (key == "--cp") options.cp = std::stoi(value);
-    else if (key == "--ep") options.ep = std::stoi(value);
-    else if (key == "--dynamic") options.dynamic = value == "1";
-    else if (key == "--min-cp") options.min_cp = std::stoi(value);
-    else if (key == "--aux") options.aux = value == "1";
-    else if (key == "--recompute") options.recompute = value == "1";
-    else if (key == "--optimizer-steps") options.optimizer_steps = std::stoi(value);
-    else if (key == "--distributed-optimizer") options.distributed_optimizer = value == "1";
+    if (key == "--cp")
+      options.cp = std::stoi(value);
+    else if (key == "--ep")
+      options.ep = std::stoi(value);
+    else if (key == "--dynamic")
+      options.dynamic = value == "1";
+    else if (key == "--min-cp")
+      options.min_cp = std::stoi(value);
+    else if (key == "--aux")
+      options.aux = value == "1";
+    else if (key == "--recompute")
+      options.recompute = value == "1";
+    else if (key == "--optimizer-steps")
+      options.optimizer_steps = std::stoi(value);
+    else if (key == "--distributed-optimizer")
+      options.distributed_optimizer = value == "1";
     else if (key == "--model") {
-      if (value != "qwen3_moe" && value != "qwen3_5_moe") throw std::runtime_error("--model: qwen3_moe or qwen3_5_moe");
+      if (value != "qwen3_moe" && value != "qwen3_5_moe")
+        throw std::runtime_error("--model: qwen3_moe or qwen3_5_moe");
       options.hybrid = value == "qwen3_5_moe";
-    }
-    else if (key == "--cp-comm-type") {
-      if (value != "all_gather" && value != "p2p") throw std::runtime_error("--cp-comm-type: all_gather or p2p");
-      options.cp_comm_type = value == "p2p" ? config::CpCommType::p2p : config::CpCommType::all_gather;
-    }
-    else if (key == "--scheduler") {
-      options.scheduler = value == "cost_aware"           ? config::PackingScheduler::cost_aware
-                          : value == "default_dynamic_cp" ? config::PackingScheduler::default_dynamic_cp
-                                                          : config::PackingScheduler::dp_balanced;
+    } else if (key == "--cp-comm-type") {
+      if (value != "all_gather" && value != "p2p")
+        throw std::runtime_error("--cp-comm-type: all_gather or p2p");
+      options.cp_comm_type =
+          value == "p2p" ? config::CpCommType::p2p : config::CpCommType::all_gather;
+    } else if (key == "--scheduler") {
+      options.scheduler = value == "cost_aware" ? config::PackingScheduler::cost_aware
+                          : value == "default_dynamic_cp"
+                              ? config::PackingScheduler::default_dynamic_cp
+                              : config::PackingScheduler::dp_balanced;
     } else {
       throw std::runtime_error("unknown option " + key);
     }
@@ -270,8 +284,10 @@ int main(int argc, char** argv) {
         options.hybrid ? tiny_hybrid_architecture() : tiny_architecture();
     model::ModelOptions model_options;
     model_options.recompute_full = options.recompute;
-    model_options.aux_loss = options.aux ? ops::MoeAuxLossType::seq_aux_loss : ops::MoeAuxLossType::none;
-    const std::vector<std::int64_t> lengths = {5, 7, 3, 41, 9, 12, 2, 60, 4, 6, 8, 10, 30, 3, 5, 21};
+    model_options.aux_loss =
+        options.aux ? ops::MoeAuxLossType::seq_aux_loss : ops::MoeAuxLossType::none;
+    const std::vector<std::int64_t> lengths = {5, 7, 3, 41, 9,  12, 2, 60,
+                                               4, 6, 8, 10, 30, 3,  5, 21};
     FixedSource source(lengths, architecture.vocab_size);
     const auto batch_size = static_cast<std::int64_t>(lengths.size());
 
@@ -287,8 +303,8 @@ int main(int argc, char** argv) {
       whole.push_back(source.sample(i, 1, 0));
       const std::int64_t n = lengths[static_cast<std::size_t>(i)];
       whole_params.sample_ids.push_back(i);
-      whole_params.local_ranges.push_back({whole_params.cu_seqlens_padded.back(),
-                                           whole_params.cu_seqlens_padded.back() + n, i, 0});
+      whole_params.local_ranges.push_back(
+          {whole_params.cu_seqlens_padded.back(), whole_params.cu_seqlens_padded.back() + n, i, 0});
       whole_params.cu_seqlens_padded.push_back(whole_params.cu_seqlens_padded.back() + n);
       whole_params.cu_seqlens.push_back(whole_params.cu_seqlens_padded.back());
       for (auto mask : whole.back().loss_mask) reference_tokens += mask;
@@ -384,23 +400,25 @@ int main(int argc, char** argv) {
             "ring (send_recv) bytes over the pool: " + std::to_string(ring_bytes));
     }
     std::snprintf(line, sizeof line, "loss %.9g vs reference %.9g", outcome.loss, reference_loss);
-    check(outcome.loss_tokens == reference_tokens, "loss tokens " + std::to_string(outcome.loss_tokens) +
+    check(outcome.loss_tokens == reference_tokens, "loss tokens " +
+                                                       std::to_string(outcome.loss_tokens) +
                                                        " vs " + std::to_string(reference_tokens));
     check(std::abs(outcome.loss - reference_loss) <= 1e-5 * std::abs(reference_loss), line);
     if (options.aux) {
       std::snprintf(line, sizeof line, "aux loss %.9g vs reference %.9g", outcome.aux_loss,
                     reference_result.aux_loss);
-      check(reference_result.aux_loss > 0 &&
-                std::abs(outcome.aux_loss - reference_result.aux_loss) <= 1e-5 * reference_result.aux_loss,
-            line);
+      check(
+          reference_result.aux_loss > 0 && std::abs(outcome.aux_loss - reference_result.aux_loss) <=
+                                               1e-5 * reference_result.aux_loss,
+          line);
     }
 
     const float* ours = model.parameters().all_grads().data<float>();
     const std::vector<float> reference_grads = laid_out_like(
         model.parameters(), reference.parameters(), reference.parameters().all_grads());
     const float* theirs = reference_grads.data();
-    const std::vector<double> truth_grads =
-        laid_out_like<double>(model.parameters(), truth.parameters(), truth.parameters().all_grads());
+    const std::vector<double> truth_grads = laid_out_like<double>(
+        model.parameters(), truth.parameters(), truth.parameters().all_grads());
     const double* truths = truth_grads.data();
     double worst = 0;
     // Distributed optimizer: only this rank's pieces hold sums; each piece of a range is
@@ -414,10 +432,12 @@ int main(int argc, char** argv) {
     };
     for (const auto& range : sharded ? sharded->shards().owned_ranges : engine.partition().ranges) {
       const double reference_norm = range_norm(range.offset);
-      const double error = difference_norm(ours + range.offset, theirs + range.offset, range.count) /
-                           std::max(reference_norm, 1e-12);
+      const double error =
+          difference_norm(ours + range.offset, theirs + range.offset, range.count) /
+          std::max(reference_norm, 1e-12);
       worst = std::max(worst, error);
-      std::snprintf(line, sizeof line, "gradient range at %lld (%lld elements, expert %d): relative error %.3g",
+      std::snprintf(line, sizeof line,
+                    "gradient range at %lld (%lld elements, expert %d): relative error %.3g",
                     static_cast<long long>(range.offset), static_cast<long long>(range.count),
                     range.is_expert ? 1 : 0, error);
       bool ok = error <= 1e-5;
@@ -483,9 +503,10 @@ int main(int argc, char** argv) {
       const float* reference_after = reference_values.data();
       double worst_lr_units = 0;
       for (std::int64_t i = 0; i < model.parameters().num_parameters(); ++i)
-        worst_lr_units = std::max(worst_lr_units,
-                                  std::abs(static_cast<double>(after[i]) - reference_after[i]) / lr);
-      std::snprintf(line, sizeof line, "after %d AdamW steps the largest parameter difference is %.3g lr",
+        worst_lr_units = std::max(
+            worst_lr_units, std::abs(static_cast<double>(after[i]) - reference_after[i]) / lr);
+      std::snprintf(line, sizeof line,
+                    "after %d AdamW steps the largest parameter difference is %.3g lr",
                     options.optimizer_steps, worst_lr_units);
       check(worst_lr_units <= 1e-2, line);
       if (rank == 0) std::printf("%s\n", line);
@@ -521,10 +542,11 @@ int main(int argc, char** argv) {
     }
 
     if (rank == 0) {
-      std::printf("layout dp=%d cp=%d ep=%d dynamic=%d: microbatches %lld, worst gradient error %.3g\n",
-                  layout.data_parallel_size, layout.context_parallel_size,
-                  layout.expert_model_parallel_size, layout.dynamic_context_parallel ? 1 : 0,
-                  static_cast<long long>(outcome.microbatches), worst);
+      std::printf(
+          "layout dp=%d cp=%d ep=%d dynamic=%d: microbatches %lld, worst gradient error %.3g\n",
+          layout.data_parallel_size, layout.context_parallel_size,
+          layout.expert_model_parallel_size, layout.dynamic_context_parallel ? 1 : 0,
+          static_cast<long long>(outcome.microbatches), worst);
     }
     int totals[2] = {passed, failed};
     parallel_state.pool().all_reduce(totals, totals, 2, core::DType::i32, dist::ReduceOp::sum);

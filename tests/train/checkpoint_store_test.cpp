@@ -1,12 +1,12 @@
-#include <catch2/catch.hpp>
+#include "train/checkpoint_store.hpp"
 
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "core/error.hpp"
-#include "train/checkpoint_store.hpp"
 
 namespace fs = std::filesystem;
 using dyncp::train::CheckpointFile;
@@ -15,8 +15,8 @@ using dyncp::train::CheckpointStore;
 namespace {
 
 fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("dyncp_ckpt_test_" + name + "_" +
-                                                    std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("dyncp_ckpt_test_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   return dir;
 }

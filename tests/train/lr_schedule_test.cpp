@@ -1,11 +1,14 @@
-#include <catch2/catch.hpp>
-
 #include "train/lr_schedule.hpp"
+
+#include <catch2/catch.hpp>
 
 using namespace dyncp::train;
 
 TEST_CASE("warmup rises linearly from zero to max_lr", "[train][lr]") {
-  LrSchedule schedule{.max_lr = 1e-3, .min_lr = 1e-5, .warmup_iters = 10, .decay_iters = 110,
+  LrSchedule schedule{.max_lr = 1e-3,
+                      .min_lr = 1e-5,
+                      .warmup_iters = 10,
+                      .decay_iters = 110,
                       .style = LrDecayStyle::cosine};
   CHECK(schedule.lr_at(0) == 0.0);
   CHECK(schedule.lr_at(5) == Approx(5e-4));
@@ -14,8 +17,8 @@ TEST_CASE("warmup rises linearly from zero to max_lr", "[train][lr]") {
 
 TEST_CASE("cosine and linear decay reach min_lr at decay_iters and stay there", "[train][lr]") {
   for (auto style : {LrDecayStyle::cosine, LrDecayStyle::linear}) {
-    LrSchedule schedule{.max_lr = 1e-3, .min_lr = 1e-5, .warmup_iters = 10, .decay_iters = 110,
-                        .style = style};
+    LrSchedule schedule{
+        .max_lr = 1e-3, .min_lr = 1e-5, .warmup_iters = 10, .decay_iters = 110, .style = style};
     CHECK(schedule.lr_at(60) == Approx(0.5 * (1e-3 + 1e-5)));
     CHECK(schedule.lr_at(110) == Approx(1e-5));
     CHECK(schedule.lr_at(500) == 1e-5);

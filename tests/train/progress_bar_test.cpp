@@ -1,6 +1,6 @@
-#include <catch2/catch.hpp>
-
 #include "train/progress_bar.hpp"
+
+#include <catch2/catch.hpp>
 
 using dyncp::train::ProgressBar;
 

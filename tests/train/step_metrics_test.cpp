@@ -1,8 +1,7 @@
-#include <catch2/catch.hpp>
-
-#include <nlohmann/json.hpp>
-
 #include "train/step_metrics.hpp"
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 using namespace dyncp::train;
 
@@ -18,10 +17,10 @@ TEST_CASE("metrics JSON line carries every documented field", "[train][metrics]"
   metrics.group_sizes = {{1, 6}, {4, 1}};
   metrics.time.cp_comm_ms = 3.25;
   const auto json = nlohmann::json::parse(to_json_line(metrics));
-  for (const char* key : {"iteration", "consumed_samples", "loss", "grad_norm", "lr",
-                          "loss_tokens", "real_tokens", "tokens_per_s", "tflops_per_device",
-                          "microbatches", "group_sizes", "comm_bytes", "skipped_samples", "skipped_steps",
-                          "elapsed_ms", "time_ms"}) {
+  for (const char* key :
+       {"iteration", "consumed_samples", "loss", "grad_norm", "lr", "loss_tokens", "real_tokens",
+        "tokens_per_s", "tflops_per_device", "microbatches", "group_sizes", "comm_bytes",
+        "skipped_samples", "skipped_steps", "elapsed_ms", "time_ms"}) {
     INFO(key);
     CHECK(json.contains(key));
   }

@@ -18,12 +18,12 @@
 #include <string>
 #include <vector>
 
+#include "config/length_distribution.hpp"
 #include "packing/alignment.hpp"
 #include "packing/cost_aware.hpp"
 #include "packing/cost_model.hpp"
 #include "packing/default_dynamic_cp.hpp"
 #include "packing/dp_balanced.hpp"
-#include "config/length_distribution.hpp"
 
 using namespace dyncp::packing;
 using dyncp::config::LengthDistribution;
