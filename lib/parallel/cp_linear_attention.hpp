@@ -12,9 +12,9 @@
 // equals the one-rank value.
 // Cost: each rank does the whole group's DeltaNet recurrence (c times the work of an even
 // split; the projections around it stay divided) and keeps whole-sequence activations for the
-// layer (c times the local size). Passing chunk-boundary states instead of inputs would divide
-// the work; the gated-delta-rule op already takes initial states and returns final states for
-// that.
+// layer (c times the local size). parallel::CpStatePassingLinearAttentionContext
+// (cp_linear_attention_states.hpp) divides the work by passing chunk-boundary states; this one
+// stays the step engine's because its results are bitwise the one-rank ones (docs/dist.md).
 // A group of one rank is model::LocalLinearAttentionContext, without communication.
 
 #include <memory>

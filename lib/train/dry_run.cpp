@@ -168,11 +168,7 @@ bool write_dry_run_report(std::ostream& out, const config::ConfigContainer& conf
   const MemoryEstimateInput input = memory_estimate_input(config);
   const MemoryEstimate estimate = estimate_memory(input);
   out << "memory estimate per rank (fp32; " << input.tokens_per_rank << " tokens per rank; "
-      << (input.recompute_full ? "recompute full" : "no recompute")
-      << (input.architecture.is_hybrid()
-              ? "; DeltaNet layers keep whole sequences of their CP group"
-              : "")
-      << "):\n"
+      << (input.recompute_full ? "recompute full" : "no recompute") << "):\n"
       << format_memory_table(estimate);
   if (config.dist.device == config::Device::cpu) {
     // CPU runs usually put every rank on one machine: they share its memory.

@@ -52,24 +52,23 @@ double moe_saved_per_token(const Shape& s, std::int64_t ep) {
   return values;
 }
 
-// A Gated DeltaNet layer (hybrid family), per local token. The sequence-level part (conv
-// outputs, L2-norm statistics, the chunk-boundary states) is kept for whole sequences: under
-// CP each rank of a group of c holds c times its own rows of it (parallel/cp_linear_attention).
-double deltanet_saved_per_token(const config::ModelArchitecture& a, std::int64_t cp_group) {
+// A Gated DeltaNet layer (hybrid family), per local token. Under CP each rank keeps only its
+// own rows (parallel/cp_linear_attention_states): the conv outputs, L2-norm statistics, the
+// chunk-boundary states, and the state maps' query weights w (Hv·dk per row).
+double deltanet_saved_per_token(const config::ModelArchitecture& a) {
   const double h = static_cast<double>(a.hidden_size);
   const double hk = static_cast<double>(a.linear_num_key_heads);
   const double hv = static_cast<double>(a.linear_num_value_heads);
   const double key = hk * static_cast<double>(a.linear_key_head_dim);
   const double value = hv * static_cast<double>(a.linear_value_head_dim);
   constexpr double chunk = 64;       // the chunked delta rule's chunk (model::LinearAttentionDims)
-  const double per_rank = 3 * h + 2  // normed input, mid, normed mid; norm stats
-                          + 2 * key + 2 * value  // q/k/v before the conv, z
-                          + 4 * hv               // a, b, g, beta
-                          + 3 * value + hv;      // rule output, gated-norm output and stats
-  const double whole_sequence =
-      2 * key + value + 2 * hk +
-      hv * static_cast<double>(a.linear_key_head_dim * a.linear_value_head_dim) / chunk;
-  return per_rank + static_cast<double>(std::max<std::int64_t>(cp_group, 1)) * whole_sequence;
+  return 3 * h + 2                   // normed input, mid, normed mid; norm stats
+         + 2 * key + 2 * value       // q/k/v before the conv, z
+         + 4 * hv                    // a, b, g, beta
+         + 3 * value + hv            // rule output, gated-norm output and stats
+         + 2 * key + value + 2 * hk  // conv outputs, L2-norm statistics
+         + hv * static_cast<double>(a.linear_key_head_dim * a.linear_value_head_dim) / chunk +
+         hv * static_cast<double>(a.linear_key_head_dim);  // w of the state maps
 }
 
 // The hybrid family's shared expert behind its sigmoid gate.
@@ -168,7 +167,7 @@ MemoryEstimate estimate_memory(const MemoryEstimateInput& input) {
     any_moe = any_moe || moe;
     const double mixer =
         a.mixer_of_layer(layer) == config::LayerMixer::linear_attention
-            ? deltanet_saved_per_token(a, input.largest_cp_group)
+            ? deltanet_saved_per_token(a)
             : attention_saved_per_token(s) + (a.is_hybrid() ? 2 * s.q_width : 0.0);  // gate
     const double per_token =
         mixer + (moe ? moe_saved_per_token(s, input.expert_model_parallel_size) +

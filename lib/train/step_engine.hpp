@@ -27,9 +27,9 @@
 #include "packing/cost_model.hpp"
 #include "packing/schedule.hpp"
 #include "parallel/comm_timing.hpp"
+#include "parallel/cp_linear_attention_states.hpp"
 #include "parallel/ep_dispatcher.hpp"
 #include "parallel/gradient_sync.hpp"
-#include "parallel/cp_linear_attention.hpp"
 #include "parallel/group_attention.hpp"
 #include "parallel/group_statistics.hpp"
 #include "parallel/parameter_partition.hpp"
@@ -45,7 +45,8 @@ struct StepEngineOptions {
   std::int64_t alignment_multiple = 1;
   bool fold_alignment_padding = false;
   std::int32_t pad_token_id = 0;
-  config::CpCommType cp_comm_type = config::CpCommType::all_gather;  // how CP attention exchanges K/V
+  config::CpCommType cp_comm_type =
+      config::CpCommType::all_gather;       // how CP attention exchanges K/V
   packing::CostModelParameters cost_model;  // for the cost_aware scheduler and FLOP counts
   // Reduce-scatter gradients for a sharded optimizer (train::AdamWOptimizer built on
   // sharded_state_sync()) instead of all-reducing them.
@@ -54,10 +55,10 @@ struct StepEngineOptions {
 
 // What one step's forward/backward produced, reduced over the pool.
 struct StepOutcome {
-  double loss_sum = 0;          // Σ token losses over the global batch
-  std::int64_t loss_tokens = 0; // N
-  double aux_loss = 0;          // Σ over MoE layers (already / N_seq)
-  double loss = 0;              // loss_sum / N
+  double loss_sum = 0;             // Σ token losses over the global batch
+  std::int64_t loss_tokens = 0;    // N
+  double aux_loss = 0;             // Σ over MoE layers (already / N_seq)
+  double loss = 0;                 // loss_sum / N
   double grad_sum_of_squares = 0;  // of the normalised gradient (1 / N applied)
   std::int64_t microbatches = 0;
   std::map<int, int> group_sizes;  // runtime group size -> groups over the step
@@ -100,7 +101,8 @@ class StepEngine {
   std::unique_ptr<parallel::GroupAttentionContext> attention_;
   parallel::EpExpertDispatcher experts_;
   parallel::GroupStatisticsReducer statistics_;
-  parallel::CpLinearAttentionContext linear_attention_;  // Gated DeltaNet layers (hybrid)
+  // Gated DeltaNet layers (hybrid): chunk-boundary states passed over the runtime group.
+  parallel::CpStatePassingLinearAttentionContext linear_attention_;
   parallel::ParameterPartition partition_;
   std::optional<parallel::GradientSync> gradient_sync_;             // replicated optimizer state
   std::unique_ptr<parallel::ShardedStateSync> sharded_state_sync_;  // distributed optimizer

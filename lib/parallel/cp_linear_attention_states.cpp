@@ -1,0 +1,608 @@
+#include "parallel/cp_linear_attention_states.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "core/error.hpp"
+#include "ops/causal_conv1d.hpp"
+#include "parallel/group_bin_layout.hpp"
+
+namespace dyncp::parallel {
+
+using core::DType;
+using core::Tensor;
+
+namespace {
+
+// Same constants as model::LocalLinearAttentionContext (the results must match it).
+constexpr double l2norm_eps = 1e-6;
+
+ops::GatedDeltaRuleParams rule_params(const model::LinearAttentionDims& dims) {
+  return {1.0 / std::sqrt(static_cast<double>(dims.key_head_dim)), dims.chunk_size};
+}
+
+std::size_t row_bytes(const Tensor& t) {
+  return static_cast<std::size_t>(t.shape().row_numel()) * core::dtype_size(t.dtype());
+}
+
+// count rows of src starting at src_row into dst starting at dst_row (same row width).
+void copy_rows(const Tensor& src, std::int64_t src_row, const Tensor& dst, std::int64_t dst_row,
+               std::int64_t count) {
+  if (count <= 0) return;
+  const std::size_t bytes = row_bytes(src);
+  std::memcpy(
+      static_cast<std::byte*>(dst.raw_data()) + static_cast<std::size_t>(dst_row) * bytes,
+      static_cast<const std::byte*>(src.raw_data()) + static_cast<std::size_t>(src_row) * bytes,
+      bytes * static_cast<std::size_t>(count));
+}
+
+// dst row dst_row += src row src_row (same row width, f32 or f64).
+void add_row(const Tensor& src, std::int64_t src_row, const Tensor& dst, std::int64_t dst_row) {
+  const std::int64_t width = src.shape().row_numel();
+  if (src.dtype() == DType::f64) {
+    const double* s = src.data<double>() + src_row * width;
+    double* d = dst.data<double>() + dst_row * width;
+    for (std::int64_t j = 0; j < width; ++j) d[j] += s[j];
+  } else {
+    const float* s = src.data<float>() + src_row * width;
+    float* d = dst.data<float>() + dst_row * width;
+    for (std::int64_t j = 0; j < width; ++j) d[j] += s[j];
+  }
+}
+
+// [T, C] with the conv's channel order q | k | v, one row per token.
+Tensor pack_channels(core::Arena& arena, const Tensor& q, const Tensor& k, const Tensor& v) {
+  const std::int64_t rows = q.size(0);
+  const std::size_t qb = row_bytes(q), kb = row_bytes(k), vb = row_bytes(v);
+  const std::size_t element = core::dtype_size(q.dtype());
+  const Tensor packed =
+      arena.allocate({rows, static_cast<std::int64_t>((qb + kb + vb) / element)}, q.dtype());
+  auto* dst = static_cast<std::byte*>(packed.raw_data());
+  const auto* qs = static_cast<const std::byte*>(q.raw_data());
+  const auto* ks = static_cast<const std::byte*>(k.raw_data());
+  const auto* vs = static_cast<const std::byte*>(v.raw_data());
+  for (std::int64_t t = 0; t < rows; ++t) {
+    const auto row = static_cast<std::size_t>(t);
+    std::memcpy(dst, qs + row * qb, qb);
+    std::memcpy(dst + qb, ks + row * kb, kb);
+    std::memcpy(dst + qb + kb, vs + row * vb, vb);
+    dst += qb + kb + vb;
+  }
+  return packed;
+}
+
+void unpack_channels(const Tensor& packed, const Tensor& q, const Tensor& k, const Tensor& v) {
+  const std::size_t qb = row_bytes(q), kb = row_bytes(k), vb = row_bytes(v);
+  const auto* src = static_cast<const std::byte*>(packed.raw_data());
+  auto* qd = static_cast<std::byte*>(q.raw_data());
+  auto* kd = static_cast<std::byte*>(k.raw_data());
+  auto* vd = static_cast<std::byte*>(v.raw_data());
+  for (std::int64_t t = 0; t < q.size(0); ++t) {
+    const auto row = static_cast<std::size_t>(t);
+    std::memcpy(qd + row * qb, src, qb);
+    std::memcpy(kd + row * kb, src + qb, kb);
+    std::memcpy(vd + row * vb, src + qb + kb, vb);
+    src += qb + kb + vb;
+  }
+}
+
+// Incoming states of this rank's segments: S_in of a chain's first segment is zero and
+// S_in(next) = P S_in + F, with transitions[g, h] = [F | P] ([dk, dv + dk]).
+template <typename T>
+void compose_prefixes(const T* transitions, const std::vector<std::vector<std::int64_t>>& chains,
+                      std::int64_t first_own, std::int64_t end_own, std::int64_t heads,
+                      std::int64_t dk, std::int64_t dv, T* initial) {
+  const std::int64_t width = dv + dk, per_head = dk * dv;
+  std::vector<double> state(static_cast<std::size_t>(heads * per_head));
+  std::vector<double> next(state.size());
+  for (const std::vector<std::int64_t>& chain : chains) {
+    std::int64_t last = -1;
+    for (std::size_t i = 0; i < chain.size(); ++i) {
+      if (chain[i] >= first_own && chain[i] < end_own) last = static_cast<std::int64_t>(i);
+    }
+    std::fill(state.begin(), state.end(), 0.0);
+    for (std::int64_t i = 0; i <= last; ++i) {
+      const std::int64_t g = chain[static_cast<std::size_t>(i)];
+      if (g >= first_own && g < end_own) {
+        T* dst = initial + (g - first_own) * heads * per_head;
+        for (std::size_t j = 0; j < state.size(); ++j) dst[j] = static_cast<T>(state[j]);
+      }
+      if (i == last) break;
+      for (std::int64_t h = 0; h < heads; ++h) {
+        const T* fp = transitions + (g * heads + h) * dk * width;
+        const double* s = state.data() + h * per_head;
+        double* n = next.data() + h * per_head;
+        for (std::int64_t a = 0; a < dk; ++a) {
+          const T* row = fp + a * width;
+          for (std::int64_t col = 0; col < dv; ++col) n[a * dv + col] = row[col];
+          for (std::int64_t b = 0; b < dk; ++b) {
+            const double p = row[dv + b];
+            for (std::int64_t col = 0; col < dv; ++col) n[a * dv + col] += p * s[b * dv + col];
+          }
+        }
+      }
+      state.swap(next);
+    }
+  }
+}
+
+// Final-state gradients of this rank's segments: zero for a chain's last segment, and
+// dS_out(prev) = dS_in(next) = G(next) + Pᵀ(next) dS_out(next).
+template <typename T>
+void compose_suffixes(const T* transitions, const T* state_grads,
+                      const std::vector<std::vector<std::int64_t>>& chains, std::int64_t first_own,
+                      std::int64_t end_own, std::int64_t heads, std::int64_t dk, std::int64_t dv,
+                      T* final_grads) {
+  const std::int64_t width = dv + dk, per_head = dk * dv;
+  std::vector<double> grad(static_cast<std::size_t>(heads * per_head));
+  std::vector<double> prev(grad.size());
+  for (const std::vector<std::int64_t>& chain : chains) {
+    auto first = static_cast<std::int64_t>(chain.size());
+    for (std::size_t i = chain.size(); i-- > 0;) {
+      if (chain[i] >= first_own && chain[i] < end_own) first = static_cast<std::int64_t>(i);
+    }
+    std::fill(grad.begin(), grad.end(), 0.0);
+    for (auto i = static_cast<std::int64_t>(chain.size()) - 1; i >= first; --i) {
+      const std::int64_t g = chain[static_cast<std::size_t>(i)];
+      if (g >= first_own && g < end_own) {
+        T* dst = final_grads + (g - first_own) * heads * per_head;
+        for (std::size_t j = 0; j < grad.size(); ++j) dst[j] = static_cast<T>(grad[j]);
+      }
+      if (i == first) break;
+      for (std::int64_t h = 0; h < heads; ++h) {
+        const T* fp = transitions + (g * heads + h) * dk * width;
+        const T* gs = state_grads + (g * heads + h) * per_head;
+        const double* d = grad.data() + h * per_head;
+        double* p = prev.data() + h * per_head;
+        for (std::int64_t j = 0; j < per_head; ++j) p[j] = gs[j];
+        for (std::int64_t a = 0; a < dk; ++a) {
+          const T* row = fp + a * width;
+          for (std::int64_t b = 0; b < dk; ++b) {
+            const double pab = row[dv + b];
+            for (std::int64_t col = 0; col < dv; ++col) p[b * dv + col] += pab * d[a * dv + col];
+          }
+        }
+      }
+      grad.swap(prev);
+    }
+  }
+}
+
+// G = dL/dS_in of each own segment through its own outputs: Σ_t w_t dout_tᵀ per head, with
+// w the query maps [T, Hv, dk] and dout [T, Hv, dv].
+template <typename T>
+void own_state_grads(const T* query_maps, const T* dout, const Tensor& cu_seqlens,
+                     std::int64_t heads, std::int64_t dk, std::int64_t dv, T* grads) {
+  const std::int32_t* cu = cu_seqlens.data<std::int32_t>();
+  std::vector<double> sum(static_cast<std::size_t>(dk * dv));
+  for (std::int64_t s = 0; s + 1 < cu_seqlens.numel(); ++s) {
+    for (std::int64_t h = 0; h < heads; ++h) {
+      std::fill(sum.begin(), sum.end(), 0.0);
+      for (std::int64_t t = cu[s]; t < cu[s + 1]; ++t) {
+        const T* w = query_maps + (t * heads + h) * dk;
+        const T* d = dout + (t * heads + h) * dv;
+        for (std::int64_t b = 0; b < dk; ++b) {
+          const double wb = w[b];
+          for (std::int64_t col = 0; col < dv; ++col)
+            sum[static_cast<std::size_t>(b * dv + col)] += wb * d[col];
+        }
+      }
+      T* out = grads + (s * heads + h) * dk * dv;
+      for (std::size_t j = 0; j < sum.size(); ++j) out[j] = static_cast<T>(sum[j]);
+    }
+  }
+}
+
+}  // namespace
+
+void CpStatePassingLinearAttentionContext::begin_bin(const model::SeamContext& context,
+                                                     const model::LocalBinLayout& layout) {
+  if (!distributed()) {
+    local_.begin_bin(context, layout);
+    return;
+  }
+  GroupBinLayout gathered;
+  {
+    ScopedMilliseconds timer(cp_time());
+    gathered =
+        gather_group_bin_layout(*group_, *context.activations, layout, "DeltaNet state passing");
+  }
+  local_rows_ = gathered.local_rows;
+  segments_.clear();
+  rank_first_.assign(static_cast<std::size_t>(gathered.ranks + 1), 0);
+  chains_.assign(static_cast<std::size_t>(gathered.sequences), {});
+  for (std::int64_t r = 0; r < gathered.ranks; ++r) {
+    rank_first_[static_cast<std::size_t>(r)] = static_cast<std::int64_t>(segments_.size());
+    const std::int32_t* positions = gathered.positions_of(r).data<std::int32_t>();
+    const std::int32_t* cu = gathered.cu_seqlens_of(r).data<std::int32_t>();
+    for (std::int64_t s = 0; s < gathered.sequences; ++s) {
+      for (std::int32_t row = cu[s]; row < cu[s + 1]; ++row) {
+        if (row == cu[s] || positions[row] != positions[row - 1] + 1) {
+          segments_.push_back({static_cast<int>(r), s, row, 0, positions[row]});
+        }
+        ++segments_.back().length;
+      }
+    }
+  }
+  rank_first_.back() = static_cast<std::int64_t>(segments_.size());
+  for (std::size_t g = 0; g < segments_.size(); ++g) {
+    chains_[static_cast<std::size_t>(segments_[g].sequence)].push_back(
+        static_cast<std::int64_t>(g));
+  }
+  for (std::size_t s = 0; s < chains_.size(); ++s) {
+    std::vector<std::int64_t>& chain = chains_[s];
+    std::sort(chain.begin(), chain.end(), [&](std::int64_t a, std::int64_t b) {
+      return segments_[static_cast<std::size_t>(a)].first_position <
+             segments_[static_cast<std::size_t>(b)].first_position;
+    });
+    std::int64_t expected = 0;
+    for (const std::int64_t g : chain) {
+      const Segment& segment = segments_[static_cast<std::size_t>(g)];
+      if (segment.first_position != expected) {
+        core::throw_runtime_error(
+            "DeltaNet state passing: sequence " + std::to_string(s) + " of the bin on group '" +
+            group_->name() + "' does not hold every position exactly once (group rank " +
+            std::to_string(segment.rank) + " holds a run starting at position " +
+            std::to_string(segment.first_position) + ", expected " + std::to_string(expected) +
+            ")");
+      }
+      expected += segment.length;
+    }
+  }
+  const std::int64_t first = rank_first_[static_cast<std::size_t>(group_->rank())];
+  const std::int64_t end = rank_first_[static_cast<std::size_t>(group_->rank() + 1)];
+  own_cu_ = context.activations->allocate({end - first + 1}, DType::i32);
+  std::int32_t* own_cu = own_cu_.data<std::int32_t>();
+  for (std::int64_t g = first; g < end; ++g) {
+    own_cu[g - first] =
+        static_cast<std::int32_t>(segments_[static_cast<std::size_t>(g)].local_begin);
+  }
+  own_cu[end - first] = static_cast<std::int32_t>(local_rows_);
+  halo_ = HaloPlan{};
+  layers_.clear();
+}
+
+const CpStatePassingLinearAttentionContext::HaloPlan&
+CpStatePassingLinearAttentionContext::halo_plan(std::int64_t kernel) {
+  if (halo_.kernel == kernel) return halo_;
+  HaloPlan plan;
+  plan.kernel = kernel;
+  const std::size_t count = segments_.size();
+  plan.tail_offset.resize(count);
+  plan.tail_length.resize(count);
+  plan.tail_elements.assign(static_cast<std::size_t>(group_->size()), 0);
+  for (std::size_t g = 0; g < count; ++g) {
+    const std::int64_t length = std::min(kernel - 1, segments_[g].length);
+    plan.tail_offset[g] = plan.tail_rows;
+    plan.tail_length[g] = length;
+    plan.tail_rows += length;
+    plan.tail_elements[static_cast<std::size_t>(segments_[g].rank)] +=
+        static_cast<std::size_t>(length);
+  }
+  // The K − 1 rows before a segment are each within the last K − 1 rows of the segment
+  // holding them (that segment ends at or before this one starts), so the tails hold every
+  // halo row, also when it reaches back over several short segments.
+  const std::int64_t first = rank_first_[static_cast<std::size_t>(group_->rank())];
+  const std::int64_t end = rank_first_[static_cast<std::size_t>(group_->rank() + 1)];
+  plan.window_cu.push_back(0);
+  for (std::int64_t g = first; g < end; ++g) {
+    const Segment& segment = segments_[static_cast<std::size_t>(g)];
+    const std::vector<std::int64_t>& chain = chains_[static_cast<std::size_t>(segment.sequence)];
+    const std::int64_t halo = std::min(kernel - 1, segment.first_position);
+    std::size_t holder = 0;
+    for (std::int64_t p = segment.first_position - halo; p < segment.first_position; ++p) {
+      while (true) {
+        const Segment& candidate = segments_[static_cast<std::size_t>(chain[holder])];
+        if (p < candidate.first_position + candidate.length) break;
+        ++holder;
+      }
+      const auto h = static_cast<std::size_t>(chain[holder]);
+      const Segment& source = segments_[h];
+      plan.halo_source.push_back(plan.tail_offset[h] + p -
+                                 (source.first_position + source.length - plan.tail_length[h]));
+    }
+    plan.window_cu.push_back(
+        static_cast<std::int32_t>(plan.window_cu.back() + halo + segment.length));
+  }
+  halo_ = std::move(plan);
+  return halo_;
+}
+
+void CpStatePassingLinearAttentionContext::forward(
+    const model::SeamContext& context, int layer, const model::LinearAttentionDims& dims,
+    const Tensor& q_raw, const Tensor& k_raw, const Tensor& v_raw, const Tensor& conv_weight,
+    const Tensor& g, const Tensor& beta, const Tensor& out, model::LinearAttentionSaved& saved) {
+  if (!distributed()) {
+    local_.forward(context, layer, dims, q_raw, k_raw, v_raw, conv_weight, g, beta, out, saved);
+    return;
+  }
+  DYNCP_CHECK(q_raw.size(0) == local_rows_, "DeltaNet state passing: rows do not match the bin");
+  core::Arena& keep = *context.activations;
+  core::Arena& scratch = *context.scratch;
+  core::ArenaScope scope(scratch);
+  const ops::OpContext& ctx = context.ops;
+  const DType dtype = q_raw.dtype();
+  const std::int64_t tokens = local_rows_;
+  const std::int64_t channels = conv_weight.size(0);
+  const std::int64_t first = rank_first_[static_cast<std::size_t>(group_->rank())];
+  const std::int64_t end = rank_first_[static_cast<std::size_t>(group_->rank() + 1)];
+  const std::int64_t own = end - first;
+  const auto segment_count = static_cast<std::int64_t>(segments_.size());
+  const HaloPlan& plan = halo_plan(conv_weight.size(1));
+  if (static_cast<std::size_t>(layer) >= layers_.size()) {
+    layers_.resize(static_cast<std::size_t>(layer) + 1);
+  }
+  LayerState& state = layers_[static_cast<std::size_t>(layer)];
+
+  // Conv halo: every segment's tail, then this rank's halo rows out of them.
+  const Tensor raw = pack_channels(scratch, q_raw, k_raw, v_raw);
+  DYNCP_CHECK(raw.size(1) == channels, "DeltaNet state passing: conv weight channels");
+  const auto my_rank = static_cast<std::size_t>(group_->rank());
+  const Tensor tails_mine =
+      scratch.allocate({static_cast<std::int64_t>(plan.tail_elements[my_rank]), channels}, dtype);
+  std::int64_t tail_row = 0;
+  for (std::int64_t s = first; s < end; ++s) {
+    const Segment& segment = segments_[static_cast<std::size_t>(s)];
+    const std::int64_t length = plan.tail_length[static_cast<std::size_t>(s)];
+    copy_rows(raw, segment.local_begin + segment.length - length, tails_mine, tail_row, length);
+    tail_row += length;
+  }
+  const Tensor tails = scratch.allocate({plan.tail_rows, channels}, dtype);
+  std::vector<std::size_t> counts(plan.tail_elements);
+  for (std::size_t& c : counts) c *= static_cast<std::size_t>(channels);
+  {
+    ScopedMilliseconds timer(cp_time());
+    group_->all_gather_v(tails_mine.raw_data(), counts[my_rank], tails.raw_data(), counts, dtype);
+  }
+  state.halo = keep.allocate({static_cast<std::int64_t>(plan.halo_source.size()), channels}, dtype);
+  for (std::size_t i = 0; i < plan.halo_source.size(); ++i) {
+    copy_rows(tails, plan.halo_source[i], state.halo, static_cast<std::int64_t>(i), 1);
+  }
+
+  // Conv + SiLU over [halo | own rows] of every own segment; keep the own outputs.
+  const Tensor window = scratch.allocate({plan.window_cu.back(), channels}, dtype);
+  const Tensor window_cu =
+      Tensor::view_of(const_cast<std::int32_t*>(plan.window_cu.data()),
+                      {static_cast<std::int64_t>(plan.window_cu.size())}, DType::i32);
+  {
+    std::int64_t halo_row = 0;
+    for (std::int64_t i = 0; i < own; ++i) {
+      const Segment& segment = segments_[static_cast<std::size_t>(first + i)];
+      const std::int64_t halo = plan.window_cu[static_cast<std::size_t>(i + 1)] -
+                                plan.window_cu[static_cast<std::size_t>(i)] - segment.length;
+      copy_rows(state.halo, halo_row, window, plan.window_cu[static_cast<std::size_t>(i)], halo);
+      copy_rows(raw, segment.local_begin, window,
+                plan.window_cu[static_cast<std::size_t>(i)] + halo, segment.length);
+      halo_row += halo;
+    }
+  }
+  const Tensor window_out = scratch.allocate(window.shape(), dtype);
+  if (window.size(0) > 0) {
+    ops::causal_conv1d_silu_forward(ctx, window, conv_weight, window_cu, window_out);
+  }
+  const Tensor mixed = scratch.allocate(raw.shape(), dtype);
+  for (std::int64_t i = 0; i < own; ++i) {
+    const Segment& segment = segments_[static_cast<std::size_t>(first + i)];
+    copy_rows(window_out, plan.window_cu[static_cast<std::size_t>(i + 1)] - segment.length, mixed,
+              segment.local_begin, segment.length);
+  }
+  saved.q = keep.allocate(q_raw.shape(), dtype);
+  saved.k = keep.allocate(k_raw.shape(), dtype);
+  saved.v = keep.allocate(v_raw.shape(), dtype);
+  unpack_channels(mixed, saved.q, saved.k, saved.v);
+  saved.q_norm.inv_norm = keep.allocate({tokens * dims.key_heads}, dtype);
+  saved.k_norm.inv_norm = keep.allocate({tokens * dims.key_heads}, dtype);
+  ops::l2norm_forward(ctx, saved.q, l2norm_eps, saved.q, saved.q_norm);
+  ops::l2norm_forward(ctx, saved.k, l2norm_eps, saved.k, saved.k_norm);
+
+  // [F | P] of the own segments: v extended by dk zero columns, initial state [0 | I].
+  const std::int64_t heads = dims.value_heads, dk = dims.key_head_dim, dv = dims.value_head_dim;
+  const std::int64_t width = dv + dk;
+  const ops::GatedDeltaRuleParams params = rule_params(dims);
+  const Tensor v_wide = scratch.zeros({tokens, heads, width}, dtype);
+  const Tensor start_wide = scratch.zeros({own, heads, dk, width}, dtype);
+  const Tensor end_wide = scratch.allocate({own, heads, dk, width}, dtype);
+  {
+    const std::size_t element = core::dtype_size(dtype);
+    const auto* v_src = static_cast<const std::byte*>(saved.v.raw_data());
+    auto* v_dst = static_cast<std::byte*>(v_wide.raw_data());
+    for (std::int64_t r = 0; r < tokens * heads; ++r) {
+      std::memcpy(v_dst + static_cast<std::size_t>(r * width) * element,
+                  v_src + static_cast<std::size_t>(r * dv) * element,
+                  static_cast<std::size_t>(dv) * element);
+    }
+    for (std::int64_t r = 0; r < own * heads; ++r) {
+      for (std::int64_t a = 0; a < dk; ++a) {
+        const std::int64_t at = (r * dk + a) * width + dv + a;
+        if (dtype == DType::f64) {
+          start_wide.data<double>()[at] = 1.0;
+        } else {
+          start_wide.data<float>()[at] = 1.0F;
+        }
+      }
+    }
+  }
+  // The out columns beyond dv are w_t = P_tᵀ (scale · q_t), P_t the transition from the
+  // segment's start through token t: out_t = out_t|_{S_in=0} + S_inᵀ w_t, so backward gets
+  // dL/dS_in of the own outputs as Σ_t w_t dout_tᵀ without another pass.
+  state.query_maps = keep.allocate({tokens, heads, dk}, dtype);
+  if (tokens > 0) {
+    const Tensor out_wide = scratch.allocate({tokens, heads, width}, dtype);
+    ops::GatedDeltaRuleSaved unsaved;
+    ops::gated_delta_rule_chunked_forward(ctx,
+                                          {saved.q, saved.k, v_wide, g, beta, own_cu_, start_wide},
+                                          params, out_wide, end_wide, unsaved);
+    const std::size_t element = core::dtype_size(dtype);
+    const auto* src = static_cast<const std::byte*>(out_wide.raw_data());
+    auto* dst = static_cast<std::byte*>(state.query_maps.raw_data());
+    for (std::int64_t r = 0; r < tokens * heads; ++r) {
+      std::memcpy(dst + static_cast<std::size_t>(r * dk) * element,
+                  src + static_cast<std::size_t>(r * width + dv) * element,
+                  static_cast<std::size_t>(dk) * element);
+    }
+  }
+  state.transitions = keep.allocate({segment_count, heads, dk, width}, dtype);
+  {
+    std::vector<std::size_t> state_counts(static_cast<std::size_t>(group_->size()));
+    for (std::size_t r = 0; r < state_counts.size(); ++r) {
+      state_counts[r] =
+          static_cast<std::size_t>((rank_first_[r + 1] - rank_first_[r]) * heads * dk * width);
+    }
+    ScopedMilliseconds timer(cp_time());
+    group_->all_gather_v(end_wide.raw_data(), state_counts[my_rank], state.transitions.raw_data(),
+                         state_counts, dtype);
+  }
+  state.initial_states = keep.allocate({own, heads, dk, dv}, dtype);
+  if (dtype == DType::f64) {
+    compose_prefixes(state.transitions.data<double>(), chains_, first, end, heads, dk, dv,
+                     state.initial_states.data<double>());
+  } else {
+    compose_prefixes(state.transitions.data<float>(), chains_, first, end, heads, dk, dv,
+                     state.initial_states.data<float>());
+  }
+
+  // The own segments from their true incoming states.
+  saved.rule.chunk_states = keep.allocate(
+      {ops::gated_delta_rule_num_chunks(own_cu_, params.chunk_size), heads, dk, dv}, dtype);
+  if (tokens > 0) {
+    ops::gated_delta_rule_chunked_forward(
+        ctx, {saved.q, saved.k, saved.v, g, beta, own_cu_, state.initial_states}, params, out, {},
+        saved.rule);
+  }
+  recurrence_rows_ += tokens;
+}
+
+void CpStatePassingLinearAttentionContext::backward(
+    const model::SeamContext& context, int layer, const model::LinearAttentionDims& dims,
+    const Tensor& dout, const Tensor& q_raw, const Tensor& k_raw, const Tensor& v_raw,
+    const Tensor& conv_weight, const Tensor& g, const Tensor& beta,
+    const model::LinearAttentionSaved& saved, const Tensor& dq_raw, const Tensor& dk_raw,
+    const Tensor& dv_raw, const Tensor& dconv_weight, const Tensor& dg, const Tensor& dbeta) {
+  if (!distributed()) {
+    local_.backward(context, layer, dims, dout, q_raw, k_raw, v_raw, conv_weight, g, beta, saved,
+                    dq_raw, dk_raw, dv_raw, dconv_weight, dg, dbeta);
+    return;
+  }
+  DYNCP_CHECK(static_cast<std::size_t>(layer) < layers_.size() &&
+                  layers_[static_cast<std::size_t>(layer)].transitions.defined(),
+              "DeltaNet state passing: backward of a layer without forward in this bin");
+  core::Arena& scratch = *context.scratch;
+  core::ArenaScope scope(scratch);
+  const ops::OpContext& ctx = context.ops;
+  const DType dtype = dout.dtype();
+  const LayerState& state = layers_[static_cast<std::size_t>(layer)];
+  const std::int64_t tokens = local_rows_;
+  const std::int64_t channels = conv_weight.size(0);
+  const std::int64_t first = rank_first_[static_cast<std::size_t>(group_->rank())];
+  const std::int64_t end = rank_first_[static_cast<std::size_t>(group_->rank() + 1)];
+  const std::int64_t own = end - first;
+  const auto segment_count = static_cast<std::int64_t>(segments_.size());
+  const auto my_rank = static_cast<std::size_t>(group_->rank());
+  const std::int64_t heads = dims.value_heads, dk = dims.key_head_dim, dv = dims.value_head_dim;
+  const ops::GatedDeltaRuleParams params = rule_params(dims);
+  const ops::GatedDeltaRuleInputs inputs{
+      saved.q, saved.k, saved.v, g, beta, own_cu_, state.initial_states};
+
+  // G: what the own outputs alone send back into each own segment's incoming state.
+  const Tensor state_grad_mine = scratch.allocate({own, heads, dk, dv}, dtype);
+  if (dtype == DType::f64) {
+    own_state_grads(state.query_maps.data<double>(), dout.data<double>(), own_cu_, heads, dk, dv,
+                    state_grad_mine.data<double>());
+  } else {
+    own_state_grads(state.query_maps.data<float>(), dout.data<float>(), own_cu_, heads, dk, dv,
+                    state_grad_mine.data<float>());
+  }
+  const Tensor state_grads = scratch.allocate({segment_count, heads, dk, dv}, dtype);
+  {
+    std::vector<std::size_t> state_counts(static_cast<std::size_t>(group_->size()));
+    for (std::size_t r = 0; r < state_counts.size(); ++r) {
+      state_counts[r] =
+          static_cast<std::size_t>((rank_first_[r + 1] - rank_first_[r]) * heads * dk * dv);
+    }
+    ScopedMilliseconds timer(cp_time());
+    group_->all_gather_v(state_grad_mine.raw_data(), state_counts[my_rank], state_grads.raw_data(),
+                         state_counts, dtype);
+  }
+  const Tensor final_grads = scratch.allocate({own, heads, dk, dv}, dtype);
+  if (dtype == DType::f64) {
+    compose_suffixes(state.transitions.data<double>(), state_grads.data<double>(), chains_, first,
+                     end, heads, dk, dv, final_grads.data<double>());
+  } else {
+    compose_suffixes(state.transitions.data<float>(), state_grads.data<float>(), chains_, first,
+                     end, heads, dk, dv, final_grads.data<float>());
+  }
+  const Tensor dq = scratch.allocate(saved.q.shape(), dtype);
+  const Tensor dk_t = scratch.allocate(saved.k.shape(), dtype);
+  const Tensor dv_t = scratch.allocate(saved.v.shape(), dtype);
+  if (tokens > 0) {
+    ops::gated_delta_rule_chunked_backward(ctx, dout, final_grads, inputs, params, saved.rule,
+                                           {dq, dk_t, dv_t, dg, dbeta, {}});
+  }
+  ops::l2norm_backward(ctx, dq, saved.q, saved.q_norm, dq);
+  ops::l2norm_backward(ctx, dk_t, saved.k, saved.k_norm, dk_t);
+
+  // Conv backward over the same windows, zero output gradient on the halo rows.
+  const HaloPlan& plan = halo_plan(conv_weight.size(1));
+  const Tensor raw = pack_channels(scratch, q_raw, k_raw, v_raw);
+  const Tensor mixed_grad = pack_channels(scratch, dq, dk_t, dv_t);
+  const Tensor window = scratch.allocate({plan.window_cu.back(), channels}, dtype);
+  const Tensor window_grad = scratch.zeros(window.shape(), dtype);
+  const Tensor window_cu =
+      Tensor::view_of(const_cast<std::int32_t*>(plan.window_cu.data()),
+                      {static_cast<std::int64_t>(plan.window_cu.size())}, DType::i32);
+  {
+    std::int64_t halo_row = 0;
+    for (std::int64_t i = 0; i < own; ++i) {
+      const Segment& segment = segments_[static_cast<std::size_t>(first + i)];
+      const std::int64_t start = plan.window_cu[static_cast<std::size_t>(i)];
+      const std::int64_t halo =
+          plan.window_cu[static_cast<std::size_t>(i + 1)] - start - segment.length;
+      copy_rows(state.halo, halo_row, window, start, halo);
+      copy_rows(raw, segment.local_begin, window, start + halo, segment.length);
+      copy_rows(mixed_grad, segment.local_begin, window_grad, start + halo, segment.length);
+      halo_row += halo;
+    }
+  }
+  const Tensor window_input_grad = scratch.allocate(window.shape(), dtype);
+  if (window.size(0) > 0) {
+    ops::causal_conv1d_silu_backward(ctx, window_grad, window, conv_weight, window_cu,
+                                     window_input_grad, dconv_weight);
+  }
+  // Own rows' input gradients from the own windows, plus what the other ranks' windows send
+  // back to this rank's tails.
+  const Tensor raw_grad = scratch.allocate(raw.shape(), dtype);
+  const Tensor tail_grads = scratch.zeros({plan.tail_rows, channels}, dtype);
+  {
+    std::int64_t halo_row = 0;
+    for (std::int64_t i = 0; i < own; ++i) {
+      const Segment& segment = segments_[static_cast<std::size_t>(first + i)];
+      const std::int64_t start = plan.window_cu[static_cast<std::size_t>(i)];
+      const std::int64_t halo =
+          plan.window_cu[static_cast<std::size_t>(i + 1)] - start - segment.length;
+      for (std::int64_t j = 0; j < halo; ++j) {
+        add_row(window_input_grad, start + j, tail_grads,
+                plan.halo_source[static_cast<std::size_t>(halo_row + j)]);
+      }
+      copy_rows(window_input_grad, start + halo, raw_grad, segment.local_begin, segment.length);
+      halo_row += halo;
+    }
+  }
+  {
+    ScopedMilliseconds timer(cp_time());
+    group_->all_reduce(tail_grads.raw_data(), tail_grads.raw_data(),
+                       static_cast<std::size_t>(tail_grads.numel()), dtype, dist::ReduceOp::sum);
+  }
+  for (std::int64_t s = first; s < end; ++s) {
+    const Segment& segment = segments_[static_cast<std::size_t>(s)];
+    const std::int64_t length = plan.tail_length[static_cast<std::size_t>(s)];
+    for (std::int64_t j = 0; j < length; ++j) {
+      add_row(tail_grads, plan.tail_offset[static_cast<std::size_t>(s)] + j, raw_grad,
+              segment.local_begin + segment.length - length + j);
+    }
+  }
+  unpack_channels(raw_grad, dq_raw, dk_raw, dv_raw);
+}
+
+}  // namespace dyncp::parallel
