@@ -1,15 +1,18 @@
-// Context parallelism of the Gated DeltaNet's sequence-level part: on every group the world
-// splits into (whole world, pairs, single ranks), each rank holding zigzag chunks r and 2c-1-r
-// of every sequence, the CP context gives exactly this rank's rows of what the one-rank
-// context computes on the whole sequences (out, dq/dk/dv before the conv, dg, dbeta), and the
-// group's conv weight gradients sum to the one-rank gradient. Sequence lengths mix several
-// recurrence chunks, a sequence of exactly 2c rows (one row per zigzag chunk, shorter than the
-// conv window) and an empty one.
+// Context parallelism of the Gated DeltaNet's sequence-level part, both implementations: on
+// every group the world splits into (whole world, pairs, single ranks), each rank holding
+// zigzag chunks r and 2c-1-r of every sequence, the CP context gives exactly this rank's rows
+// of what the one-rank context computes on the whole sequences (out, dq/dk/dv before the conv,
+// dg, dbeta) for two layers in a row, and the group's conv weight gradients sum to the
+// one-rank gradient. The state-passing context must also run the recurrence on its own rows
+// only. Sequence lengths mix several recurrence chunks, sequences of 2c rows for c = 4 and for
+// the group's own c (segments of one row, shorter than the conv window: halos reach over
+// several earlier segments) and an empty one.
 #include "parallel/cp_linear_attention.hpp"
 
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "core/arena.hpp"
@@ -17,6 +20,7 @@
 #include "dist/comm.hpp"
 #include "model/local_seams.hpp"
 #include "mpi_test_world.hpp"
+#include "parallel/cp_linear_attention_states.hpp"
 
 namespace dyncp::parallel {
 namespace {
@@ -91,27 +95,38 @@ struct Outputs {
   Tensor out, dq, dk, dv, dg, dbeta, dconv;
 };
 
-Outputs run(model::LinearAttentionContext& context_impl, const Whole& in,
-            const model::LocalBinLayout& layout, const Tensor& conv_weight) {
+// Forward of every layer in order, then backward in reverse (as the model runs a bin).
+std::vector<Outputs> run(model::LinearAttentionContext& context_impl, const Whole& in,
+                         const model::LocalBinLayout& layout,
+                         const std::vector<Tensor>& conv_weights) {
   core::Arena activations("activations", 1 << 20);
   core::Arena scratch("scratch", 1 << 20);
   model::SeamContext context{{}, &activations, &scratch};
   context.ops.scratch = &scratch;
-  Outputs o{
-      Tensor::zeros(in.v.shape(), DType::f32),       Tensor::zeros(in.q.shape(), DType::f32),
-      Tensor::zeros(in.k.shape(), DType::f32),       Tensor::zeros(in.v.shape(), DType::f32),
-      Tensor::zeros(in.g.shape(), DType::f32),       Tensor::zeros(in.beta.shape(), DType::f32),
-      Tensor::zeros(conv_weight.shape(), DType::f32)};
+  std::vector<Outputs> o;
+  for (const Tensor& conv_weight : conv_weights) {
+    o.push_back({Tensor::zeros(in.v.shape(), DType::f32), Tensor::zeros(in.q.shape(), DType::f32),
+                 Tensor::zeros(in.k.shape(), DType::f32), Tensor::zeros(in.v.shape(), DType::f32),
+                 Tensor::zeros(in.g.shape(), DType::f32),
+                 Tensor::zeros(in.beta.shape(), DType::f32),
+                 Tensor::zeros(conv_weight.shape(), DType::f32)});
+  }
   context_impl.begin_bin(context, layout);
-  model::LinearAttentionSaved saved;
-  context_impl.forward(context, 0, dims(), in.q, in.k, in.v, conv_weight, in.g, in.beta, o.out,
-                       saved);
-  context_impl.backward(context, 0, dims(), in.dout, in.q, in.k, in.v, conv_weight, in.g, in.beta,
-                        saved, o.dq, o.dk, o.dv, o.dconv, o.dg, o.dbeta);
+  std::vector<model::LinearAttentionSaved> saved(conv_weights.size());
+  for (std::size_t l = 0; l < conv_weights.size(); ++l) {
+    context_impl.forward(context, static_cast<int>(l), dims(), in.q, in.k, in.v, conv_weights[l],
+                         in.g, in.beta, o[l].out, saved[l]);
+  }
+  for (std::size_t l = conv_weights.size(); l-- > 0;) {
+    context_impl.backward(context, static_cast<int>(l), dims(), in.dout, in.q, in.k, in.v,
+                          conv_weights[l], in.g, in.beta, saved[l], o[l].dq, o[l].dk, o[l].dv,
+                          o[l].dconv, o[l].dg, o[l].dbeta);
+  }
   return o;
 }
 
-void check_group(dist::Comm& group, const std::vector<std::int32_t>& lengths) {
+template <typename Context>
+void check_group(dist::Comm& group, const std::vector<std::int32_t>& lengths, double tolerance) {
   const int c = group.size();
   // The whole bin (one rank's view) and this rank's zigzag rows of it.
   std::vector<std::int32_t> whole_cu{0}, whole_positions, cu{0}, positions;
@@ -133,67 +148,101 @@ void check_group(dist::Comm& group, const std::vector<std::int32_t>& lengths) {
   const auto whole_rows = static_cast<std::int64_t>(whole_positions.size());
   const auto local_rows = static_cast<std::int64_t>(positions.size());
   const Whole whole = make_whole(whole_rows);
-  Tensor conv_weight = Tensor::zeros({kConvChannels, kKernel}, DType::f32);
+  // Two layers with different conv weights: the context keeps per-layer state for backward.
+  std::vector<Tensor> conv_weights;
   core::Rng rng(11, core::RngPurpose::test);
-  for (std::int64_t i = 0; i < conv_weight.numel(); ++i)
-    conv_weight.data<float>()[i] = static_cast<float>(rng.uniform() - 0.5);
+  for (int layer = 0; layer < 2; ++layer) {
+    conv_weights.push_back(Tensor::zeros({kConvChannels, kKernel}, DType::f32));
+    for (std::int64_t i = 0; i < conv_weights.back().numel(); ++i)
+      conv_weights.back().data<float>()[i] = static_cast<float>(rng.uniform() - 0.5);
+  }
 
   model::LocalLinearAttentionContext local;
-  const Outputs reference = run(
+  const std::vector<Outputs> reference = run(
       local, whole,
       {Tensor::view_of(whole_cu.data(), {static_cast<std::int64_t>(whole_cu.size())}, DType::i32),
        Tensor::view_of(whole_positions.data(), {whole_rows}, DType::i32)},
-      conv_weight);
+      conv_weights);
 
   const Whole mine{pick_rows(whole.q, own_rows),    pick_rows(whole.k, own_rows),
                    pick_rows(whole.v, own_rows),    pick_rows(whole.g, own_rows),
                    pick_rows(whole.beta, own_rows), pick_rows(whole.dout, own_rows)};
-  CpLinearAttentionContext cp;
+  Context cp;
   cp.set_group(&group);
-  const Outputs actual =
+  const std::vector<Outputs> actual =
       run(cp, mine,
           {Tensor::view_of(cu.data(), {static_cast<std::int64_t>(cu.size())}, DType::i32),
            Tensor::view_of(positions.data(), {local_rows}, DType::i32)},
-          conv_weight);
-  group.all_reduce(
-      std::span<float>(actual.dconv.data<float>(), static_cast<std::size_t>(actual.dconv.numel())),
-      dist::ReduceOp::sum);
+          conv_weights);
 
   INFO("group '" << group.name() << "' of " << c << ", rank " << group.rank());
-  CHECK(relative_difference(actual.out, pick_rows(reference.out, own_rows)) <= 1e-6);
-  CHECK(relative_difference(actual.dq, pick_rows(reference.dq, own_rows)) <= 1e-6);
-  CHECK(relative_difference(actual.dk, pick_rows(reference.dk, own_rows)) <= 1e-6);
-  CHECK(relative_difference(actual.dv, pick_rows(reference.dv, own_rows)) <= 1e-6);
-  CHECK(relative_difference(actual.dg, pick_rows(reference.dg, own_rows)) <= 1e-6);
-  CHECK(relative_difference(actual.dbeta, pick_rows(reference.dbeta, own_rows)) <= 1e-6);
-  // Summed over the group, the weight gradient is the one-rank gradient, counted once.
-  CHECK(relative_difference(actual.dconv, reference.dconv) <= 1e-6);
+  if constexpr (std::is_same_v<Context, CpStatePassingLinearAttentionContext>) {
+    // The work is divided: this rank ran the recurrence on its own rows, once per layer.
+    CHECK(cp.recurrence_rows() == (c > 1 ? 2 * local_rows : 0));
+  }
+  for (std::size_t l = 0; l < actual.size(); ++l) {
+    INFO("layer " << l);
+    const Outputs& a = actual[l];
+    const Outputs& r = reference[l];
+    group.all_reduce(
+        std::span<float>(a.dconv.data<float>(), static_cast<std::size_t>(a.dconv.numel())),
+        dist::ReduceOp::sum);
+    CHECK(relative_difference(a.out, pick_rows(r.out, own_rows)) <= tolerance);
+    CHECK(relative_difference(a.dq, pick_rows(r.dq, own_rows)) <= tolerance);
+    CHECK(relative_difference(a.dk, pick_rows(r.dk, own_rows)) <= tolerance);
+    CHECK(relative_difference(a.dv, pick_rows(r.dv, own_rows)) <= tolerance);
+    CHECK(relative_difference(a.dg, pick_rows(r.dg, own_rows)) <= tolerance);
+    CHECK(relative_difference(a.dbeta, pick_rows(r.dbeta, own_rows)) <= tolerance);
+    // Each rank adds its own rows' part: the sum over the group is the one-rank gradient.
+    CHECK(relative_difference(a.dconv, r.dconv) <= tolerance);
+  }
 }
 
-TEST_CASE("CP DeltaNet context equals whole-sequence DeltaNet on every group", "[cp_linear]") {
+// Multiples of 2c for c = 4: every group can shard them; plus one of exactly 2c rows for the
+// group at hand (one row per zigzag chunk).
+std::vector<std::int32_t> mixed_lengths(const dist::Comm& group) {
+  return {40, 8, 0, 24, 2 * group.size(), 64};
+}
+
+template <typename Context>
+void check_every_group(double tolerance) {
   dist::Comm& world = dist::testing::test_world();
   const auto pairs = world.split(world.rank() / 2, world.rank(), "pair");
   const auto singles = world.split(world.rank(), 0, "single");
-  // Multiples of 2c for c = 4: every group can shard them.
-  const std::vector<std::int32_t> lengths{40, 8, 0, 24, 64};
-  check_group(world, lengths);
-  if (world.size() % 2 == 0) check_group(*pairs, lengths);
-  check_group(*singles, lengths);
+  check_group<Context>(world, mixed_lengths(world), tolerance);
+  if (world.size() % 2 == 0) check_group<Context>(*pairs, mixed_lengths(*pairs), tolerance);
+  check_group<Context>(*singles, mixed_lengths(*singles), tolerance);
 }
 
-TEST_CASE("CP DeltaNet context rejects a group whose shards miss a position", "[cp_linear]") {
+// Every rank claims the first chunk: positions repeat and others are missing.
+template <typename Context>
+void check_rejects_missing_position() {
   dist::Comm& world = dist::testing::test_world();
   if (world.size() == 1) return;
-  // Every rank claims the first chunk: positions repeat and others are missing.
   std::vector<std::int32_t> cu{0, 2}, positions{0, 1};
   core::Arena activations("activations", 1 << 16);
   core::Arena scratch("scratch", 1 << 16);
-  CpLinearAttentionContext cp;
+  Context cp;
   cp.set_group(&world);
   REQUIRE_THROWS_WITH(cp.begin_bin({{}, &activations, &scratch},
                                    {Tensor::view_of(cu.data(), {2}, DType::i32),
                                     Tensor::view_of(positions.data(), {2}, DType::i32)}),
                       Catch::Contains("exactly once"));
+}
+
+TEST_CASE("Whole-sequence DeltaNet context equals one rank on every group", "[cp_linear]") {
+  // The same whole-sequence arithmetic as one rank: round-off only from the gathers' order.
+  check_every_group<CpLinearAttentionContext>(1e-6);
+}
+
+TEST_CASE("State-passing DeltaNet context equals one rank on every group", "[cp_linear]") {
+  // Chunks restart at each segment: the same function, another order of operations.
+  check_every_group<CpStatePassingLinearAttentionContext>(1e-5);
+}
+
+TEST_CASE("Both DeltaNet contexts reject a group whose shards miss a position", "[cp_linear]") {
+  check_rejects_missing_position<CpLinearAttentionContext>();
+  check_rejects_missing_position<CpStatePassingLinearAttentionContext>();
 }
 
 }  // namespace
