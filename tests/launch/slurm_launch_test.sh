@@ -42,6 +42,11 @@ trap cleanup EXIT
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # Slurm's default ports unless taken (a real slurmctld, a concurrent run): then a free pair.
+# One local cluster of this test at a time on the machine: a concurrent run (another build
+# tree's ctest) waits here until this one exits. Two clusters side by side on distinct ports
+# still fail task launches (both slurmd are node "localhost"), so ports alone are not enough.
+exec 9>"${TMPDIR:-/tmp}/dyncp-slurm-launch-test.lock"
+flock -w 240 9 || fail "another launch test held ${TMPDIR:-/tmp}/dyncp-slurm-launch-test.lock for 4 minutes"
 ctld_port=${DYNCP_SLURM_CTLD_PORT:-6817}
 slurmd_port=${DYNCP_SLURM_D_PORT:-6818}
 if port_in_use "$ctld_port" || port_in_use "$slurmd_port"; then
@@ -55,7 +60,7 @@ if port_in_use "$ctld_port" || port_in_use "$slurmd_port"; then
 fi
 export DYNCP_SLURM_CTLD_PORT=$ctld_port DYNCP_SLURM_D_PORT=$slurmd_port
 
-DYNCP_SLURM_CPUS=8 "$source_dir/tools/slurm/local-up.sh" "$base" \
+DYNCP_SLURM_CPUS=8 "$source_dir/tools/slurm/local-up.sh" "$base" 9>&- \
   || fail "could not bring up the local Slurm cluster (see the message above)"
 export SLURM_CONF=$base/slurm.conf
 echo "cluster up in $((SECONDS - started)) s (slurmctld port $ctld_port, slurmd port $slurmd_port)"
