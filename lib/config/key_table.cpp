@@ -69,14 +69,16 @@ void append_parallel_keys(std::vector<KeySpec>& keys) {
   keys.push_back(make_key("model.recompute_granularity", DYNCP_FIELD(model.recompute_granularity),
                           "Activation recomputation; unset: none",
                           {.rules = "full is built; selective is not"}));
-  keys.push_back(make_key(
-      "model.recompute_method", DYNCP_FIELD(model.recompute_method),
-      "Which layers full recomputation covers",
-      {.rules = "only with recompute_granularity=full", .feature = "activation recomputation"}));
   keys.push_back(
-      make_key("model.recompute_num_layers", DYNCP_FIELD(model.recompute_num_layers),
-               "Layers per recomputation unit",
-               {.rules = "only with recompute_method set", .feature = "activation recomputation"}));
+      make_key("model.recompute_method", DYNCP_FIELD(model.recompute_method),
+               "Which layers full recomputation covers: uniform (every layer) or block (the first "
+               "recompute_num_layers)",
+               {.rules = "only with recompute_granularity=full; default uniform"}));
+  keys.push_back(make_key(
+      "model.recompute_num_layers", DYNCP_FIELD(model.recompute_num_layers),
+      "uniform: layers per recomputation unit (each layer is recomputed on its own, the same "
+      "work with no more memory); block: how many leading layers are recomputed",
+      {.rules = ">= 1; block: at most num_hidden_layers; only with recompute_granularity=full"}));
   keys.push_back(make_key("model.recompute_modules", DYNCP_FIELD(model.recompute_modules),
                           "Modules recomputed under selective recomputation (e.g. moe_act, "
                           "layernorm)",
@@ -173,16 +175,13 @@ void append_training_keys(std::vector<KeySpec>& keys) {
                           "Global gradient-norm clip; 0: off", {.rules = ">= 0"}));
   keys.push_back(make_key("optimizer.use_precision_aware_optimizer",
                           DYNCP_FIELD(optimizer.use_precision_aware_optimizer),
-                          "Keep optimizer state in the dtypes below",
-                          {.feature = "precision-aware optimizer"}));
+                          "Keep optimizer state in the dtypes below"));
   keys.push_back(make_key("optimizer.exp_avg_dtype", DYNCP_FIELD(optimizer.exp_avg_dtype),
-                          "Adam first-moment dtype",
-                          {.rules = "bfloat16 needs use_precision_aware_optimizer",
-                           .feature = "precision-aware optimizer"}));
+                          "Adam first-moment dtype (bfloat16: stored in bf16, updated in fp32)",
+                          {.rules = "bfloat16 needs use_precision_aware_optimizer"}));
   keys.push_back(make_key("optimizer.exp_avg_sq_dtype", DYNCP_FIELD(optimizer.exp_avg_sq_dtype),
-                          "Adam second-moment dtype",
-                          {.rules = "bfloat16 needs use_precision_aware_optimizer",
-                           .feature = "precision-aware optimizer"}));
+                          "Adam second-moment dtype (bfloat16: stored in bf16, updated in fp32)",
+                          {.rules = "bfloat16 needs use_precision_aware_optimizer"}));
   keys.push_back(make_key("scheduler.lr_decay_style", DYNCP_FIELD(scheduler.lr_decay_style),
                           "Learning-rate decay after warm-up"));
   keys.push_back(make_key("scheduler.lr_warmup_iters", DYNCP_FIELD(scheduler.lr_warmup_iters),

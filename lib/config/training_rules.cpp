@@ -81,11 +81,13 @@ void check_optimizer(ConfigContainer& config, ProblemList& problems) {
   if (!optimizer.use_precision_aware_optimizer) {
     if (optimizer.exp_avg_dtype != StateDType::float32) {
       problems.add("optimizer.exp_avg_dtype", to_string(optimizer.exp_avg_dtype),
-                   "non-fp32 optimizer state needs optimizer.use_precision_aware_optimizer=true");
+                   "bf16 optimizer state needs optimizer.use_precision_aware_optimizer=true "
+                   "(set it, or use float32)");
     }
     if (optimizer.exp_avg_sq_dtype != StateDType::float32) {
       problems.add("optimizer.exp_avg_sq_dtype", to_string(optimizer.exp_avg_sq_dtype),
-                   "non-fp32 optimizer state needs optimizer.use_precision_aware_optimizer=true");
+                   "bf16 optimizer state needs optimizer.use_precision_aware_optimizer=true "
+                   "(set it, or use float32)");
     }
   }
 }
@@ -125,6 +127,13 @@ void check_recompute(ModelConfig& model, ProblemList& problems) {
   if (!model.recompute_modules.empty() && !selective) {
     problems.add("model.recompute_modules", "[...]",
                  "only applies with model.recompute_granularity=selective");
+  }
+  if (full && model.recompute_method == RecomputeMethod::block && model.recompute_num_layers &&
+      *model.recompute_num_layers > model.architecture.num_hidden_layers) {
+    problems.add("model.recompute_num_layers", str(*model.recompute_num_layers),
+                 "block recomputes the first n layers; the model has " +
+                     str(model.architecture.num_hidden_layers) +
+                     " (use at most that, or recompute_method=uniform)");
   }
   if (full) {
     if (!model.recompute_method) model.recompute_method = RecomputeMethod::uniform;

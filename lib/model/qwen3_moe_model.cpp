@@ -16,6 +16,9 @@ using core::DType;
 struct Qwen3MoeModel::LayerActivations {
   std::vector<Tensor> layer_inputs;                // L + 1 tensors [T, h]; the last is the output
   std::vector<DecoderLayerActivations> per_layer;  // empty views under recompute
+  // Where each kept layer's saved activations start in the layer arena: released after the
+  // layer's backward (layers are saved in order and released in reverse).
+  std::vector<core::Arena::Mark> saved_from;
 };
 
 namespace {
@@ -61,18 +64,19 @@ Qwen3MoeModel::Qwen3MoeModel(const config::ModelArchitecture& architecture, Mode
       options_(options),
       activations_("model.activations"),
       scratch_("model.scratch") {
-  recompute_ = std::make_unique<core::Arena>("model.recompute");
+  layer_saves_ = std::make_unique<core::Arena>("model.layer_saves");
   layer_activations_ = std::make_unique<LayerActivations>();
   const auto layers = static_cast<std::size_t>(parameters_.architecture().num_hidden_layers);
   layer_activations_->layer_inputs.resize(layers + 1);
   layer_activations_->per_layer.resize(layers);
+  layer_activations_->saved_from.resize(layers);
 }
 
 Qwen3MoeModel::~Qwen3MoeModel() = default;
 
 std::size_t Qwen3MoeModel::activation_high_water_bytes() const {
   return activations_.high_water_bytes() + scratch_.high_water_bytes() +
-         recompute_->high_water_bytes();
+         layer_saves_->high_water_bytes();
 }
 
 BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
@@ -89,7 +93,7 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
         "this layout has no linear-attention seam, which Gated DeltaNet layers need");
   activations_.reset();
   scratch_.reset();
-  recompute_->reset();
+  layer_saves_->reset();
 
   const auto& a = parameters_.architecture();
   const DType dtype = parameters_.all_values().dtype();
@@ -97,11 +101,17 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
   const std::int64_t hidden = a.hidden_size;
   auto& inputs = layer_activations_->layer_inputs;
   auto& per_layer = layer_activations_->per_layer;
+  auto& saved_from = layer_activations_->saved_from;
 
   LayerRunContext run;
   run.seam.ops.device = core::Device::cpu;
   run.seam.ops.scratch = &scratch_;
-  run.seam.activations = options_.recompute_full ? recompute_.get() : &activations_;
+  const auto recomputed = [this](std::size_t layer) {
+    return options_.recompute_full &&
+           (options_.recompute_first_layers < 0 ||
+            static_cast<std::int64_t>(layer) < options_.recompute_first_layers);
+  };
+  run.seam.activations = layer_saves_.get();  // what a layer saves for its backward
   run.seam.scratch = &scratch_;
   run.seams = seams;
   run.architecture = &a;
@@ -123,12 +133,12 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
   ops::embedding_forward(run.seam.ops, bin.token_ids, parameters_.embed_tokens.value, inputs[0]);
   for (std::size_t layer = 0; layer < per_layer.size(); ++layer) {
     inputs[layer + 1] = activations_.allocate({tokens, hidden}, dtype);
-    const auto mark = recompute_->mark();
+    saved_from[layer] = layer_saves_->mark();
     result.aux_loss +=
         decoder_layer_forward(run, static_cast<int>(layer), parameters_.layers[layer],
                               inputs[layer], per_layer[layer], inputs[layer + 1]);
-    // Under recompute only the layer inputs survive; backward rebuilds the rest.
-    if (options_.recompute_full) recompute_->release(mark);
+    // A recomputed layer keeps only its input; backward rebuilds the rest.
+    if (recomputed(layer)) layer_saves_->release(saved_from[layer]);
   }
 
   ops::RmsNormSaved final_norm_saved{activations_.allocate({tokens}, dtype)};
@@ -160,15 +170,17 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
   ops::rmsnorm_backward(run.seam.ops, dnormed_final, inputs.back(), parameters_.final_norm.value,
                         norm_variant, final_norm_saved, grad, parameters_.final_norm.grad);
   for (std::size_t layer = per_layer.size(); layer-- > 0;) {
-    const auto mark = recompute_->mark();
-    if (options_.recompute_full) {
-      const Tensor discarded_output = recompute_->allocate({tokens, hidden}, dtype);
+    // Kept layers sit below this point in reverse order of backward, so releasing to where a
+    // layer's saves start frees exactly that layer; a recomputed one saves above the top.
+    if (recomputed(layer)) {
+      saved_from[layer] = layer_saves_->mark();
+      const Tensor discarded_output = layer_saves_->allocate({tokens, hidden}, dtype);
       decoder_layer_forward(run, static_cast<int>(layer), parameters_.layers[layer], inputs[layer],
                             per_layer[layer], discarded_output);
     }
     decoder_layer_backward(run, static_cast<int>(layer), parameters_.layers[layer], inputs[layer],
                            per_layer[layer], grad);
-    if (options_.recompute_full) recompute_->release(mark);
+    layer_saves_->release(saved_from[layer]);
   }
   ops::embedding_backward(run.seam.ops, bin.token_ids, grad, parameters_.embed_tokens.grad);
   return result;

@@ -17,7 +17,8 @@
 //
 // Activations come from two grow-only arenas owned by the model: after the first bins of the
 // largest size no call allocates heap memory. With recompute (recompute_granularity = full) a
-// layer keeps only its input during forward and re-runs its forward inside backward.
+// recomputed layer keeps only its input during forward and re-runs its forward inside backward;
+// every layer is recomputed, or only the first recompute_first_layers (block method).
 
 #include <cstdint>
 #include <memory>
@@ -46,7 +47,10 @@ struct PackedBin {
 
 struct ModelOptions {
   bool recompute_full = false;  // recompute_granularity = full
-  ExpertRange experts;          // experts held by this rank (default: all)
+  // With recompute_full: recompute only layers [0, n) (recompute_method = block); -1: every
+  // layer (uniform).
+  std::int64_t recompute_first_layers = -1;
+  ExpertRange experts;  // experts held by this rank (default: all)
   // f32 (training) or f64 (finite-difference checks): parameters, gradients and activations.
   // HF checkpoints load into either; the per_token_loss / final_hidden outputs of BinOptions
   // must have the same dtype.
@@ -87,7 +91,11 @@ class Qwen3MoeModel {
   const Qwen3MoeParameters& parameters() const { return parameters_; }
   const config::ModelArchitecture& architecture() const { return parameters_.architecture(); }
   const ModelOptions& options() const { return options_; }
-  void set_recompute_full(bool enabled) { options_.recompute_full = enabled; }
+  // first_layers: recompute only layers [0, first_layers) (block method); -1: every layer.
+  void set_recompute_full(bool enabled, std::int64_t first_layers = -1) {
+    options_.recompute_full = enabled;
+    options_.recompute_first_layers = first_layers;
+  }
 
   // Forward (and backward when options.compute_gradients) over one bin. Token ids outside the
   // vocabulary and malformed bins are data errors.
@@ -100,9 +108,11 @@ class Qwen3MoeModel {
   struct LayerActivations;
   Qwen3MoeParameters parameters_;
   ModelOptions options_;
-  core::Arena activations_;                 // lives for the bin: what backward reads
-  core::Arena scratch_;                     // temporaries, released by each layer / op
-  std::unique_ptr<core::Arena> recompute_;  // one layer's activations under recompute
+  core::Arena activations_;  // lives for the bin: what backward reads
+  core::Arena scratch_;      // temporaries, released by each layer / op
+  // What layers save for their backward: kept layers' saves stacked in order and released
+  // after each one's backward; a recomputed layer's only while it runs.
+  std::unique_ptr<core::Arena> layer_saves_;
   std::unique_ptr<LayerActivations> layer_activations_;
 };
 

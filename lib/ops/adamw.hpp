@@ -6,6 +6,9 @@
 //   v ← β2 v + (1 − β2) g²
 //   p ← p − lr · (m / (1 − β1^t)) / (sqrt(v / (1 − β2^t)) + eps)
 // param, grad, exp_avg (m), exp_avg_sq (v): same shape and float dtype (fp32 master weights).
+// Precision-aware optimizer: with an f32 param either moment may instead be bf16 storage; it is
+// read into fp32, updated as above and rounded to nearest even when stored, and the parameter
+// update uses the moments as stored.
 
 #include <cstdint>
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <string>
+#include <tuple>
 
 #include "ops/adamw.hpp"
 #include "ops/elementwise.hpp"
@@ -10,39 +11,90 @@
 
 namespace dyncp::ops {
 
+namespace {
+
+// Moments stored as bf16 (the precision-aware optimizer): each element is widened to fp32, updated
+// with the same arithmetic as the fp32 path and rounded to nearest even on the way back, so only
+// the storage differs. Either moment may be bf16 independently.
+struct Bf16Moment {
+  std::uint16_t* bits;
+  float load(std::int64_t i) const { return core::bf16_bits_to_float(bits[i]); }
+  void store(std::int64_t i, float value) const { bits[i] = core::float_to_bf16_bits(value); }
+};
+
+template <typename T>
+struct PlainMoment {
+  T* values;
+  T load(std::int64_t i) const { return values[i]; }
+  void store(std::int64_t i, T value) const { values[i] = value; }
+};
+
+template <typename T, typename M, typename V>
+void adamw_loop(const Tensor& param, const Tensor& grad, M m, V v, const AdamWParams& params,
+                bool apply_weight_decay, double bias1, double bias2) {
+  T* p = param.data<T>();
+  const T* g = grad.data<T>();
+  const T b1 = static_cast<T>(params.beta1), b2 = static_cast<T>(params.beta2),
+          eps = static_cast<T>(params.eps);
+  const T decay = apply_weight_decay ? static_cast<T>(params.lr * params.weight_decay) : T(0);
+  const T scale = static_cast<T>(params.grad_scale);
+  const T step_size = static_cast<T>(params.lr / bias1);
+  const T inv_sqrt_bias2 = static_cast<T>(1.0 / std::sqrt(bias2));
+  for (std::int64_t i = 0; i < param.numel(); ++i) {
+    const T gi = g[i] * scale;
+    p[i] -= decay * p[i];
+    const T mi = b1 * m.load(i) + (T(1) - b1) * gi;
+    const T vi = b2 * v.load(i) + (T(1) - b2) * gi * gi;
+    m.store(i, mi);
+    v.store(i, vi);
+    // m̂ / (sqrt(v̂) + eps) with m̂ = m / bias1, v̂ = v / bias2, from the moments as stored
+    p[i] -= step_size * m.load(i) / (std::sqrt(v.load(i)) * inv_sqrt_bias2 + eps);
+  }
+}
+
+}  // namespace
+
 void adamw_step(const OpContext& ctx, const Tensor& param, const Tensor& grad,
                 const Tensor& exp_avg, const Tensor& exp_avg_sq, const AdamWParams& params,
                 bool apply_weight_decay) {
   constexpr std::string_view op = "adamw_step";
-  detail::require_float_operands(
-      op, ctx,
-      {{"param", &param}, {"grad", &grad}, {"exp_avg", &exp_avg}, {"exp_avg_sq", &exp_avg_sq}});
+  detail::require_float_operands(op, ctx, {{"param", &param}, {"grad", &grad}});
+  const bool bf16_avg = exp_avg.defined() && exp_avg.dtype() == DType::bf16;
+  const bool bf16_avg_sq = exp_avg_sq.defined() && exp_avg_sq.dtype() == DType::bf16;
+  for (const auto& [name, moment, bf16] : {std::tuple{"exp_avg", &exp_avg, bf16_avg},
+                                           std::tuple{"exp_avg_sq", &exp_avg_sq, bf16_avg_sq}}) {
+    if (bf16) {
+      detail::require_device(op, ctx, name, *moment);
+      if (param.dtype() != DType::f32)
+        detail::fail(op, std::string(name) + " in bf16 needs f32 param, got " + param.describe());
+    } else {
+      detail::require_dtype(op, name, *moment, param.dtype());
+      detail::require_device(op, ctx, name, *moment);
+    }
+  }
   detail::require_shape(op, "grad", grad, param.shape());
   detail::require_shape(op, "exp_avg", exp_avg, param.shape());
   detail::require_shape(op, "exp_avg_sq", exp_avg_sq, param.shape());
   if (params.step < 1) detail::fail(op, "step must be >= 1, got " + std::to_string(params.step));
   const double bias1 = 1.0 - std::pow(params.beta1, static_cast<double>(params.step));
   const double bias2 = 1.0 - std::pow(params.beta2, static_cast<double>(params.step));
+  if (bf16_avg || bf16_avg_sq) {
+    const auto run = [&](auto m, auto v) {
+      adamw_loop<float>(param, grad, m, v, params, apply_weight_decay, bias1, bias2);
+    };
+    if (bf16_avg && bf16_avg_sq) {
+      run(Bf16Moment{exp_avg.bf16_bits()}, Bf16Moment{exp_avg_sq.bf16_bits()});
+    } else if (bf16_avg) {
+      run(Bf16Moment{exp_avg.bf16_bits()}, PlainMoment<float>{exp_avg_sq.data<float>()});
+    } else {
+      run(PlainMoment<float>{exp_avg.data<float>()}, Bf16Moment{exp_avg_sq.bf16_bits()});
+    }
+    return;
+  }
   detail::dispatch_float(op, param.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    T* p = param.data<T>();
-    const T* g = grad.data<T>();
-    T* m = exp_avg.data<T>();
-    T* v = exp_avg_sq.data<T>();
-    const T b1 = static_cast<T>(params.beta1), b2 = static_cast<T>(params.beta2),
-            eps = static_cast<T>(params.eps);
-    const T decay = apply_weight_decay ? static_cast<T>(params.lr * params.weight_decay) : T(0);
-    const T scale = static_cast<T>(params.grad_scale);
-    const T step_size = static_cast<T>(params.lr / bias1);
-    const T inv_sqrt_bias2 = static_cast<T>(1.0 / std::sqrt(bias2));
-    for (std::int64_t i = 0; i < param.numel(); ++i) {
-      const T gi = g[i] * scale;
-      p[i] -= decay * p[i];
-      m[i] = b1 * m[i] + (T(1) - b1) * gi;
-      v[i] = b2 * v[i] + (T(1) - b2) * gi * gi;
-      // m̂ / (sqrt(v̂) + eps) with m̂ = m / bias1, v̂ = v / bias2
-      p[i] -= step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bias2 + eps);
-    }
+    adamw_loop<T>(param, grad, PlainMoment<T>{exp_avg.data<T>()},
+                  PlainMoment<T>{exp_avg_sq.data<T>()}, params, apply_weight_decay, bias1, bias2);
   });
 }
 

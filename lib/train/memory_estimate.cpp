@@ -139,6 +139,12 @@ MemoryEstimate estimate_memory(const MemoryEstimateInput& input) {
               : "");
   out.lines.push_back({"weights", parameter_bytes, parameters});
   out.lines.push_back({"gradients", parameter_bytes, parameters});
+  const double moment_bytes = input.exp_avg_bytes + input.exp_avg_sq_bytes;
+  const auto dtype_name = [](double bytes) { return bytes == 2 ? "bf16" : "fp32"; };
+  const std::string moment_dtypes = moment_bytes == 8
+                                        ? ""
+                                        : std::string(", ") + dtype_name(input.exp_avg_bytes) +
+                                              " + " + dtype_name(input.exp_avg_sq_bytes);
   if (input.distributed_optimizer && input.pool_size > 1) {
     const std::int64_t pool = input.pool_size;
     // This rank's experts are split over the pool / ep ranks of its expert-DP group.
@@ -147,19 +153,21 @@ MemoryEstimate estimate_memory(const MemoryEstimateInput& input) {
     const std::int64_t expert_shards = std::max<std::int64_t>(pool / ep, 1);
     const double owned = static_cast<double>((dense + pool - 1) / pool +
                                              (experts + expert_shards - 1) / expert_shards);
-    out.lines.push_back({"AdamW moments", 2 * owned * bytes_per_value,
+    out.lines.push_back({"AdamW moments", owned * moment_bytes,
                          "exp_avg + exp_avg_sq of this rank's pieces: dense over " +
                              std::to_string(pool) + " pool ranks, experts over " +
                              std::to_string(expert_shards) +
-                             " expert-DP ranks (distributed optimizer)"});
-    out.parameter_state_bytes = 2 * parameter_bytes + 2 * owned * bytes_per_value;
+                             " expert-DP ranks (distributed optimizer)" + moment_dtypes});
+    out.parameter_state_bytes = 2 * parameter_bytes + owned * moment_bytes;
   } else {
-    out.lines.push_back({"AdamW moments", 2 * parameter_bytes,
-                         "exp_avg + exp_avg_sq of every parameter this rank holds"});
-    out.parameter_state_bytes = 4 * parameter_bytes;
+    const double moments = static_cast<double>(out.num_parameters) * moment_bytes;
+    out.lines.push_back(
+        {"AdamW moments", moments,
+         "exp_avg + exp_avg_sq of every parameter this rank holds" + moment_dtypes});
+    out.parameter_state_bytes = 2 * parameter_bytes + moments;
   }
 
-  double all_layers = 0;
+  double kept_layers = 0;  // saved for backward through the whole bin
   double largest_layer = 0;
   bool any_moe = false;
   for (std::int64_t layer = 0; layer < a.num_hidden_layers; ++layer) {
@@ -173,8 +181,13 @@ MemoryEstimate estimate_memory(const MemoryEstimateInput& input) {
         mixer + (moe ? moe_saved_per_token(s, input.expert_model_parallel_size) +
                            shared_expert_saved_per_token(a)
                      : dense_saved_per_token(s));
-    all_layers += per_token;
-    largest_layer = std::max(largest_layer, per_token);
+    const bool recomputed = input.recompute_full && (input.recompute_first_layers < 0 ||
+                                                     layer < input.recompute_first_layers);
+    if (recomputed) {
+      largest_layer = std::max(largest_layer, per_token);
+    } else {
+      kept_layers += per_token;
+    }
   }
   const std::string at_tokens = "at " + std::to_string(input.tokens_per_rank) + " tokens/rank";
   const double residual_stream =
@@ -182,13 +195,22 @@ MemoryEstimate estimate_memory(const MemoryEstimateInput& input) {
   out.lines.push_back({"layer inputs + final norm", residual_stream,
                        std::to_string(a.num_hidden_layers + 1) +
                            " layer inputs + final norm and gradients, [T, h] each, " + at_tokens});
-  if (input.recompute_full) {
+  if (!input.recompute_full) {
+    out.lines.push_back({"saved activations", kept_layers * tokens * bytes_per_value,
+                         "every layer, incl. " + std::to_string(a.num_experts_per_tok) +
+                             " top-k copies per token"});
+  } else if (kept_layers == 0) {
     out.lines.push_back({"saved activations", (largest_layer + s.hidden) * tokens * bytes_per_value,
                          "one layer at a time (recompute full)"});
   } else {
-    out.lines.push_back({"saved activations", all_layers * tokens * bytes_per_value,
-                         "every layer, incl. " + std::to_string(a.num_experts_per_tok) +
-                             " top-k copies per token"});
+    // Kept layers are released as backward passes them and the recomputed (first) layers come
+    // last, so the peak is the larger of the two phases.
+    out.lines.push_back(
+        {"saved activations",
+         std::max(kept_layers, largest_layer + s.hidden) * tokens * bytes_per_value,
+         "layers past the first " + std::to_string(input.recompute_first_layers) +
+             " kept until their backward, then one recomputed layer at a time (recompute "
+             "block)"});
   }
   out.lines.push_back({"backward scratch",
                        backward_scratch_per_token(s, any_moe) * tokens * bytes_per_value,
@@ -227,6 +249,8 @@ MemoryEstimateInput memory_estimate_input(const config::ConfigContainer& config)
   input.architecture.resolve();
   input.tokens_per_rank = config.model.max_seqlen_per_dp_cp_rank.value_or(config.model.seq_length);
   input.recompute_full = config.model.recompute_granularity == config::RecomputeGranularity::full;
+  if (input.recompute_full && config.model.recompute_method == config::RecomputeMethod::block)
+    input.recompute_first_layers = config.model.recompute_num_layers.value_or(1);
   const auto& sizes = config.layout.dynamic_group_sizes;
   input.largest_cp_group = sizes.empty() ? config.model.context_parallel_size
                                          : *std::max_element(sizes.begin(), sizes.end());
@@ -235,6 +259,11 @@ MemoryEstimateInput memory_estimate_input(const config::ConfigContainer& config)
   input.expert_model_parallel_size = config.model.expert_model_parallel_size;
   input.pool_size = config.layout.pool_size;
   input.distributed_optimizer = config.ddp.use_distributed_optimizer;
+  const auto moment_bytes = [](config::StateDType dtype) {
+    return dtype == config::StateDType::bfloat16 ? 2.0 : 4.0;
+  };
+  input.exp_avg_bytes = moment_bytes(config.optimizer.exp_avg_dtype);
+  input.exp_avg_sq_bytes = moment_bytes(config.optimizer.exp_avg_sq_dtype);
   input.cp_comm_type = config.model.cp_comm_type;
   return input;
 }

@@ -3,10 +3,11 @@
 // peak with. Every buffer is fp32, as the model computes in fp32.
 //
 // Persistent state: weights, gradients, AdamW exp_avg and exp_avg_sq, 4 bytes per parameter
-// each, of the parameters a rank holds: every dense one, and under EP only its E/ep experts of
-// every MoE layer (the router stays whole). With the distributed optimizer the moments cover
-// only this rank's pieces: ceil(dense / pool) + ceil(held experts / (pool / ep)) elements (an
-// EP index's experts are split over its pool / ep expert-DP ranks).
+// each (a bf16 moment of the precision-aware optimizer: 2), of the parameters a rank holds: every
+// dense one, and under EP only its E/ep experts of every MoE layer (the router stays whole). With
+// the distributed optimizer the moments cover only this rank's pieces: ceil(dense / pool) +
+// ceil(held experts / (pool / ep)) elements (an EP index's experts are split over its pool / ep
+// expert-DP ranks).
 //
 // Per-bin memory at T = max_seqlen_per_dp_cp_rank local tokens (a zigzag shard never holds
 // more rows than that), following what lib/model saves for backward:
@@ -16,7 +17,8 @@
 //                     statistics, residual mid, normed mid) and MoE (router probs, top-k ids and
 //                     weights, permute plan, x_perm and y_perm = k copies of the hidden state,
 //                     expert gate_up and hidden rows, the EP-received rows) or dense MLP;
-//                     all layers, or one layer (plus its discarded output) under recompute full
+//                     all layers, or one layer (plus its discarded output) under recompute full;
+//                     with the block method the layers not recomputed keep theirs
 //   backward scratch  one layer's temporaries (dq/dk/dv, d attention, MoE dy/dx_perm, d router)
 //   cross-entropy     one token_chunk x vocab_chunk logits tile and its row buffers
 //   CP all-gather     K and V of the largest group (c x T rows), their rank-order staging copy
@@ -39,10 +41,13 @@ struct MemoryEstimateInput {
   config::ModelArchitecture architecture;
   std::int64_t tokens_per_rank = 4096;  // max_seqlen_per_dp_cp_rank
   bool recompute_full = false;
-  std::int64_t largest_cp_group = 1;  // largest runtime CP group a bin may use
+  std::int64_t recompute_first_layers = -1;  // block method: only layers [0, n); -1: all
+  std::int64_t largest_cp_group = 1;         // largest runtime CP group a bin may use
   std::int64_t expert_model_parallel_size = 1;
   std::int64_t pool_size = 1;          // dp x cp: the dense state's shards
   bool distributed_optimizer = false;  // ddp.use_distributed_optimizer
+  double exp_avg_bytes = 4;            // per element: 4 fp32, 2 bf16 (precision-aware optimizer)
+  double exp_avg_sq_bytes = 4;
   config::CpCommType cp_comm_type = config::CpCommType::all_gather;
   std::int64_t cross_entropy_token_chunk = 256;  // model::ModelOptions defaults
   std::int64_t cross_entropy_vocab_chunk = 32768;

@@ -1,8 +1,11 @@
 #include "train/optimizer.hpp"
 
-#include <cstring>
+#include <cstddef>
+#include <string>
+#include <utility>
 
 #include "core/error.hpp"
+#include "ops/elementwise.hpp"
 
 namespace dyncp::train {
 
@@ -12,7 +15,25 @@ using core::Tensor;
 namespace {
 
 Tensor view(const Tensor& flat, std::int64_t offset, std::int64_t count) {
-  return Tensor::view_of(flat.data<float>() + offset, {count}, DType::f32);
+  auto* base = static_cast<std::byte*>(flat.raw_data());
+  const auto element = static_cast<std::int64_t>(core::dtype_size(flat.dtype()));
+  return Tensor::view_of(base + offset * element, {count}, flat.dtype());
+}
+
+DType moment_dtype(DType dtype, const char* name) {
+  DYNCP_CHECK(dtype == DType::f32 || dtype == DType::bf16,
+              std::string(name) + " is f32 or bf16, got " + std::string(core::dtype_name(dtype)));
+  return dtype;
+}
+
+// fp32 <-> the stored dtype; a plain copy when both are fp32 (bit-identical to before).
+void convert_into(const Tensor& src, const Tensor& dst) {
+  if (src.raw_data() == dst.raw_data()) return;
+  if (src.dtype() == dst.dtype()) {
+    dst.copy_from(src);
+  } else {
+    ops::convert(ops::OpContext{}, src, dst);
+  }
 }
 
 }  // namespace
@@ -23,8 +44,9 @@ AdamWOptimizer::AdamWOptimizer(const model::Qwen3MoeParameters& parameters,
     : settings_(settings),
       values_(parameters.all_values().data<float>()),
       full_shape_(parameters.all_values().shape()),
-      exp_avg_(Tensor::zeros(full_shape_, DType::f32)),
-      exp_avg_sq_(Tensor::zeros(full_shape_, DType::f32)),
+      exp_avg_(Tensor::zeros(full_shape_, moment_dtype(settings.exp_avg_dtype, "exp_avg"))),
+      exp_avg_sq_(
+          Tensor::zeros(full_shape_, moment_dtype(settings.exp_avg_sq_dtype, "exp_avg_sq"))),
       owned_elements_(partition.dense_elements + partition.expert_elements) {
   for (const parallel::ParameterRange& range : partition.ranges)
     add_range(parameters, range, range.offset);
@@ -36,8 +58,10 @@ AdamWOptimizer::AdamWOptimizer(const model::Qwen3MoeParameters& parameters,
       sync_(&sync),
       values_(parameters.all_values().data<float>()),
       full_shape_(parameters.all_values().shape()),
-      exp_avg_(Tensor::zeros({sync.shards().owned_elements}, DType::f32)),
-      exp_avg_sq_(Tensor::zeros({sync.shards().owned_elements}, DType::f32)),
+      exp_avg_(Tensor::zeros({sync.shards().owned_elements},
+                             moment_dtype(settings.exp_avg_dtype, "exp_avg"))),
+      exp_avg_sq_(Tensor::zeros({sync.shards().owned_elements},
+                                moment_dtype(settings.exp_avg_sq_dtype, "exp_avg_sq"))),
       owned_elements_(sync.shards().owned_elements) {
   std::int64_t packed = 0;
   for (const parallel::ParameterRange& range : sync.shards().owned_ranges) {
@@ -73,31 +97,49 @@ void AdamWOptimizer::step(double lr, std::int64_t step, double grad_scale) {
 }
 
 AdamWOptimizer::FullSizeMoments AdamWOptimizer::full_size_moments() const {
-  if (sync_ == nullptr) return {exp_avg_, exp_avg_sq_};
-  return {Tensor::zeros(full_shape_, DType::f32), Tensor::zeros(full_shape_, DType::f32)};
+  if (sync_ != nullptr)
+    return {Tensor::zeros(full_shape_, DType::f32), Tensor::zeros(full_shape_, DType::f32)};
+  FullSizeMoments full;
+  for (const auto& [own, out] :
+       {std::pair{&exp_avg_, &full.exp_avg}, std::pair{&exp_avg_sq_, &full.exp_avg_sq}}) {
+    if (own->dtype() == DType::f32) {
+      *out = *own;
+    } else {
+      *out = Tensor::empty(full_shape_, DType::f32);
+      convert_into(*own, *out);
+    }
+  }
+  return full;
 }
 
 void AdamWOptimizer::gather_full_size_moments(const FullSizeMoments& full) {
   if (sync_ == nullptr) return;
-  sync_->all_gather(full.exp_avg.data<float>(), exp_avg_.data<float>());
-  sync_->all_gather(full.exp_avg_sq.data<float>(), exp_avg_sq_.data<float>());
+  for (const auto& [own, out] :
+       {std::pair{&exp_avg_, &full.exp_avg}, std::pair{&exp_avg_sq_, &full.exp_avg_sq}}) {
+    if (own->dtype() == DType::f32) {
+      sync_->all_gather(out->data<float>(), own->data<float>());
+    } else {
+      const Tensor widened = Tensor::empty(own->shape(), DType::f32);
+      convert_into(*own, widened);
+      sync_->all_gather(out->data<float>(), widened.data<float>());
+    }
+  }
 }
 
 void AdamWOptimizer::load_full_size_moments(const FullSizeMoments& full) {
   DYNCP_CHECK(full.exp_avg.shape() == full_shape_ && full.exp_avg_sq.shape() == full_shape_,
               "full-size moments are laid out like the parameters");
   if (sync_ == nullptr) {
-    if (full.exp_avg.raw_data() != exp_avg_.raw_data()) exp_avg_.copy_from(full.exp_avg);
-    if (full.exp_avg_sq.raw_data() != exp_avg_sq_.raw_data())
-      exp_avg_sq_.copy_from(full.exp_avg_sq);
+    convert_into(full.exp_avg, exp_avg_);
+    convert_into(full.exp_avg_sq, exp_avg_sq_);
     return;
   }
   std::int64_t packed = 0;
   for (const parallel::ParameterRange& range : sync_->shards().owned_ranges) {
-    const auto bytes = static_cast<std::size_t>(range.count) * sizeof(float);
-    std::memcpy(exp_avg_.data<float>() + packed, full.exp_avg.data<float>() + range.offset, bytes);
-    std::memcpy(exp_avg_sq_.data<float>() + packed, full.exp_avg_sq.data<float>() + range.offset,
-                bytes);
+    convert_into(view(full.exp_avg, range.offset, range.count),
+                 view(exp_avg_, packed, range.count));
+    convert_into(view(full.exp_avg_sq, range.offset, range.count),
+                 view(exp_avg_sq_, packed, range.count));
     packed += range.count;
   }
 }

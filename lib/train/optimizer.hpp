@@ -5,12 +5,17 @@
 // Gradient normalisation and clipping arrive as one `grad_scale`.
 //
 // Two ways to hold the state:
-//   replicated   fp32 moments the size of this rank's parameter buffer;
+//   replicated   moments the size of this rank's parameter buffer;
 //   distributed  (ddp.use_distributed_optimizer) moments only for this rank's pieces
 //                (parallel::OptimizerShards: 1/pool of the dense state, 1/expert-DP of its
 //                experts' state), packed; each step updates the pieces of the parameters and
 //                all-gathers them back (parallel::ShardedStateSync).
 // Checkpoints see full-size moments either way (full_size_moments and the calls after it).
+//
+// Each moment is stored in fp32 or, for the precision-aware optimizer, bf16 (update math in
+// fp32, ops::adamw_step). The full-size checkpoint form is always fp32: bf16 widens to it
+// exactly and rounds back to the same bits, and fp32 moments round to nearest even on loading
+// into a bf16 run.
 
 #include <cstdint>
 #include <vector>
@@ -27,6 +32,8 @@ struct AdamWSettings {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.01;
+  core::DType exp_avg_dtype = core::DType::f32;     // f32 or bf16
+  core::DType exp_avg_sq_dtype = core::DType::f32;  // f32 or bf16
 };
 
 class AdamWOptimizer {
@@ -48,15 +55,18 @@ class AdamWOptimizer {
   // order (distributed).
   core::Tensor exp_avg() const { return exp_avg_; }
   core::Tensor exp_avg_sq() const { return exp_avg_sq_; }
-  // Bytes of optimizer state this rank uses (owned elements x 2 moments x 4 bytes).
-  std::int64_t owned_state_bytes() const { return 2 * 4 * owned_elements_; }
+  // Bytes of optimizer state this rank uses (owned elements x (bytes of exp_avg + exp_avg_sq)).
+  std::int64_t owned_state_bytes() const {
+    return static_cast<std::int64_t>(exp_avg_.nbytes() + exp_avg_sq_.nbytes());
+  }
 
   // Moments laid out like parameters.all_values(), the layout-independent checkpoint form.
   struct FullSizeMoments {
     core::Tensor exp_avg;
     core::Tensor exp_avg_sq;
   };
-  // Replicated: the optimizer's own buffers. Distributed: new zeroed buffers.
+  // fp32. Replicated: the optimizer's own fp32 buffers, or copies of its bf16 ones. Distributed:
+  // new zeroed buffers.
   FullSizeMoments full_size_moments() const;
   // Distributed: every owner's pieces into `full` (collective; afterwards the dense ranges and
   // this EP index's experts are complete, as in the replicated buffers). Replicated: nothing.

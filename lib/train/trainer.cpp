@@ -65,6 +65,11 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
   model::ModelOptions model_options;
   model_options.recompute_full =
       model_config.recompute_granularity == config::RecomputeGranularity::full;
+  // uniform: every layer, one at a time (Megatron's chunks of recompute_num_layers recompute
+  // the same layers; one at a time needs no more memory); block: the first n layers only.
+  if (model_options.recompute_full &&
+      model_config.recompute_method == config::RecomputeMethod::block)
+    model_options.recompute_first_layers = model_config.recompute_num_layers.value_or(1);
   model_options.aux_loss =
       model_config.moe_router_load_balancing_type == config::LoadBalancingType::none
           ? ops::MoeAuxLossType::none
@@ -153,6 +158,11 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
   adam.beta2 = config.optimizer.adam_beta2;
   adam.eps = config.optimizer.adam_eps;
   adam.weight_decay = config.optimizer.weight_decay;
+  const auto state_dtype = [](config::StateDType dtype) {
+    return dtype == config::StateDType::bfloat16 ? core::DType::bf16 : core::DType::f32;
+  };
+  adam.exp_avg_dtype = state_dtype(config.optimizer.exp_avg_dtype);
+  adam.exp_avg_sq_dtype = state_dtype(config.optimizer.exp_avg_sq_dtype);
   AdamWOptimizer optimizer =
       engine.sharded_state_sync() != nullptr
           ? AdamWOptimizer(model.parameters(), *engine.sharded_state_sync(), adam)
@@ -328,10 +338,9 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
   {
     // Measured against the --dry-run estimate (train/memory_estimate.hpp).
     const MemoryEstimate estimate = estimate_memory(memory_estimate_input(config));
-    const double state_bytes =
-        4.0 * static_cast<double>(model.parameters().all_values().numel() +
-                                  model.parameters().all_grads().numel() +
-                                  optimizer.exp_avg().numel() + optimizer.exp_avg_sq().numel());
+    const double state_bytes = 4.0 * static_cast<double>(model.parameters().all_values().numel() +
+                                                         model.parameters().all_grads().numel()) +
+                               static_cast<double>(optimizer.owned_state_bytes());
     const double arena_bytes = static_cast<double>(model.activation_high_water_bytes());
     constexpr double mebibyte = 1024.0 * 1024.0;
     spdlog::info(

@@ -221,12 +221,22 @@ TEST_CASE("rule: optimizer and LR schedule values are in range", "[config]") {
   REQUIRE_THROWS_WITH(resolved({"optimizer.min_lr=1"}), Contains("optimizer.min_lr"));
   REQUIRE_THROWS_WITH(resolved({"optimizer.adam_beta2=1"}), Contains("optimizer.adam_beta2"));
   REQUIRE_THROWS_WITH(resolved({"optimizer.exp_avg_dtype=bfloat16"}),
-                      Contains("optimizer.exp_avg_dtype: bfloat16"));
+                      Contains("optimizer.exp_avg_dtype: bfloat16: bf16 optimizer state needs "
+                               "optimizer.use_precision_aware_optimizer=true"));
+  REQUIRE_THROWS_WITH(resolved({"optimizer.exp_avg_sq_dtype=bfloat16"}),
+                      Contains("optimizer.exp_avg_sq_dtype: bfloat16"));
   REQUIRE_THROWS_WITH(
       resolved({"scheduler.lr_warmup_iters=11"}),
       Contains("scheduler.lr_warmup_iters: 11: must be <= scheduler.lr_decay_iters 10"));
   REQUIRE_THROWS_WITH(resolved({"model.recompute_method=uniform"}),
                       Contains("model.recompute_method"));
+  REQUIRE_THROWS_WITH(resolved({"model.recompute_granularity=full", "model.recompute_method=block",
+                                "model.recompute_num_layers=99"}),
+                      Contains("model.recompute_num_layers: 99: block recomputes the first n"));
+  REQUIRE_THROWS_WITH(
+      resolved({"model.recompute_granularity=full", "model.recompute_num_layers=0"}),
+      Contains("model.recompute_num_layers (override 'model.recompute_num_layers=0'): 0: must be "
+               "at least 1"));
   REQUIRE_THROWS_WITH(resolved({"checkpoint.most_recent_k=0"}),
                       Contains("checkpoint.most_recent_k"));
   REQUIRE_THROWS_WITH(resolved({"packing.device_flops_per_second=0"}),
@@ -256,12 +266,16 @@ TEST_CASE("unbuilt features are listed with the keys that ask for them", "[confi
   CHECK(unbuilt_features(resolved()).empty());
   CHECK(unbuilt_features(resolved({"model.cp_comm_type=p2p"})).empty());  // the ring is built
   CHECK(unbuilt_features(resolved({"ddp.use_distributed_optimizer=true"})).empty());
-  const auto features = unbuilt_features(
-      resolved({"mixed_precision=bf16_mixed", "optimizer.use_precision_aware_optimizer=true"}));
-  REQUIRE(features.size() == 2);
-  CHECK_THAT(features[0], Contains("precision-aware optimizer "
-                                   "(optimizer.use_precision_aware_optimizer=true)"));
-  CHECK_THAT(features[1], Contains("bf16 mixed precision (mixed_precision=bf16_mixed)"));
+  // The precision-aware optimizer (bf16 Adam moments) is built.
+  const std::vector<std::string> bf16_moments = {"optimizer.use_precision_aware_optimizer=true",
+                                                 "optimizer.exp_avg_dtype=bfloat16",
+                                                 "optimizer.exp_avg_sq_dtype=bfloat16"};
+  CHECK(unbuilt_features(resolved(bf16_moments)).empty());
+  auto overrides = bf16_moments;
+  overrides.push_back("mixed_precision=bf16_mixed");
+  const auto features = unbuilt_features(resolved(overrides));
+  REQUIRE(features.size() == 1);
+  CHECK_THAT(features[0], Contains("bf16 mixed precision (mixed_precision=bf16_mixed)"));
 }
 
 TEST_CASE("valid but suspicious settings give warnings", "[config]") {

@@ -55,10 +55,31 @@ TEST_CASE("recompute_granularity=full gives bitwise the same loss and gradients"
   const auto model = load_hf_model(testing::fixture_dir(fixture));
   const auto sequences = read_batch_json(testing::fixture_dir(fixture) + "/batch.json");
   const auto stored = testing::run_batch(*model, sequences);
-  model->set_recompute_full(true);
-  const auto recomputed = testing::run_batch(*model, sequences);
-  CHECK(recomputed.result.loss_sum == stored.result.loss_sum);
-  CHECK(recomputed.grads == stored.grads);
+  // Every layer (uniform), then only the first layer or the first two (block): recomputed and
+  // kept layers side by side in one bin.
+  for (const std::int64_t first_layers : {-1, 1, 2}) {
+    INFO("recompute_first_layers " << first_layers);
+    model->set_recompute_full(true, first_layers);
+    const auto recomputed = testing::run_batch(*model, sequences);
+    CHECK(recomputed.result.loss_sum == stored.result.loss_sum);
+    CHECK(recomputed.grads == stored.grads);
+  }
+}
+
+TEST_CASE("block recompute keeps the activations of the layers it does not recompute", "[model]") {
+  const auto model = load_hf_model(testing::fixture_dir("qwen3_moe_a"));
+  const auto sequences = read_batch_json(testing::fixture_dir("qwen3_moe_a") + "/batch.json");
+  const auto high_water = [&](bool recompute, std::int64_t first_layers) {
+    model->set_recompute_full(recompute, first_layers);
+    testing::run_batch(*model, sequences);
+    return model->activation_high_water_bytes();
+  };
+  // Arenas only grow: measure from the least memory to the most.
+  const std::size_t every_layer = high_water(true, -1);
+  const std::size_t first_layer = high_water(true, 1);
+  const std::size_t none = high_water(false, -1);
+  CHECK(every_layer < first_layer);
+  CHECK(first_layer < none);
 }
 
 TEST_CASE("parameter gradients accumulate across bins", "[model]") {

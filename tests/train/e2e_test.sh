@@ -2,7 +2,7 @@
 # End-to-end checks of dyncp-train on the mock smoke recipe, run by ctest:
 #   e2e_test.sh DYNCP_TRAIN SOURCE_DIR CASE
 # CASE: smoke | resume | relayout | relayout_distopt | relayout_ep | sigterm | sigusr1 | enospc |
-# nan | learns | learns_hybrid | ring | hybrid. Each prints what it compares and exits non-zero
+# nan | learns | learns_hybrid | ring | hybrid | bf16_moments. Each prints what it compares and exits non-zero
 # on any mismatch.
 set -euo pipefail
 train=$1
@@ -45,6 +45,53 @@ PY
     cat <(losses "$work/first.jsonl") <(losses "$work/second.jsonl") >"$work/resumed.txt"
     diff "$work/full.txt" "$work/resumed.txt"
     echo "$case_name: 6 losses bitwise equal to the uninterrupted run"
+    ;;
+  bf16_moments)
+    # Precision-aware optimizer (both Adam moments stored in bf16). With the distributed
+    # optimizer: 6 steps uninterrupted versus 3 + save + 3 resumed, bitwise equal losses (the
+    # checkpoint's fp32 moments convert back to the same bf16 bits). Without it: an fp32-moment
+    # checkpoint resumes into a bf16-moment run and a bf16-moment one into an fp32-moment run.
+    bf16=(optimizer.use_precision_aware_optimizer=true optimizer.exp_avg_dtype=bfloat16
+          optimizer.exp_avg_sq_dtype=bfloat16)
+    steps=(scheduler.lr_decay_iters=6)
+    run train.train_iters=6 "${steps[@]}" "${bf16[@]}" ddp.use_distributed_optimizer=true \
+      logger.metrics_path="$work/full.jsonl" >"$work/full.log" 2>&1
+    run train.train_iters=3 "${steps[@]}" "${bf16[@]}" ddp.use_distributed_optimizer=true \
+      checkpoint.save="$work/ckpt" logger.metrics_path="$work/first.jsonl" >"$work/a.log" 2>&1
+    run train.train_iters=6 "${steps[@]}" "${bf16[@]}" ddp.use_distributed_optimizer=true \
+      checkpoint.load="$work/ckpt" logger.metrics_path="$work/second.jsonl" >"$work/b.log" 2>&1
+    losses "$work/full.jsonl" >"$work/full.txt"
+    cat <(losses "$work/first.jsonl") <(losses "$work/second.jsonl") >"$work/resumed.txt"
+    diff "$work/full.txt" "$work/resumed.txt"
+    echo "bf16_moments: 6 losses with bf16 moments bitwise equal to the uninterrupted run"
+    # Cross-dtype resumes, and the fp32-moment trajectory for comparison.
+    run train.train_iters=6 "${steps[@]}" logger.metrics_path="$work/fp32.jsonl" >"$work/c.log" 2>&1
+    run train.train_iters=3 "${steps[@]}" checkpoint.save="$work/ckpt32" >"$work/d.log" 2>&1
+    run train.train_iters=6 "${steps[@]}" "${bf16[@]}" checkpoint.load="$work/ckpt32" \
+      logger.metrics_path="$work/to_bf16.jsonl" >"$work/e.log" 2>&1
+    run train.train_iters=6 "${steps[@]}" checkpoint.load="$work/ckpt" \
+      logger.metrics_path="$work/to_fp32.jsonl" >"$work/f.log" 2>&1
+    python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+def losses(name):
+    return {r["iteration"]: r["loss"] for r in map(json.loads, open(f"{work}/{name}.jsonl"))}
+bf16, fp32 = losses("full"), losses("fp32")
+to_bf16, to_fp32 = losses("to_bf16"), losses("to_fp32")
+assert sorted(to_bf16) == [4, 5, 6] and sorted(to_fp32) == [4, 5, 6], (to_bf16, to_fp32)
+# bf16 storage changes the trajectory, but only by rounding-sized amounts.
+assert any(bf16[i] != fp32[i] for i in range(2, 7)), "bf16 moments left every loss unchanged"
+for it in range(1, 7):
+    assert abs(bf16[it] - fp32[it]) <= 1e-3 * abs(fp32[it]), (it, bf16[it], fp32[it])
+for it in (4, 5, 6):
+    assert abs(to_bf16[it] - fp32[it]) <= 1e-3 * abs(fp32[it]), (it, to_bf16[it], fp32[it])
+    assert abs(to_fp32[it] - bf16[it]) <= 1e-3 * abs(bf16[it]), (it, to_fp32[it], bf16[it])
+def worst(a, b):
+    return max(abs(a[i] - b[i]) / abs(b[i]) for i in a)
+print(f"bf16_moments: worst relative loss difference: bf16 vs fp32 moments {worst(bf16, fp32):.3g}, "
+      f"fp32->bf16 resume vs fp32 run {worst(to_bf16, fp32):.3g}, "
+      f"bf16->fp32 resume vs bf16 run {worst(to_fp32, bf16):.3g}")
+PY
     ;;
   sigterm | sigusr1)
     mpirun -np 4 "$train" --config "$recipe" train.train_iters=100000 checkpoint.save="$work/ckpt" \

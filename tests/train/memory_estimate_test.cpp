@@ -86,6 +86,20 @@ TEST_CASE("memory estimate: grows with tokens per rank, shrinks with recompute",
   CHECK(line_bytes(recompute_estimate, "saved activations") <
         line_bytes(large_estimate, "saved activations"));
   CHECK(recompute_estimate.parameter_state_bytes == large_estimate.parameter_state_bytes);
+  // Block recompute of the first layer of four: between none and every layer (with two layers
+  // it saves nothing: the recomputed layer's activations and the kept one's coexist).
+  const auto saved = [](std::vector<std::string> overrides) {
+    overrides.push_back("model.num_hidden_layers=4");
+    return line_bytes(
+        train::estimate_memory(train::memory_estimate_input(smoke_config(4, overrides))),
+        "saved activations");
+  };
+  const double kept = saved({});
+  const double every = saved({"model.recompute_granularity=full"});
+  const double first = saved({"model.recompute_granularity=full", "model.recompute_method=block",
+                              "model.recompute_num_layers=1"});
+  CHECK(every < first);
+  CHECK(first < kept);
 
   // Weights, gradients and two moments: 16 bytes per parameter.
   CHECK(large_estimate.parameter_state_bytes ==
@@ -150,6 +164,29 @@ TEST_CASE("memory estimate: the distributed optimizer divides the moments over t
   for (const auto& tensor : parameters.hf_tensors())
     if (tensor.is_expert) expert_values += tensor.value.numel();
   CHECK(train::count_expert_parameters(architecture) == expert_values);
+}
+
+TEST_CASE("memory estimate: bf16 optimizer moments take 2 bytes per element each",
+          "[train][memory]") {
+  const std::vector<std::string> bf16 = {"optimizer.use_precision_aware_optimizer=true",
+                                         "optimizer.exp_avg_dtype=bfloat16",
+                                         "optimizer.exp_avg_sq_dtype=bfloat16"};
+  for (const bool distributed : {false, true}) {
+    INFO("distributed optimizer " << distributed);
+    std::vector<std::string> base = {std::string("ddp.use_distributed_optimizer=") +
+                                     (distributed ? "true" : "false")};
+    const auto fp32 = train::estimate_memory(train::memory_estimate_input(smoke_config(4, base)));
+    auto one = base;
+    one.insert(one.end(), {bf16[0], bf16[2]});  // only exp_avg_sq in bf16
+    const auto mixed = train::estimate_memory(train::memory_estimate_input(smoke_config(4, one)));
+    base.insert(base.end(), bf16.begin(), bf16.end());
+    const auto both = train::estimate_memory(train::memory_estimate_input(smoke_config(4, base)));
+    const double moments = line_bytes(fp32, "AdamW moments");
+    CHECK(line_bytes(both, "AdamW moments") == Approx(moments / 2));
+    CHECK(line_bytes(mixed, "AdamW moments") == Approx(moments * 3 / 4));
+    CHECK(fp32.parameter_state_bytes - both.parameter_state_bytes == Approx(moments / 2));
+    CHECK(both.per_bin_bytes == fp32.per_bin_bytes);
+  }
 }
 
 TEST_CASE("memory estimate: EP divides the expert weights, gradients and moments",
