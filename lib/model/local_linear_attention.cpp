@@ -11,13 +11,6 @@ using core::DType;
 
 namespace {
 
-// L2-norm epsilon of HF / FLA's l2norm (qwen-moe.md §3.4 step 4); not the config's rms_norm_eps.
-constexpr double l2norm_eps = 1e-6;
-
-ops::GatedDeltaRuleParams rule_params(const LinearAttentionDims& dims) {
-  return {1.0 / std::sqrt(static_cast<double>(dims.key_head_dim)), dims.chunk_size};
-}
-
 // Rows of the [conv_dim, K] weight for the q, k and v channels.
 struct ConvWeightRows {
   Tensor q, k, v;
@@ -60,10 +53,10 @@ void LocalLinearAttentionContext::forward(const SeamContext& context, int,
   ops::causal_conv1d_silu_forward(ctx, flat(v_raw), weight.v, cu_seqlens_, flat(saved.v));
   saved.q_norm.inv_norm = keep.allocate({tokens * dims.key_heads}, dtype);
   saved.k_norm.inv_norm = keep.allocate({tokens * dims.key_heads}, dtype);
-  ops::l2norm_forward(ctx, saved.q, l2norm_eps, saved.q, saved.q_norm);
-  ops::l2norm_forward(ctx, saved.k, l2norm_eps, saved.k, saved.k_norm);
+  ops::l2norm_forward(ctx, saved.q, linear_attention_l2norm_eps, saved.q, saved.q_norm);
+  ops::l2norm_forward(ctx, saved.k, linear_attention_l2norm_eps, saved.k, saved.k_norm);
 
-  const ops::GatedDeltaRuleParams params = rule_params(dims);
+  const ops::GatedDeltaRuleParams params = dims.rule_params();
   saved.rule.chunk_states =
       keep.allocate({ops::gated_delta_rule_num_chunks(cu_seqlens_, params.chunk_size),
                      dims.value_heads, dims.key_head_dim, dims.value_head_dim},
@@ -86,7 +79,7 @@ void LocalLinearAttentionContext::backward(
   const Tensor dk = scratch.allocate(saved.k.shape(), dtype);
   const Tensor dv = scratch.allocate(saved.v.shape(), dtype);
   const ops::GatedDeltaRuleInputs inputs{saved.q, saved.k, saved.v, g, beta, cu_seqlens_, {}};
-  ops::gated_delta_rule_chunked_backward(ctx, dout, {}, inputs, rule_params(dims), saved.rule,
+  ops::gated_delta_rule_chunked_backward(ctx, dout, {}, inputs, dims.rule_params(), saved.rule,
                                          {dq, dk, dv, dg, dbeta, {}});
   ops::l2norm_backward(ctx, dq, saved.q, saved.q_norm, dq);
   ops::l2norm_backward(ctx, dk, saved.k, saved.k_norm, dk);

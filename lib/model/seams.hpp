@@ -19,6 +19,7 @@
 // whole bin (forward writes what backward reads); `scratch` is for temporaries, released by the
 // caller after each layer.
 
+#include <cmath>
 #include <cstdint>
 
 #include "core/arena.hpp"
@@ -116,7 +117,16 @@ struct LinearAttentionDims {
   std::int64_t key_heads = 0, key_head_dim = 0;      // Hk, dk
   std::int64_t value_heads = 0, value_head_dim = 0;  // Hv, dv
   int chunk_size = 64;                               // chunked recurrence (training)
+
+  // The gated delta rule's settings for these sizes: q scaled by 1/sqrt(dk), chunk_size.
+  ops::GatedDeltaRuleParams rule_params() const {
+    return {1.0 / std::sqrt(static_cast<double>(key_head_dim)), chunk_size};
+  }
 };
+
+// L2-norm epsilon of q and k (HF / FLA's l2norm, qwen-moe.md §3.4 step 4); not the config's
+// rms_norm_eps. Every implementation of the seam uses it, so their results agree.
+inline constexpr double linear_attention_l2norm_eps = 1e-6;
 
 // What the sequence-level part of a DeltaNet layer keeps for its backward (local rows; a CP
 // implementation keeps its gathered tensors in its own state, keyed by layer).

@@ -5,46 +5,18 @@
 
 #include "core/error.hpp"
 #include "parallel/group_bin_layout.hpp"
+#include "parallel/row_copy.hpp"
 
 namespace dyncp::parallel {
 
 using core::DType;
 using core::Tensor;
 
-namespace {
-
-std::int64_t causal_pairs(const Tensor& positions) {
-  // Every position 0..p of the sequence is present among the keys (whole sequence gathered).
-  std::int64_t pairs = 0;
-  const std::int32_t* pos = positions.data<std::int32_t>();
-  for (std::int64_t i = 0; i < positions.numel(); ++i) pairs += pos[i] + 1;
-  return pairs;
-}
-
-void copy_rows(const Tensor& from, const Tensor& to, const std::int32_t* to_from_row,
-               std::int64_t rows, bool forward_direction) {
-  const std::size_t row_bytes =
-      static_cast<std::size_t>(from.shape().row_numel()) * core::dtype_size(from.dtype());
-  const auto* src = static_cast<const std::byte*>(from.raw_data());
-  auto* dst = static_cast<std::byte*>(to.raw_data());
-  for (std::int64_t row = 0; row < rows; ++row) {
-    const auto mapped = static_cast<std::size_t>(to_from_row[row]);
-    if (forward_direction) {
-      std::memcpy(dst + static_cast<std::size_t>(row) * row_bytes, src + mapped * row_bytes,
-                  row_bytes);
-    } else {
-      std::memcpy(dst + mapped * row_bytes, src + static_cast<std::size_t>(row) * row_bytes,
-                  row_bytes);
-    }
-  }
-}
-
-}  // namespace
+namespace {}  // namespace
 
 void CpAttentionContext::begin_bin(const model::SeamContext& context,
                                    const model::LocalBinLayout& layout) {
-  local_rows_ = layout.positions.numel();
-  attention_pairs_per_layer_ = causal_pairs(layout.positions);
+  count_bin(layout);
   if (!distributed()) {
     local_.begin_bin(context, layout);
     return;
@@ -93,14 +65,12 @@ void CpAttentionContext::gather_sequence_order(const Tensor& local, const Tensor
     group_->all_gather(local.raw_data(), static_cast<std::size_t>(local.numel()),
                        rank_order.raw_data(), local.dtype());
   }
-  copy_rows(rank_order, sequence_order, sequence_to_rank_row_.data<std::int32_t>(),
-            sequence_order.size(0), /*forward_direction=*/true);
+  gather_rows(rank_order, sequence_order, sequence_to_rank_row_.data<std::int32_t>());
 }
 
 void CpAttentionContext::scatter_rank_order(const Tensor& sequence_order,
                                             const Tensor& rank_order) {
-  copy_rows(sequence_order, rank_order, sequence_to_rank_row_.data<std::int32_t>(),
-            sequence_order.size(0), /*forward_direction=*/false);
+  scatter_rows(sequence_order, rank_order, sequence_to_rank_row_.data<std::int32_t>());
 }
 
 CpAttentionContext::GatheredKv CpAttentionContext::gather_kv(core::Arena& scratch, const Tensor& k,
@@ -116,10 +86,7 @@ CpAttentionContext::GatheredKv CpAttentionContext::gather_kv(core::Arena& scratc
 void CpAttentionContext::forward(const model::SeamContext& context, int layer, const Tensor& q,
                                  const Tensor& k, const Tensor& v, double scale, const Tensor& out,
                                  ops::AttentionSaved& saved) {
-  if (counters_ != nullptr) {
-    counters_->attention_pairs += attention_pairs_per_layer_;
-    counters_->attention_query_rows += local_rows_;
-  }
+  count_layer();
   if (!distributed()) {
     local_.forward(context, layer, q, k, v, scale, out, saved);
     return;

@@ -28,10 +28,7 @@ namespace dyncp::parallel {
 
 class CpAttentionContext final : public GroupAttentionContext {
  public:
-  explicit CpAttentionContext(SeamCounters* counters = nullptr) : counters_(counters) {}
-
-  // The runtime group of the next bin (nullptr or a one-rank group: local attention).
-  void set_group(dist::Comm* group) override { group_ = group; }
+  explicit CpAttentionContext(SeamCounters* counters = nullptr) : GroupAttentionContext(counters) {}
 
   void begin_bin(const model::SeamContext& context, const model::LocalBinLayout& layout) override;
   void forward(const model::SeamContext& context, int layer, const core::Tensor& q,
@@ -43,7 +40,6 @@ class CpAttentionContext final : public GroupAttentionContext {
                 const core::Tensor& dq, const core::Tensor& dk, const core::Tensor& dv) override;
 
  private:
-  bool distributed() const { return group_ != nullptr && group_->size() > 1; }
   // The group's K and V in sequence order (and the rank-order staging buffer), from scratch.
   struct GatheredKv {
     core::Tensor rank_order, k, v;
@@ -54,14 +50,6 @@ class CpAttentionContext final : public GroupAttentionContext {
                              const core::Tensor& sequence_order);
   void scatter_rank_order(const core::Tensor& sequence_order, const core::Tensor& rank_order);
 
-  double& cp_time() { return counters_ != nullptr ? counters_->cp_comm_ms : unreported_ms_; }
-
-  dist::Comm* group_ = nullptr;
-  SeamCounters* counters_;
-  double unreported_ms_ = 0;
-  std::int64_t local_rows_ = 0;
-  std::int64_t attention_pairs_per_layer_ = 0;
-  model::LocalAttentionContext local_;  // a one-rank group: no communication at all
   ops::VarlenAttentionLayout layout_;
   core::Tensor sequence_to_rank_row_;  // i32 [c * local_rows]: gathered row of each key
 };

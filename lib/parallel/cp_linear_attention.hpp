@@ -23,16 +23,16 @@
 #include "model/local_seams.hpp"
 #include "model/seams.hpp"
 #include "parallel/comm_timing.hpp"
+#include "parallel/runtime_group_seam.hpp"
 #include "parallel/sequence_gather.hpp"
 
 namespace dyncp::parallel {
 
-class CpLinearAttentionContext final : public model::LinearAttentionContext {
+class CpLinearAttentionContext final
+    : public RuntimeGroupSeam<model::LinearAttentionContext, model::LocalLinearAttentionContext> {
  public:
-  explicit CpLinearAttentionContext(SeamCounters* counters = nullptr) : counters_(counters) {}
-
-  // The runtime group of the next bin (nullptr or a one-rank group: local).
-  void set_group(dist::Comm* group) { group_ = group; }
+  explicit CpLinearAttentionContext(SeamCounters* counters = nullptr)
+      : RuntimeGroupSeam(counters) {}
 
   void begin_bin(const model::SeamContext& context, const model::LocalBinLayout& layout) override;
   void forward(const model::SeamContext& context, int layer, const model::LinearAttentionDims& dims,
@@ -49,7 +49,6 @@ class CpLinearAttentionContext final : public model::LinearAttentionContext {
                 const core::Tensor& dbeta) override;
 
  private:
-  bool distributed() const { return group_ != nullptr && group_->size() > 1; }
   struct WholeInputs {
     core::Tensor q_raw, k_raw, v_raw, g, beta;
   };
@@ -57,13 +56,8 @@ class CpLinearAttentionContext final : public model::LinearAttentionContext {
                             const core::Tensor& k_raw, const core::Tensor& v_raw,
                             const core::Tensor& g, const core::Tensor& beta);
   core::Tensor whole_like(core::Arena& arena, const core::Tensor& local) const;
-  double& cp_time() { return counters_ != nullptr ? counters_->cp_comm_ms : unreported_ms_; }
 
-  dist::Comm* group_ = nullptr;
-  SeamCounters* counters_;
-  double unreported_ms_ = 0;
   SequenceGather gather_;
-  model::LocalLinearAttentionContext local_;
 };
 
 }  // namespace dyncp::parallel

@@ -8,6 +8,7 @@
 #include "core/error.hpp"
 #include "ops/causal_conv1d.hpp"
 #include "parallel/group_bin_layout.hpp"
+#include "parallel/row_copy.hpp"
 
 namespace dyncp::parallel {
 
@@ -16,26 +17,8 @@ using core::Tensor;
 
 namespace {
 
-// Same constants as model::LocalLinearAttentionContext (the results must match it).
-constexpr double l2norm_eps = 1e-6;
-
-ops::GatedDeltaRuleParams rule_params(const model::LinearAttentionDims& dims) {
-  return {1.0 / std::sqrt(static_cast<double>(dims.key_head_dim)), dims.chunk_size};
-}
-
 std::size_t row_bytes(const Tensor& t) {
   return static_cast<std::size_t>(t.shape().row_numel()) * core::dtype_size(t.dtype());
-}
-
-// count rows of src starting at src_row into dst starting at dst_row (same row width).
-void copy_rows(const Tensor& src, std::int64_t src_row, const Tensor& dst, std::int64_t dst_row,
-               std::int64_t count) {
-  if (count <= 0) return;
-  const std::size_t bytes = row_bytes(src);
-  std::memcpy(
-      static_cast<std::byte*>(dst.raw_data()) + static_cast<std::size_t>(dst_row) * bytes,
-      static_cast<const std::byte*>(src.raw_data()) + static_cast<std::size_t>(src_row) * bytes,
-      bytes * static_cast<std::size_t>(count));
 }
 
 // dst row dst_row += src row src_row (same row width, f32 or f64).
@@ -394,13 +377,13 @@ void CpStatePassingLinearAttentionContext::forward(
   unpack_channels(mixed, saved.q, saved.k, saved.v);
   saved.q_norm.inv_norm = keep.allocate({tokens * dims.key_heads}, dtype);
   saved.k_norm.inv_norm = keep.allocate({tokens * dims.key_heads}, dtype);
-  ops::l2norm_forward(ctx, saved.q, l2norm_eps, saved.q, saved.q_norm);
-  ops::l2norm_forward(ctx, saved.k, l2norm_eps, saved.k, saved.k_norm);
+  ops::l2norm_forward(ctx, saved.q, model::linear_attention_l2norm_eps, saved.q, saved.q_norm);
+  ops::l2norm_forward(ctx, saved.k, model::linear_attention_l2norm_eps, saved.k, saved.k_norm);
 
   // [F | P] of the own segments: v extended by dk zero columns, initial state [0 | I].
   const std::int64_t heads = dims.value_heads, dk = dims.key_head_dim, dv = dims.value_head_dim;
   const std::int64_t width = dv + dk;
-  const ops::GatedDeltaRuleParams params = rule_params(dims);
+  const ops::GatedDeltaRuleParams params = dims.rule_params();
   const Tensor v_wide = scratch.zeros({tokens, heads, width}, dtype);
   const Tensor start_wide = scratch.zeros({own, heads, dk, width}, dtype);
   const Tensor end_wide = scratch.allocate({own, heads, dk, width}, dtype);
@@ -501,7 +484,7 @@ void CpStatePassingLinearAttentionContext::backward(
   const auto segment_count = static_cast<std::int64_t>(segments_.size());
   const auto my_rank = static_cast<std::size_t>(group_->rank());
   const std::int64_t heads = dims.value_heads, dk = dims.key_head_dim, dv = dims.value_head_dim;
-  const ops::GatedDeltaRuleParams params = rule_params(dims);
+  const ops::GatedDeltaRuleParams params = dims.rule_params();
   const ops::GatedDeltaRuleInputs inputs{
       saved.q, saved.k, saved.v, g, beta, own_cu_, state.initial_states};
 

@@ -41,16 +41,15 @@
 #include "model/local_seams.hpp"
 #include "model/seams.hpp"
 #include "parallel/comm_timing.hpp"
+#include "parallel/runtime_group_seam.hpp"
 
 namespace dyncp::parallel {
 
-class CpStatePassingLinearAttentionContext final : public model::LinearAttentionContext {
+class CpStatePassingLinearAttentionContext final
+    : public RuntimeGroupSeam<model::LinearAttentionContext, model::LocalLinearAttentionContext> {
  public:
   explicit CpStatePassingLinearAttentionContext(SeamCounters* counters = nullptr)
-      : counters_(counters) {}
-
-  // The runtime group of the next bin (nullptr or a one-rank group: local).
-  void set_group(dist::Comm* group) { group_ = group; }
+      : RuntimeGroupSeam(counters) {}
 
   // Rows this rank ran through the recurrence, summed over forward calls (its own rows once
   // per layer: the work is divided, not repeated).
@@ -97,15 +96,9 @@ class CpStatePassingLinearAttentionContext final : public model::LinearAttention
     core::Tensor query_maps;      // [own rows, Hv, dk]: P_tᵀ (scale · q_t) from the [F | P] pass
   };
 
-  bool distributed() const { return group_ != nullptr && group_->size() > 1; }
   const HaloPlan& halo_plan(std::int64_t kernel);
-  double& cp_time() { return counters_ != nullptr ? counters_->cp_comm_ms : unreported_ms_; }
 
-  dist::Comm* group_ = nullptr;
-  SeamCounters* counters_;
-  double unreported_ms_ = 0;
   std::int64_t recurrence_rows_ = 0;
-  model::LocalLinearAttentionContext local_;
 
   // The bin, from begin_bin.
   std::int64_t local_rows_ = 0;

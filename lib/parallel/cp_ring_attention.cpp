@@ -21,14 +21,6 @@ constexpr int kForwardTag = 1;
 constexpr int kBackwardTag = 3;
 constexpr int kGradientTag = 5;
 
-std::int64_t causal_pairs(const Tensor& positions) {
-  // Every position 0..p of the sequence is among the keys of the whole ring.
-  std::int64_t pairs = 0;
-  const std::int32_t* pos = positions.data<std::int32_t>();
-  for (std::int64_t i = 0; i < positions.numel(); ++i) pairs += pos[i] + 1;
-  return pairs;
-}
-
 // Does any query of any sequence see any key of the same sequence (key position <= query
 // position)? Per sequence it is enough to compare the smallest key with the largest query.
 bool any_visible(const std::int32_t* q_cu, const std::int32_t* q_positions,
@@ -55,8 +47,7 @@ int CpRingAttentionContext::source_at(int step) const {
 
 void CpRingAttentionContext::begin_bin(const model::SeamContext& context,
                                        const model::LocalBinLayout& layout) {
-  local_rows_ = layout.positions.numel();
-  attention_pairs_per_layer_ = causal_pairs(layout.positions);
+  count_bin(layout);
   if (!distributed()) {
     local_.begin_bin(context, layout);
     return;
@@ -112,10 +103,7 @@ void CpRingAttentionContext::wait_pass(dist::Comm::PendingSendRecv pending[2]) {
 void CpRingAttentionContext::forward(const model::SeamContext& context, int layer, const Tensor& q,
                                      const Tensor& k, const Tensor& v, double scale,
                                      const Tensor& out, ops::AttentionSaved& saved) {
-  if (counters_ != nullptr) {
-    counters_->attention_pairs += attention_pairs_per_layer_;
-    counters_->attention_query_rows += local_rows_;
-  }
+  count_layer();
   if (!distributed()) {
     local_.forward(context, layer, q, k, v, scale, out, saved);
     return;

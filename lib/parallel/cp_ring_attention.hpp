@@ -50,9 +50,8 @@ namespace dyncp::parallel {
 
 class CpRingAttentionContext final : public GroupAttentionContext {
  public:
-  explicit CpRingAttentionContext(SeamCounters* counters = nullptr) : counters_(counters) {}
-
-  void set_group(dist::Comm* group) override { group_ = group; }
+  explicit CpRingAttentionContext(SeamCounters* counters = nullptr)
+      : GroupAttentionContext(counters) {}
 
   void begin_bin(const model::SeamContext& context, const model::LocalBinLayout& layout) override;
   void forward(const model::SeamContext& context, int layer, const core::Tensor& q,
@@ -64,7 +63,6 @@ class CpRingAttentionContext final : public GroupAttentionContext {
                 const core::Tensor& dq, const core::Tensor& dk, const core::Tensor& dv) override;
 
  private:
-  bool distributed() const { return group_ != nullptr && group_->size() > 1; }
   // Group rank whose block this rank holds at ring step `step`.
   int source_at(int step) const;
   // Starts passing `k` and `v` to the next rank and receiving the previous rank's into
@@ -73,14 +71,6 @@ class CpRingAttentionContext final : public GroupAttentionContext {
                   const core::Tensor& next_v, int tag, dist::Comm::PendingSendRecv pending[2]);
   void wait_pass(dist::Comm::PendingSendRecv pending[2]);
 
-  double& cp_time() { return counters_ != nullptr ? counters_->cp_comm_ms : unreported_ms_; }
-
-  dist::Comm* group_ = nullptr;
-  SeamCounters* counters_;
-  double unreported_ms_ = 0;
-  std::int64_t local_rows_ = 0;
-  std::int64_t attention_pairs_per_layer_ = 0;
-  model::LocalAttentionContext local_;  // a one-rank group: no communication at all
   // Per source group rank: the local queries against that rank's block (views into the
   // gathered integers below, which live in the bin's activation arena).
   std::vector<ops::VarlenAttentionLayout> layouts_;

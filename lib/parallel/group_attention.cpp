@@ -8,6 +8,20 @@
 
 namespace dyncp::parallel {
 
+void GroupAttentionContext::count_bin(const model::LocalBinLayout& layout) {
+  local_rows_ = layout.positions.numel();
+  // Every position 0..p of a query's sequence is among its keys, over the group.
+  attention_pairs_per_layer_ = 0;
+  const std::int32_t* positions = layout.positions.data<std::int32_t>();
+  for (std::int64_t i = 0; i < local_rows_; ++i) attention_pairs_per_layer_ += positions[i] + 1;
+}
+
+void GroupAttentionContext::count_layer() {
+  if (counters_ == nullptr) return;
+  counters_->attention_pairs += attention_pairs_per_layer_;
+  counters_->attention_query_rows += local_rows_;
+}
+
 std::unique_ptr<GroupAttentionContext> make_cp_attention_context(config::CpCommType type,
                                                                  SeamCounters* counters) {
   switch (type) {

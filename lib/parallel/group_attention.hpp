@@ -3,19 +3,28 @@
 // (`model.cp_comm_type`): all_gather (cp_attention.hpp) or p2p (cp_ring_attention.hpp). The
 // step engine holds one, sets the group before each bin and never knows which it holds.
 
+#include <cstdint>
 #include <memory>
 
 #include "config/enums.hpp"
-#include "dist/comm.hpp"
+#include "model/local_seams.hpp"
 #include "model/seams.hpp"
-#include "parallel/comm_timing.hpp"
+#include "parallel/runtime_group_seam.hpp"
 
 namespace dyncp::parallel {
 
-class GroupAttentionContext : public model::AttentionContext {
- public:
-  // The runtime group of the next bin (nullptr or a one-rank group: local attention).
-  virtual void set_group(dist::Comm* group) = 0;
+class GroupAttentionContext
+    : public RuntimeGroupSeam<model::AttentionContext, model::LocalAttentionContext> {
+ protected:
+  using RuntimeGroupSeam::RuntimeGroupSeam;
+  // Per bin: this rank's query rows and the causal (query, key) pairs they evaluate.
+  void count_bin(const model::LocalBinLayout& layout);
+  // Per layer forward: both into the counters (the equivalence suite checks the work is
+  // divided with them).
+  void count_layer();
+
+  std::int64_t local_rows_ = 0;
+  std::int64_t attention_pairs_per_layer_ = 0;
 };
 
 // The context for `type` (all_gather or p2p). a2a variants are rejected by config validation;

@@ -9,19 +9,14 @@
 #include "core/error.hpp"
 #include "parallel/comm_timing.hpp"
 #include "parallel/group_bin_layout.hpp"
+#include "parallel/row_copy.hpp"
 
 namespace dyncp::parallel {
 
 using core::DType;
 using core::Tensor;
 
-namespace {
-
-std::size_t row_bytes(const Tensor& t) {
-  return static_cast<std::size_t>(t.shape().row_numel()) * core::dtype_size(t.dtype());
-}
-
-}  // namespace
+namespace {}  // namespace
 
 void SequenceGather::begin_bin(dist::Comm& group, core::Arena& keep,
                                const model::LocalBinLayout& layout) {
@@ -89,27 +84,13 @@ void SequenceGather::gather(const Tensor& local, const Tensor& whole, core::Aren
     group_->all_gather(local.raw_data(), static_cast<std::size_t>(local.numel()), staged.raw_data(),
                        local.dtype());
   }
-  const std::size_t bytes = row_bytes(local);
-  const auto* src = static_cast<const std::byte*>(staged.raw_data());
-  auto* dst = static_cast<std::byte*>(whole.raw_data());
-  const std::int32_t* from = whole_from_gathered_.data<std::int32_t>();
-  for (std::int64_t w = 0; w < whole_rows(); ++w) {
-    std::memcpy(dst + static_cast<std::size_t>(w) * bytes,
-                src + static_cast<std::size_t>(from[w]) * bytes, bytes);
-  }
+  gather_rows(staged, whole, whole_from_gathered_.data<std::int32_t>());
 }
 
 void SequenceGather::keep_own(const Tensor& whole, const Tensor& local) const {
   DYNCP_CHECK(local.size(0) == local_rows_ && whole.size(0) == whole_rows(),
               "sequence gather: tensors do not match the bin");
-  const std::size_t bytes = row_bytes(local);
-  const auto* src = static_cast<const std::byte*>(whole.raw_data());
-  auto* dst = static_cast<std::byte*>(local.raw_data());
-  const std::int32_t* own = own_in_whole_.data<std::int32_t>();
-  for (std::int64_t row = 0; row < local_rows_; ++row) {
-    std::memcpy(dst + static_cast<std::size_t>(row) * bytes,
-                src + static_cast<std::size_t>(own[row]) * bytes, bytes);
-  }
+  gather_rows(whole, local, own_in_whole_.data<std::int32_t>());
 }
 
 }  // namespace dyncp::parallel
