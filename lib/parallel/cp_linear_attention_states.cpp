@@ -9,6 +9,7 @@
 #include "ops/causal_conv1d.hpp"
 #include "parallel/group_bin_layout.hpp"
 #include "parallel/row_copy.hpp"
+#include "parallel/segment_states.hpp"
 
 namespace dyncp::parallel {
 
@@ -68,113 +69,6 @@ void unpack_channels(const Tensor& packed, const Tensor& q, const Tensor& k, con
     std::memcpy(kd + row * kb, src + qb, kb);
     std::memcpy(vd + row * vb, src + qb + kb, vb);
     src += qb + kb + vb;
-  }
-}
-
-// Incoming states of this rank's segments: S_in of a chain's first segment is zero and
-// S_in(next) = P S_in + F, with transitions[g, h] = [F | P] ([dk, dv + dk]).
-template <typename T>
-void compose_prefixes(const T* transitions, const std::vector<std::vector<std::int64_t>>& chains,
-                      std::int64_t first_own, std::int64_t end_own, std::int64_t heads,
-                      std::int64_t dk, std::int64_t dv, T* initial) {
-  const std::int64_t width = dv + dk, per_head = dk * dv;
-  std::vector<double> state(static_cast<std::size_t>(heads * per_head));
-  std::vector<double> next(state.size());
-  for (const std::vector<std::int64_t>& chain : chains) {
-    std::int64_t last = -1;
-    for (std::size_t i = 0; i < chain.size(); ++i) {
-      if (chain[i] >= first_own && chain[i] < end_own) last = static_cast<std::int64_t>(i);
-    }
-    std::fill(state.begin(), state.end(), 0.0);
-    for (std::int64_t i = 0; i <= last; ++i) {
-      const std::int64_t g = chain[static_cast<std::size_t>(i)];
-      if (g >= first_own && g < end_own) {
-        T* dst = initial + (g - first_own) * heads * per_head;
-        for (std::size_t j = 0; j < state.size(); ++j) dst[j] = static_cast<T>(state[j]);
-      }
-      if (i == last) break;
-      for (std::int64_t h = 0; h < heads; ++h) {
-        const T* fp = transitions + (g * heads + h) * dk * width;
-        const double* s = state.data() + h * per_head;
-        double* n = next.data() + h * per_head;
-        for (std::int64_t a = 0; a < dk; ++a) {
-          const T* row = fp + a * width;
-          for (std::int64_t col = 0; col < dv; ++col) n[a * dv + col] = row[col];
-          for (std::int64_t b = 0; b < dk; ++b) {
-            const double p = row[dv + b];
-            for (std::int64_t col = 0; col < dv; ++col) n[a * dv + col] += p * s[b * dv + col];
-          }
-        }
-      }
-      state.swap(next);
-    }
-  }
-}
-
-// Final-state gradients of this rank's segments: zero for a chain's last segment, and
-// dS_out(prev) = dS_in(next) = G(next) + Pᵀ(next) dS_out(next).
-template <typename T>
-void compose_suffixes(const T* transitions, const T* state_grads,
-                      const std::vector<std::vector<std::int64_t>>& chains, std::int64_t first_own,
-                      std::int64_t end_own, std::int64_t heads, std::int64_t dk, std::int64_t dv,
-                      T* final_grads) {
-  const std::int64_t width = dv + dk, per_head = dk * dv;
-  std::vector<double> grad(static_cast<std::size_t>(heads * per_head));
-  std::vector<double> prev(grad.size());
-  for (const std::vector<std::int64_t>& chain : chains) {
-    auto first = static_cast<std::int64_t>(chain.size());
-    for (std::size_t i = chain.size(); i-- > 0;) {
-      if (chain[i] >= first_own && chain[i] < end_own) first = static_cast<std::int64_t>(i);
-    }
-    std::fill(grad.begin(), grad.end(), 0.0);
-    for (auto i = static_cast<std::int64_t>(chain.size()) - 1; i >= first; --i) {
-      const std::int64_t g = chain[static_cast<std::size_t>(i)];
-      if (g >= first_own && g < end_own) {
-        T* dst = final_grads + (g - first_own) * heads * per_head;
-        for (std::size_t j = 0; j < grad.size(); ++j) dst[j] = static_cast<T>(grad[j]);
-      }
-      if (i == first) break;
-      for (std::int64_t h = 0; h < heads; ++h) {
-        const T* fp = transitions + (g * heads + h) * dk * width;
-        const T* gs = state_grads + (g * heads + h) * per_head;
-        const double* d = grad.data() + h * per_head;
-        double* p = prev.data() + h * per_head;
-        for (std::int64_t j = 0; j < per_head; ++j) p[j] = gs[j];
-        for (std::int64_t a = 0; a < dk; ++a) {
-          const T* row = fp + a * width;
-          for (std::int64_t b = 0; b < dk; ++b) {
-            const double pab = row[dv + b];
-            for (std::int64_t col = 0; col < dv; ++col) p[b * dv + col] += pab * d[a * dv + col];
-          }
-        }
-      }
-      grad.swap(prev);
-    }
-  }
-}
-
-// G = dL/dS_in of each own segment through its own outputs: Σ_t w_t dout_tᵀ per head, with
-// w the query maps [T, Hv, dk] and dout [T, Hv, dv].
-template <typename T>
-void own_state_grads(const T* query_maps, const T* dout, const Tensor& cu_seqlens,
-                     std::int64_t heads, std::int64_t dk, std::int64_t dv, T* grads) {
-  const std::int32_t* cu = cu_seqlens.data<std::int32_t>();
-  std::vector<double> sum(static_cast<std::size_t>(dk * dv));
-  for (std::int64_t s = 0; s + 1 < cu_seqlens.numel(); ++s) {
-    for (std::int64_t h = 0; h < heads; ++h) {
-      std::fill(sum.begin(), sum.end(), 0.0);
-      for (std::int64_t t = cu[s]; t < cu[s + 1]; ++t) {
-        const T* w = query_maps + (t * heads + h) * dk;
-        const T* d = dout + (t * heads + h) * dv;
-        for (std::int64_t b = 0; b < dk; ++b) {
-          const double wb = w[b];
-          for (std::int64_t col = 0; col < dv; ++col)
-            sum[static_cast<std::size_t>(b * dv + col)] += wb * d[col];
-        }
-      }
-      T* out = grads + (s * heads + h) * dk * dv;
-      for (std::size_t j = 0; j < sum.size(); ++j) out[j] = static_cast<T>(sum[j]);
-    }
   }
 }
 
@@ -438,13 +332,7 @@ void CpStatePassingLinearAttentionContext::forward(
                          state_counts, dtype);
   }
   state.initial_states = keep.allocate({own, heads, dk, dv}, dtype);
-  if (dtype == DType::f64) {
-    compose_prefixes(state.transitions.data<double>(), chains_, first, end, heads, dk, dv,
-                     state.initial_states.data<double>());
-  } else {
-    compose_prefixes(state.transitions.data<float>(), chains_, first, end, heads, dk, dv,
-                     state.initial_states.data<float>());
-  }
+  compose_incoming_states(state.transitions, chains_, first, end, state.initial_states);
 
   // The own segments from their true incoming states.
   saved.rule.chunk_states = keep.allocate(
@@ -490,13 +378,7 @@ void CpStatePassingLinearAttentionContext::backward(
 
   // G: what the own outputs alone send back into each own segment's incoming state.
   const Tensor state_grad_mine = scratch.allocate({own, heads, dk, dv}, dtype);
-  if (dtype == DType::f64) {
-    own_state_grads(state.query_maps.data<double>(), dout.data<double>(), own_cu_, heads, dk, dv,
-                    state_grad_mine.data<double>());
-  } else {
-    own_state_grads(state.query_maps.data<float>(), dout.data<float>(), own_cu_, heads, dk, dv,
-                    state_grad_mine.data<float>());
-  }
+  own_state_grads(state.query_maps, dout, own_cu_, state_grad_mine);
   const Tensor state_grads = scratch.allocate({segment_count, heads, dk, dv}, dtype);
   {
     std::vector<std::size_t> state_counts(static_cast<std::size_t>(group_->size()));
@@ -509,13 +391,7 @@ void CpStatePassingLinearAttentionContext::backward(
                          state_counts, dtype);
   }
   const Tensor final_grads = scratch.allocate({own, heads, dk, dv}, dtype);
-  if (dtype == DType::f64) {
-    compose_suffixes(state.transitions.data<double>(), state_grads.data<double>(), chains_, first,
-                     end, heads, dk, dv, final_grads.data<double>());
-  } else {
-    compose_suffixes(state.transitions.data<float>(), state_grads.data<float>(), chains_, first,
-                     end, heads, dk, dv, final_grads.data<float>());
-  }
+  compose_final_state_grads(state.transitions, state_grads, chains_, first, end, final_grads);
   const Tensor dq = scratch.allocate(saved.q.shape(), dtype);
   const Tensor dk_t = scratch.allocate(saved.k.shape(), dtype);
   const Tensor dv_t = scratch.allocate(saved.v.shape(), dtype);

@@ -42,6 +42,7 @@
 #include "model/seams.hpp"
 #include "parallel/comm_timing.hpp"
 #include "parallel/runtime_group_seam.hpp"
+#include "parallel/segment_states.hpp"
 
 namespace dyncp::parallel {
 
@@ -102,10 +103,10 @@ class CpStatePassingLinearAttentionContext final
 
   // The bin, from begin_bin.
   std::int64_t local_rows_ = 0;
-  std::vector<Segment> segments_;                  // rank-major, local order within a rank
-  std::vector<std::int64_t> rank_first_;           // per rank + 1: first segment of each rank
-  std::vector<std::vector<std::int64_t>> chains_;  // per sequence: segments in position order
-  core::Tensor own_cu_;                            // i32 [own segments + 1] over local rows
+  std::vector<Segment> segments_;         // rank-major, local order within a rank
+  std::vector<std::int64_t> rank_first_;  // per rank + 1: first segment of each rank
+  SegmentChains chains_;                  // per sequence: segments in position order
+  core::Tensor own_cu_;                   // i32 [own segments + 1] over local rows
   HaloPlan halo_;
   std::vector<LayerState> layers_;
 };
