@@ -28,6 +28,7 @@ struct Options {
   std::optional<std::int64_t> world_size;
   bool dry_run = false;
   bool print_config = false;
+  std::string print_format = "native";
   bool print_config_reference = false;
 };
 
@@ -54,9 +55,13 @@ int run(const Options& options) {
   // Every rank validates (a bad config fails everywhere), only rank 0 prints.
   const bool printer = launch.rank == 0;
   if (options.print_config && printer) {
-    std::cout << "# dyncp-train " << core::version_string
-              << ": resolved configuration for a world of " << world_size << " ranks\n"
-              << config::dump_config_yaml(config);
+    if (options.print_format == "bridge") {
+      std::cout << config::dump_bridge_yaml(config);
+    } else {
+      std::cout << "# dyncp-train " << core::version_string
+                << ": resolved configuration for a world of " << world_size << " ranks\n"
+                << config::dump_config_yaml(config);
+    }
   }
   const auto missing = config::unbuilt_features(config);
   if (options.dry_run) {
@@ -119,6 +124,10 @@ int main(int argc, char** argv) {
                "preview of the first step and a per-rank memory estimate, and exit");
   app.add_flag("--print-config", options.print_config,
                "Print the resolved configuration as YAML (it loads back to the same config)");
+  app.add_option("--format", options.print_format,
+                 "--print-config layout: native (this program's keys) or bridge (a "
+                 "Megatron-Bridge ConfigContainer dump)")
+      ->check(CLI::IsMember({"native", "bridge"}));
   app.add_option("--world-size", options.world_size,
                  "Number of ranks (default: from the launcher's environment)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));

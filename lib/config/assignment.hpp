@@ -19,10 +19,11 @@ struct Assignment {
 
 // Flattens a YAML recipe into assignments. Throws a config error for unreadable YAML (with line
 // and column) and an empty document; collects duplicate keys and misplaced sections in
-// `problems`.
+// `problems`. A Megatron-Bridge dump (`_target_` markers) is translated by bridge_reader.cpp;
+// its inert settings away from Bridge's defaults go to `inert_settings` when given.
 std::vector<Assignment> read_yaml_assignments(const std::string& text,
-                                              const std::string& source_name,
-                                              ProblemList& problems);
+                                              const std::string& source_name, ProblemList& problems,
+                                              std::vector<std::string>* inert_settings = nullptr);
 
 // `a.b.c=value`; a list value is written [x, y]. Malformed overrides go to `problems`.
 std::optional<Assignment> parse_override(const std::string& text, ProblemList& problems);

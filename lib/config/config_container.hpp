@@ -177,6 +177,10 @@ struct ConfigContainer {
   MixedPrecision mixed_precision = MixedPrecision::fp32;
 
   ParallelLayout layout;  // derived
+
+  // Not keys: inert Megatron-Bridge settings the loaded dump sets away from Bridge's defaults
+  // ("path=value"), for the one start-up warning (config_warnings).
+  std::vector<std::string> bridge_inert_settings;
 };
 
 }  // namespace dyncp::config

@@ -77,8 +77,9 @@ ConfigContainer load_config_text(const std::string& yaml_text,
                                  const std::string& source_name) {
   ProblemList problems;
   std::map<std::string, KeyAssignment> assignments;
-  merge(detail::read_yaml_assignments(yaml_text, source_name, problems), false, assignments,
-        problems);
+  std::vector<std::string> inert_settings;
+  merge(detail::read_yaml_assignments(yaml_text, source_name, problems, &inert_settings), false,
+        assignments, problems);
   std::vector<Assignment> override_assignments;
   for (const auto& text : overrides) {
     if (auto parsed = detail::parse_override(text, problems)) {
@@ -88,6 +89,7 @@ ConfigContainer load_config_text(const std::string& yaml_text,
   merge(std::move(override_assignments), true, assignments, problems);
 
   ConfigContainer config;
+  config.bridge_inert_settings = std::move(inert_settings);
   // The checkpoint's config.json comes first so that explicit architecture keys override it.
   const auto hf_path = assignments.find("model.hf_model_path");
   if (hf_path != assignments.end()) {

@@ -23,4 +23,10 @@ ConfigContainer load_config_text(const std::string& yaml_text,
 // load_config_text it gives the same configuration.
 std::string dump_config_yaml(const ConfigContainer& config);
 
+// The configuration as a Megatron-Bridge ConfigContainer dump (every field of every section,
+// `_target_` markers, sorted keys), which this loader reads back to the same configuration in
+// every key Bridge expresses; the others are listed in its header comment. Throws a config
+// error for data Bridge has no class for (token_jsonl, mock lengths other than seq_length).
+std::string dump_bridge_yaml(const ConfigContainer& config);
+
 }  // namespace dyncp::config

@@ -61,6 +61,7 @@ std::string generate_config_reference() {
     out << "| `" << inert.path << "` | " << code_list(inert.accepted, ", ") << " | "
         << cell(inert.meaning) << " | " << cell(inert.feature) << " |\n";
   }
+  out << generate_bridge_reference();
   return out.str();
 }
 

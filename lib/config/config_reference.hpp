@@ -13,4 +13,7 @@ inline constexpr const char* config_reference_marker =
 
 std::string generate_config_reference();
 
+// Its last part: the classification of every Megatron-Bridge field (bridge_reference.cpp).
+std::string generate_bridge_reference();
+
 }  // namespace dyncp::config

@@ -46,6 +46,17 @@ std::vector<std::string> unbuilt_features(const ConfigContainer& config) {
 
 std::vector<std::string> config_warnings(const ConfigContainer& config) {
   std::vector<std::string> out;
+  if (!config.bridge_inert_settings.empty()) {
+    std::string settings;
+    for (const auto& setting : config.bridge_inert_settings) {
+      settings += (settings.empty() ? "" : ", ") + setting;
+    }
+    out.push_back(std::to_string(config.bridge_inert_settings.size()) +
+                  " Megatron-Bridge performance/infrastructure settings differ from Bridge's "
+                  "defaults and have no effect here (docs/config.md, \"Coming from "
+                  "Megatron-Bridge\"): " +
+                  settings);
+  }
   const auto& arch = config.model.architecture;
   if (config.model.seq_length > arch.max_position_embeddings) {
     out.push_back("model.seq_length " + std::to_string(config.model.seq_length) +

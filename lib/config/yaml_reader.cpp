@@ -1,10 +1,12 @@
-// The only place recipes meet yaml-cpp: YAML text -> flat `key.path -> RawValue` assignments.
+// Recipes meet yaml-cpp here (and in bridge_reader.cpp, for Megatron-Bridge dumps): YAML text ->
+// flat `key.path -> RawValue` assignments.
 
 #include <yaml-cpp/yaml.h>
 
 #include <set>
 
 #include "config/assignment.hpp"
+#include "config/bridge_reader.hpp"
 #include "config/key_table.hpp"
 
 namespace dyncp::config::detail {
@@ -88,8 +90,8 @@ void flatten(const YAML::Node& map, const std::string& prefix, const std::string
 }  // namespace
 
 std::vector<Assignment> read_yaml_assignments(const std::string& text,
-                                              const std::string& source_name,
-                                              ProblemList& problems) {
+                                              const std::string& source_name, ProblemList& problems,
+                                              std::vector<std::string>* inert_settings) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
@@ -108,6 +110,11 @@ std::vector<Assignment> read_yaml_assignments(const std::string& text,
                              "the recipe must be a YAML mapping of sections (model:, dataset:, "
                              "...), not a " +
                                  std::string(root.IsSequence() ? "list" : "single value"));
+  }
+  if (is_bridge_dump(root)) {
+    std::vector<std::string> ignored;
+    return read_bridge_assignments(root, source_name, problems,
+                                   inert_settings != nullptr ? *inert_settings : ignored);
   }
   std::vector<Assignment> out;
   flatten(root, "", source_name, out, problems);
