@@ -36,7 +36,21 @@ R train.train_samples : sample-count runs (set train_iters)
 R train.exit_interval : stopping before train_iters (set train_iters)
 R train.iterations_to_skip : skipped iterations
 R train.num_epochs : epoch-count runs (set train_iters)
-I train.* : memory, GC, signal, sync and sanity-check knobs
+I train.decrease_batch_size_if_needed : memory, GC, signal, sync and sanity-check knobs
+I train.empty_unused_memory_level : memory, GC, signal, sync and sanity-check knobs
+I train.check_weight_hash_across_dp_replicas_interval : memory, GC, signal, sync and sanity-check knobs
+I train.gpu_sniff_test_interval : memory, GC, signal, sync and sanity-check knobs
+I train.train_sync_interval : memory, GC, signal, sync and sanity-check knobs
+I train.exit_duration_in_mins : memory, GC, signal, sync and sanity-check knobs
+I train.exit_signal_handler : memory, GC, signal, sync and sanity-check knobs
+I train.exit_signal : memory, GC, signal, sync and sanity-check knobs
+I train.exit_signal_handler_for_dataloader : memory, GC, signal, sync and sanity-check knobs
+I train.exit_signal_handler_for_training : memory, GC, signal, sync and sanity-check knobs
+I train.manual_gc : memory, GC, signal, sync and sanity-check knobs
+I train.manual_gc_interval : memory, GC, signal, sync and sanity-check knobs
+I train.manual_gc_eval : memory, GC, signal, sync and sanity-check knobs
+I train.check_optimizer_step_success : memory, GC, signal, sync and sanity-check knobs
+I train.skip_sync_grad_norm_across_mp : memory, GC, signal, sync and sanity-check knobs
 R model.tensor_model_parallel_size = 1 : tensor parallelism (TP > 1)
 R model.pipeline_model_parallel_size = 1 : pipeline parallelism (PP > 1)
 H model.context_parallel_size -> model.context_parallel_size
@@ -339,7 +353,36 @@ R ddp.use_megatron_fsdp = false : Megatron FSDP
 R ddp.use_custom_fsdp = false : Megatron FSDP
 R ddp.fp8_param_gather = false : FP8 parameter all-gather
 R ddp.fp4_param_gather = false : FP4 parameter all-gather
-I ddp.* : bucketing, overlap, FSDP and NCCL settings
+I ddp.overlap_grad_reduce : bucketing, overlap, FSDP and NCCL settings
+I ddp.overlap_param_gather : bucketing, overlap, FSDP and NCCL settings
+I ddp.align_param_gather : bucketing, overlap, FSDP and NCCL settings
+I ddp.num_distributed_optimizer_instances : bucketing, overlap, FSDP and NCCL settings
+I ddp.check_for_large_grads : bucketing, overlap, FSDP and NCCL settings
+I ddp.bucket_size : bucketing, overlap, FSDP and NCCL settings
+I ddp.num_buckets : bucketing, overlap, FSDP and NCCL settings
+I ddp.pad_buckets_for_high_nccl_busbw : bucketing, overlap, FSDP and NCCL settings
+I ddp.reduce_scatter_with_fp32_accumulation : bucketing, overlap, FSDP and NCCL settings
+I ddp.reuse_grad_buf_for_mxfp8_param_ag : bucketing, overlap, FSDP and NCCL settings
+I ddp.data_parallel_sharding_strategy : bucketing, overlap, FSDP and NCCL settings
+I ddp.gradient_reduce_div_fusion : bucketing, overlap, FSDP and NCCL settings
+I ddp.suggested_communication_unit_size : bucketing, overlap, FSDP and NCCL settings
+I ddp.keep_fp8_transpose_cache : bucketing, overlap, FSDP and NCCL settings
+I ddp.nccl_ub : bucketing, overlap, FSDP and NCCL settings
+I ddp.fsdp_double_buffer : bucketing, overlap, FSDP and NCCL settings
+I ddp.fsdp_db_use_persist_buf_on_alloc_fail : bucketing, overlap, FSDP and NCCL settings
+I ddp.fsdp_all_gather_in_start_param_sync : bucketing, overlap, FSDP and NCCL settings
+I ddp.outer_dp_sharding_strategy : bucketing, overlap, FSDP and NCCL settings
+I ddp.disable_symmetric_registration : bucketing, overlap, FSDP and NCCL settings
+I ddp.fsdp_manual_registration : bucketing, overlap, FSDP and NCCL settings
+I ddp.delay_wgrad_compute : bucketing, overlap, FSDP and NCCL settings
+I ddp.megatron_fsdp_main_params_dtype : bucketing, overlap, FSDP and NCCL settings
+I ddp.megatron_fsdp_main_grads_dtype : bucketing, overlap, FSDP and NCCL settings
+I ddp.megatron_fsdp_grad_comm_dtype : bucketing, overlap, FSDP and NCCL settings
+I ddp.megatron_fsdp_use_decoupled_grad : bucketing, overlap, FSDP and NCCL settings
+I ddp.megatron_fsdp_cuda_graph_mode : bucketing, overlap, FSDP and NCCL settings
+I ddp.megatron_fsdp_enable_fine_grained_param_gather : bucketing, overlap, FSDP and NCCL settings
+I ddp.megatron_fsdp_max_pool_double_buffer : bucketing, overlap, FSDP and NCCL settings
+I ddp.param_name_patterns_for_fp32_local_accumulation : bucketing, overlap, FSDP and NCCL settings
 H validation.eval_iters -> validation.eval_iters
 H validation.eval_interval -> validation.eval_interval
 R validation.start_eval_at_iter : delayed evaluation
@@ -411,7 +454,26 @@ I dataset.tokenizer : runtime object
 H dataset.do_validation -> special : true: dataset.validation_data_path = <root>/validation.jsonl
 I dataset.do_test : no test split is run
 I dataset.dataset_kwargs : padding options of the offline path
-I dataset.* : loader workers, memory maps, caches and index options
+I dataset.data_sharding : loader workers, memory maps, caches and index options
+I dataset.pin_memory : loader workers, memory maps, caches and index options
+I dataset.drop_last : loader workers, memory maps, caches and index options
+I dataset.persistent_workers : loader workers, memory maps, caches and index options
+I dataset.dataloader_save : loader workers, memory maps, caches and index options
+I dataset.dataloader_load : loader workers, memory maps, caches and index options
+I dataset.num_dataset_builder_threads : loader workers, memory maps, caches and index options
+I dataset.mmap_bin_files : loader workers, memory maps, caches and index options
+I dataset.mid_level_dataset_surplus : loader workers, memory maps, caches and index options
+I dataset.allow_ambiguous_pad_tokens : loader workers, memory maps, caches and index options
+I dataset.fast_cache_load : loader workers, memory maps, caches and index options
+I dataset.defer_npy_index_mmap : loader workers, memory maps, caches and index options
+I dataset.object_storage_cache_path : loader workers, memory maps, caches and index options
+I dataset.sequences_per_dataset : loader workers, memory maps, caches and index options
+I dataset.token_dtype_code : loader workers, memory maps, caches and index options
+I dataset.per_dataset_sequences_path : loader workers, memory maps, caches and index options
+I dataset.hf_output_root : loader workers, memory maps, caches and index options
+I dataset.hf_validation_proportion : loader workers, memory maps, caches and index options
+I dataset.hf_rewrite : loader workers, memory maps, caches and index options
+I dataset.memmap_workers : loader workers, memory maps, caches and index options
 H logger.log_interval -> logger.log_interval
 I logger.* : TensorBoard, W&B, MLflow, Comet, timers and log-level settings
 H tokenizer.tokenizer_type -> special : tokenizer.tokenizer_type
@@ -424,18 +486,116 @@ R tokenizer.chat_template : a custom chat template (the built-in Qwen template i
 R tokenizer.chat_template_path : a custom chat template
 R tokenizer.tokenizer_prompt_format : a prompt format
 R tokenizer.force_system_message = false : a forced system message
-I tokenizer.* : vocabulary padding and tokenizer-backend options
+I tokenizer.vocab_size : vocabulary padding and tokenizer-backend options
+I tokenizer.padded_vocab_size : vocabulary padding and tokenizer-backend options
+I tokenizer.pad_vocab_size : vocabulary padding and tokenizer-backend options
+I tokenizer.metadata_path : vocabulary padding and tokenizer-backend options
+I tokenizer.tiktoken_pattern : vocabulary padding and tokenizer-backend options
+I tokenizer.tiktoken_num_special_tokens : vocabulary padding and tokenizer-backend options
+I tokenizer.tokenizer_sentencepiece_legacy : vocabulary padding and tokenizer-backend options
+I tokenizer.tokenizer_sentencepiece_ignore_extra_whitespaces : vocabulary padding and tokenizer-backend options
+I tokenizer.tokenizer_hf_no_use_fast : vocabulary padding and tokenizer-backend options
+I tokenizer.tokenizer_hf_no_include_special_tokens : vocabulary padding and tokenizer-backend options
+I tokenizer.trust_remote_code : vocabulary padding and tokenizer-backend options
+I tokenizer.null_tokenizer_eod_id : vocabulary padding and tokenizer-backend options
+I tokenizer.null_tokenizer_pad_id : vocabulary padding and tokenizer-backend options
+I tokenizer.make_vocab_size_divisible_by : vocabulary padding and tokenizer-backend options
+I tokenizer.tensor_model_parallel_size : vocabulary padding and tokenizer-backend options
+I tokenizer.rank : vocabulary padding and tokenizer-backend options
+I tokenizer.use_tokenizer_vocab_size : vocabulary padding and tokenizer-backend options
+I tokenizer.hf_tokenizer_kwargs : vocabulary padding and tokenizer-backend options
+I tokenizer.sp_tokenizer_kwargs : vocabulary padding and tokenizer-backend options
+I tokenizer.image_tag_type : vocabulary padding and tokenizer-backend options
 H checkpoint.save -> checkpoint.save
 H checkpoint.save_interval -> checkpoint.save_interval
 H checkpoint.load -> checkpoint.load
 H checkpoint.most_recent_k -> checkpoint.most_recent_k
 H checkpoint.pretrained_checkpoint -> checkpoint.pretrained_checkpoint
 R checkpoint.ckpt_step : loading a chosen step
-I checkpoint.* : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.save_params_interval : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.save_activations_interval : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.save_tokens_per_expert_interval : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.save_wgrads_interval : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.save_dgrads_interval : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.save_retain_interval : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.save_optim : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.save_rng : checkpoint format, async saving, parallel I/O and replication settings
+R checkpoint.load_optim = true : resuming without the optimizer state
+I checkpoint.load_main_params_from_ckpt : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.load_rng : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.non_persistent_save_interval : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.non_persistent_ckpt_type : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.non_persistent_global_ckpt_dir : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.non_persistent_local_ckpt_dir : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.non_persistent_local_ckpt_algo : checkpoint format, async saving, parallel I/O and replication settings
+R checkpoint.finetune = false : resuming weights only (set checkpoint.pretrained_checkpoint instead)
+I checkpoint.use_checkpoint_args : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.use_mp_args_from_checkpoint_args : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.use_tokenizer_model_from_checkpoint_args : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.exit_on_missing_checkpoint : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.ckpt_format : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.auto_detect_ckpt_format : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.ckpt_convert_format : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.ckpt_convert_save : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.ckpt_convert_update_legacy_dist_opt_format : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.fully_parallel_save : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.async_save : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.async_ckpt_cpu_priority : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.async_ckpt_io_priority : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.async_ckpt_use_cpu_shm : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.fully_parallel_load : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.ckpt_fully_parallel_load_exchange_algo : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.ckpt_fully_parallel_save_process_group : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.ckpt_fully_parallel_load_process_group : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.ckpt_assume_constant_structure : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.ckpt_load_validate_sharding_integrity : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.dist_ckpt_strictness : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.dist_ckpt_save_pre_mcore_014 : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.dist_ckpt_optim_fully_reshardable : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.distrib_optim_fully_reshardable_mem_efficient : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.save_tokenizer_assets : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.replication : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.replication_jump : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.replication_factor : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.verify_integrity : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.stream_ckpt_dequant : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.storage_writers_per_rank : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.use_persistent_ckpt_worker : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.async_strategy : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.async_write_results_mp_mode : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.strict_fsdp_dtensor_load : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.custom_manager_class : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.dist_ckpt_workers : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.also_save_hf_checkpoint : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.hf_source_path : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.hf_trust_remote_code : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.hf_distributed_save : checkpoint format, async saving, parallel I/O and replication settings
+I checkpoint.hf_save_every_n_ranks : checkpoint format, async saving, parallel I/O and replication settings
 H dist.distributed_timeout_minutes -> dist.distributed_timeout_minutes
 H dist.use_decentralized_pg -> dist.use_decentralized_pg
 R dist.eval_context_parallel_size : a separate evaluation CP size
-I dist.* : backend, process-group and flight-recorder settings
+I dist.distributed_backend : backend, process-group and flight-recorder settings
+I dist.align_grad_reduce : backend, process-group and flight-recorder settings
+I dist.local_rank : backend, process-group and flight-recorder settings
+I dist.lazy_mpu_init : backend, process-group and flight-recorder settings
+R dist.use_megatron_fsdp = false : Megatron FSDP
+R dist.use_torch_fsdp2 = false : PyTorch FSDP2
+I dist.nccl_communicator_config_path : backend, process-group and flight-recorder settings
+I dist.use_tp_pp_dp_mapping : backend, process-group and flight-recorder settings
+I dist.use_gloo_process_groups : backend, process-group and flight-recorder settings
+I dist.use_sharp : backend, process-group and flight-recorder settings
+I dist.sharp_enabled_group : backend, process-group and flight-recorder settings
+I dist.high_priority_stream_groups : backend, process-group and flight-recorder settings
+I dist.distributed_timeout_seconds_after_init : backend, process-group and flight-recorder settings
+I dist.flight_recorder_dump_path : backend, process-group and flight-recorder settings
+I dist.flight_recorder_trace_buffer_size : backend, process-group and flight-recorder settings
+I dist.flight_recorder_dump_on_timeout : backend, process-group and flight-recorder settings
+I dist.flight_recorder_include_stack_trace : backend, process-group and flight-recorder settings
+I dist.flight_recorder_include_only_active : backend, process-group and flight-recorder settings
+I dist.flight_recorder_extra_dump_on_exec : backend, process-group and flight-recorder settings
+I dist.disable_jit_fuser : backend, process-group and flight-recorder settings
+I dist.external_gpu_device_mapping : backend, process-group and flight-recorder settings
+I dist.enable_megatron_core_experimental : backend, process-group and flight-recorder settings
 I ft.* : fault tolerance
 I straggler.* : straggler detection
 I nvrx_straggler.* : straggler detection
