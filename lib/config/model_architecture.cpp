@@ -110,7 +110,19 @@ ModelArchitecture load_hf_model_config(const std::string& path) {
     arch.shared_expert_intermediate_size = 512;
   }
   read_field(f, "partial_rotary_factor", arch.partial_rotary_factor, name);
+  // RoPE scaling (YaRN, linear, dynamic NTK) changes every position's rotation; it is not built,
+  // so a checkpoint that asks for it is refused rather than trained with plain RoPE.
+  if (f.contains("rope_scaling") && !f["rope_scaling"].is_null()) {
+    core::throw_data_error(name, "rope_scaling " + f["rope_scaling"].dump() +
+                                     ": RoPE scaling (YaRN, linear, dynamic) is not built; use a "
+                                     "checkpoint config without it");
+  }
   if (f.contains("rope_parameters") && f["rope_parameters"].is_object()) {
+    const json& rope = f["rope_parameters"];
+    if (rope.contains("rope_type") && rope["rope_type"] != "default") {
+      core::throw_data_error(name, "rope_parameters.rope_type " + rope["rope_type"].dump() +
+                                       ": only default RoPE is built (no YaRN or other scaling)");
+    }
     read_field(f["rope_parameters"], "rope_theta", arch.rope_theta, name);
     read_field(f["rope_parameters"], "partial_rotary_factor", arch.partial_rotary_factor, name);
   }

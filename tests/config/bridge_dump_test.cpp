@@ -410,3 +410,28 @@ TEST_CASE("a Bridge-format dump holds only fields of the classes it names", "[co
     CHECK(seen.count(field.path()) == 1);
   }
 }
+
+TEST_CASE("a checkpoint config asking for RoPE scaling is refused, not trained with plain RoPE",
+          "[config][bridge]") {
+  const fs::path folder = fs::temp_directory_path() / "dyncp-rope-scaling-test";
+  fs::create_directories(folder);
+  const auto arch =
+      load_config_file(fixture_path("native/qwen3_30b_a3b_pretrain.yaml"), {}).model.architecture;
+  auto config_json = to_hf_config_json(arch);
+  for (const auto& [marker, replacement] : std::vector<std::pair<std::string, std::string>>{
+           {"\"rope_theta\"",
+            "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}, "
+            "\"rope_theta\""},
+       }) {
+    const auto at = config_json.find(marker);
+    REQUIRE(at != std::string::npos);
+    config_json.replace(at, marker.size(), replacement);
+  }
+  std::ofstream(folder / "config.json") << config_json;
+  CHECK_THROWS_WITH(load_hf_model_config(folder.string()),
+                    Catch::Contains("RoPE scaling (YaRN, linear, dynamic) is not built"));
+  // Without it the same file loads.
+  std::ofstream(folder / "config.json") << to_hf_config_json(arch);
+  CHECK(load_hf_model_config(folder.string()).rope_theta == arch.rope_theta);
+  fs::remove_all(folder);
+}
