@@ -18,6 +18,8 @@
 #include "config/assignment.hpp"
 #include "config/bridge_fields.hpp"
 #include "config/hf_hub_cache.hpp"
+#include "config/model_architecture.hpp"
+#include "core/error.hpp"
 
 namespace dyncp::config::detail {
 
@@ -346,22 +348,39 @@ class BridgeReader {
              "this attention variant (DeepSeek sparse attention) is not built; supported: null "
              "(Qwen3-MoE) or gated_delta_net (Qwen3-Next / Qwen3.5)");
     }
-    if (special("model.experimental_attention_variant") != nullptr || !hf_model_id.empty()) {
-      const bool qwen35 = hf_model_id.find("Qwen3.5") != std::string::npos ||
-                          hf_model_id.find("Qwen3_5") != std::string::npos ||
-                          hf_model_id.find("Qwen35") != std::string::npos;
-      const std::string model_type =
-          hybrid ? (qwen35 ? "qwen3_5_moe_text" : "qwen3_next") : "qwen3_moe";
-      assign("model.model_type", scalar(model_type), source_);
-    }
+    // The checkpoint's config.json names the family exactly; without one, Qwen3.5 is told from
+    // the name and any other hybrid is Qwen3-Next.
+    std::string checkpoint_type;
     if (!hf_model_id.empty()) {
       const std::string revision =
           is_null("model.hf_model_revision") ? "" : text("model.hf_model_revision");
-      const auto folder = resolve_hub("model.hf_model_id", hf_model_id, revision,
-                                      special("model.hf_model_id")->origin);
+      const auto* entry = special("model.hf_model_id");
+      const auto folder = resolve_hub("model.hf_model_id", hf_model_id, revision, entry->origin);
       if (!folder.empty()) {
-        assign("model.hf_model_path", scalar(folder), special("model.hf_model_id")->origin);
+        assign("model.hf_model_path", scalar(folder), entry->origin);
+        try {
+          checkpoint_type = load_hf_model_config(folder).model_type;
+        } catch (const core::Error&) {
+          // The loader reports an unreadable config.json for model.hf_model_path.
+        }
       }
+    }
+    if (special("model.experimental_attention_variant") != nullptr) {
+      const bool qwen35 = hf_model_id.find("Qwen3.5") != std::string::npos ||
+                          hf_model_id.find("Qwen3_5") != std::string::npos ||
+                          hf_model_id.find("Qwen35") != std::string::npos;
+      std::string model_type = hybrid ? (qwen35 ? "qwen3_5_moe_text" : "qwen3_next") : "qwen3_moe";
+      if (!checkpoint_type.empty()) {
+        const bool checkpoint_hybrid = checkpoint_type != "qwen3_moe";
+        if (checkpoint_hybrid != hybrid) {
+          refuse("model.experimental_attention_variant",
+                 special("model.experimental_attention_variant")->origin, variant,
+                 "contradicts the checkpoint's model_type " + checkpoint_type +
+                     " (gated_delta_net for qwen3_next / qwen3_5_moe, null for qwen3_moe)");
+        }
+        model_type = checkpoint_type;
+      }
+      assign("model.model_type", scalar(model_type), source_);
     }
     check_family_flag("model.layernorm_zero_centered_gamma", hybrid);
     check_family_flag("model.attention_output_gate", hybrid);
@@ -483,10 +502,22 @@ class BridgeReader {
       if (!entry->value.IsNull())
         assign("tokenizer.tokenizer_type", to_raw(entry->value), entry->origin);
     }
+    std::string tokenizer_revision;
+    if (const auto* kwargs = special("tokenizer.hf_tokenizer_kwargs");
+        kwargs != nullptr && kwargs->value.IsMap()) {
+      for (const auto& argument : kwargs->value) {
+        if (argument.first.Scalar() == "revision") {
+          tokenizer_revision = canonical(argument.second);
+        } else {
+          inert_settings_.push_back("tokenizer.hf_tokenizer_kwargs." + argument.first.Scalar() +
+                                    "=" + canonical(argument.second));
+        }
+      }
+    }
     if (const auto* entry = special("tokenizer.tokenizer_model");
         entry != nullptr && !entry->value.IsNull()) {
-      const auto folder =
-          resolve_hub("tokenizer.tokenizer_model", canonical(entry->value), "", entry->origin);
+      const auto folder = resolve_hub("tokenizer.tokenizer_model", canonical(entry->value),
+                                      tokenizer_revision, entry->origin);
       if (!folder.empty()) assign("tokenizer.tokenizer_model", scalar(folder), entry->origin);
     }
     if (dataset_kind_ == DatasetKind::pretrain) finish_pretraining_data();

@@ -503,7 +503,7 @@ I tokenizer.make_vocab_size_divisible_by : vocabulary padding and tokenizer-back
 I tokenizer.tensor_model_parallel_size : vocabulary padding and tokenizer-backend options
 I tokenizer.rank : vocabulary padding and tokenizer-backend options
 I tokenizer.use_tokenizer_vocab_size : vocabulary padding and tokenizer-backend options
-I tokenizer.hf_tokenizer_kwargs : vocabulary padding and tokenizer-backend options
+H tokenizer.hf_tokenizer_kwargs -> special : revision: the cache snapshot of tokenizer_model (other arguments have no effect)
 I tokenizer.sp_tokenizer_kwargs : vocabulary padding and tokenizer-backend options
 I tokenizer.image_tag_type : vocabulary padding and tokenizer-backend options
 H checkpoint.save -> checkpoint.save

@@ -325,6 +325,23 @@ TEST_CASE("refused Bridge values, unknown keys and classes name what is supporte
   CHECK(message.find("models--Qwen--Absent-1B") != std::string::npos);
 }
 
+TEST_CASE("hub names resolve to the pinned snapshot and agree with the checkpoint",
+          "[config][bridge]") {
+  // The SFT recipe pins the tokenizer revision through hf_tokenizer_kwargs.
+  const auto sft = load_text(read_text(fixture_path("qwen3_30b_a3b_sft_dynamic_cp.yaml")));
+  CHECK(sft.tokenizer.tokenizer_model ==
+        fixture_path("hf_cache/models--Qwen--Qwen3-30B-A3B/snapshots/"
+                     "ad44e777bcd18fa416d9da3bd8f70d33ebb85d39"));
+  const auto text = read_text(fixture_path("qwen3_30b_a3b_pretrain_dynamic_cp.yaml"));
+  const auto message = error_of(edit(text, "model", "hf_model_revision", "null", "deadbeef00"), 16);
+  CHECK(message.find("models--Qwen--Qwen3-30B-A3B/snapshots/deadbeef00") != std::string::npos);
+  // A hybrid layer pattern on a Qwen3-MoE checkpoint is a contradiction, not a guess.
+  const auto contradiction = error_of(
+      edit(text, "model", "experimental_attention_variant", "null", "gated_delta_net"), 16);
+  CHECK(contradiction.find("contradicts the checkpoint's model_type qwen3_moe") !=
+        std::string::npos);
+}
+
 TEST_CASE("dtype and enum objects are read as their values", "[config][bridge]") {
   const auto text = read_text(fixture_path("qwen3_30b_a3b_pretrain_dynamic_cp.yaml"));
   const std::string float32 = "exp_avg_dtype:\n    _call_: false\n    _target_: torch.float32";
