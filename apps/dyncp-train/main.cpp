@@ -38,6 +38,10 @@ int run(const Options& options) {
     std::cout << config::generate_config_reference();
     return 0;
   }
+  if (options.print_format != "native" && !options.print_config) {
+    core::throw_usage_error("--format " + options.print_format +
+                            " is the layout of --print-config; add --print-config");
+  }
   if (options.config_path.empty()) {
     core::throw_usage_error(
         "--config FILE is required (a recipe YAML, e.g. "

@@ -506,11 +506,11 @@ I tokenizer.use_tokenizer_vocab_size : vocabulary padding and tokenizer-backend 
 H tokenizer.hf_tokenizer_kwargs -> special : revision: the cache snapshot of tokenizer_model (other arguments have no effect)
 I tokenizer.sp_tokenizer_kwargs : vocabulary padding and tokenizer-backend options
 I tokenizer.image_tag_type : vocabulary padding and tokenizer-backend options
-H checkpoint.save -> checkpoint.save
+H checkpoint.save -> checkpoint.save : this program's checkpoint format
 H checkpoint.save_interval -> checkpoint.save_interval
-H checkpoint.load -> checkpoint.load
+H checkpoint.load -> checkpoint.load : this program's checkpoints (Bridge's torch_dist ones are refused when read)
 H checkpoint.most_recent_k -> checkpoint.most_recent_k
-H checkpoint.pretrained_checkpoint -> checkpoint.pretrained_checkpoint
+H checkpoint.pretrained_checkpoint -> checkpoint.pretrained_checkpoint : an HF safetensors folder here (a Megatron torch_dist checkpoint is refused when the weights are read)
 R checkpoint.ckpt_step : loading a chosen step
 I checkpoint.save_params_interval : checkpoint format, async saving, parallel I/O and replication settings
 I checkpoint.save_activations_interval : checkpoint format, async saving, parallel I/O and replication settings

@@ -63,6 +63,14 @@ void ModelArchitecture::resolve() {
   }
 }
 
+bool has_hf_weights(const std::string& folder) {
+  const std::filesystem::path root(folder);
+  std::error_code error;
+  return std::filesystem::exists(root / "config.json", error) &&
+         (std::filesystem::exists(root / "model.safetensors", error) ||
+          std::filesystem::exists(root / "model.safetensors.index.json", error));
+}
+
 ModelArchitecture load_hf_model_config(const std::string& path) {
   std::filesystem::path file = path;
   if (std::filesystem::is_directory(file)) file /= "config.json";

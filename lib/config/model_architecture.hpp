@@ -70,6 +70,10 @@ struct ModelArchitecture {
 // `rope_theta`. Throws a data error naming the file and field on malformed input.
 ModelArchitecture load_hf_model_config(const std::string& path);
 
+// True for an HF checkpoint folder with weights: config.json and model.safetensors (or its
+// model.safetensors.index.json). A Megatron torch_dist checkpoint is not one.
+bool has_hf_weights(const std::string& folder);
+
 // The inverse, for HF export: the fields transformers needs to rebuild the model.
 std::string to_hf_config_json(const ModelArchitecture& architecture);
 

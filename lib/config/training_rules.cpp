@@ -1,6 +1,7 @@
 // Rules for the data source, tokenizer, optimizer, LR schedule, recomputation, checkpointing
 // and the packing cost model; fills the LR-schedule defaults.
 
+#include <filesystem>
 #include <string>
 
 #include "config/key_table.hpp"
@@ -142,6 +143,17 @@ void check_recompute(ModelConfig& model, ProblemList& problems) {
 }
 
 void check_runtime(ConfigContainer& config, ProblemList& problems) {
+  // A folder that is there but holds no HF weights (a Megatron torch_dist checkpoint, an empty
+  // download) would otherwise surface only when training starts.
+  const auto& pretrained = config.checkpoint.pretrained_checkpoint;
+  std::error_code error;
+  if (!pretrained.empty() && std::filesystem::exists(pretrained, error) &&
+      !has_hf_weights(pretrained)) {
+    problems.add("checkpoint.pretrained_checkpoint", pretrained,
+                 "not an HF checkpoint with weights (config.json and model.safetensors or "
+                 "model.safetensors.index.json); export a Megatron checkpoint to HF first "
+                 "(Bridge's AutoBridge export)");
+  }
   if (config.checkpoint.most_recent_k == 0) {
     problems.add("checkpoint.most_recent_k", "0",
                  "keeping no checkpoint is not allowed; use -1 (all) or a count >= 1");

@@ -81,9 +81,14 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
   const std::string& initial = !config.checkpoint.pretrained_checkpoint.empty()
                                    ? config.checkpoint.pretrained_checkpoint
                                    : model_config.hf_model_path;
-  if (!initial.empty() && fs::exists(fs::path(initial) / "config.json") &&
-      (fs::exists(fs::path(initial) / "model.safetensors") ||
-       fs::exists(fs::path(initial) / "model.safetensors.index.json"))) {
+  if (!config.checkpoint.pretrained_checkpoint.empty() && !config::has_hf_weights(initial)) {
+    // Never start from random weights when initial weights were asked for.
+    core::throw_data_error("checkpoint.pretrained_checkpoint",
+                           initial +
+                               ": no HF checkpoint with weights here (config.json and "
+                               "model.safetensors or model.safetensors.index.json)");
+  }
+  if (!initial.empty() && config::has_hf_weights(initial)) {
     model::load_hf_weights(initial, model.parameters());
     spdlog::info("model: {} parameters on this rank loaded from {}",
                  model.parameters().num_parameters(), initial);

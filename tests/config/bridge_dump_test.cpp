@@ -452,3 +452,20 @@ TEST_CASE("a checkpoint config asking for RoPE scaling is refused, not trained w
   CHECK(load_hf_model_config(folder.string()).rope_theta == arch.rope_theta);
   fs::remove_all(folder);
 }
+
+TEST_CASE("a pretrained_checkpoint folder without HF weights is refused", "[config][bridge]") {
+  // What a Bridge user's pretrained_checkpoint usually is: a Megatron torch_dist folder.
+  const fs::path folder = fs::temp_directory_path() / "dyncp-torch-dist-checkpoint-test";
+  fs::create_directories(folder / "iter_0000100");
+  std::ofstream(folder / "latest_checkpointed_iteration.txt") << "100";
+  const auto text = read_text(fixture_path("qwen3_30b_a3b_pretrain_dynamic_cp.yaml"));
+  auto edited = text;
+  const std::string needle = "\n  pretrained_checkpoint: null\n";
+  const auto at = edited.find(needle);
+  REQUIRE(at != std::string::npos);
+  edited.replace(at, needle.size(), "\n  pretrained_checkpoint: " + folder.string() + "\n");
+  const auto message = error_of(edited, 16);
+  CHECK(message.find("checkpoint.pretrained_checkpoint") != std::string::npos);
+  CHECK(message.find("not an HF checkpoint with weights") != std::string::npos);
+  fs::remove_all(folder);
+}
