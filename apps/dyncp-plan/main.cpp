@@ -33,6 +33,7 @@ struct Options {
   std::int64_t cap = 0;
   std::int64_t min_cp = 1;
   std::string scheduler = "default_dynamic_cp";
+  std::string alignment = "per_group";
   std::optional<std::int64_t> global_batch_size;
   std::int64_t steps = 1;
   std::string model_path;
@@ -47,23 +48,27 @@ void warn(const std::string& message) {
 }
 
 // Rejects, with the file:line of the sample, what the scheduler would reject.
-void check_lengths_fit(const Options& options, const std::vector<std::int64_t>& lengths,
+void check_lengths_fit(const Options& options, const packing::AlignmentRule& alignment,
+                       const std::vector<std::int64_t>& lengths,
                        const std::vector<std::string>& origins) {
   const std::int64_t pool = options.dp * options.cp;
   for (std::size_t i = 0; i < lengths.size(); ++i) {
     if (options.scheduler == "dp_balanced") {
-      if (lengths[i] > options.cp * options.cap) {
+      const std::int64_t padded = alignment.padded(lengths[i], options.cp);
+      if (padded > options.cp * options.cap) {
         core::throw_data_error(
-            origins[i], "length " + std::to_string(lengths[i]) + " exceeds cp x cap = " +
+            origins[i], "length " + std::to_string(padded) + " exceeds cp x cap = " +
                             std::to_string(options.cp * options.cap) + "; raise --cap or --cp");
       }
-    } else if (packing::group_size_needed(lengths[i], options.cap, options.min_cp) > pool) {
-      core::throw_data_error(
-          origins[i],
-          "length " + std::to_string(lengths[i]) + " needs a group of " +
-              std::to_string(packing::group_size_needed(lengths[i], options.cap, options.min_cp)) +
-              " ranks but the pool (dp x cp) has " + std::to_string(pool) +
-              "; raise --cap or the pool");
+      continue;
+    }
+    const std::int64_t needed =
+        packing::group_size_needed(lengths[i], options.cap, options.min_cp, alignment);
+    if (needed > pool) {
+      core::throw_data_error(origins[i], "length " + std::to_string(lengths[i]) +
+                                             " needs a group of " + std::to_string(needed) +
+                                             " ranks but the pool (dp x cp) has " +
+                                             std::to_string(pool) + "; raise --cap or the pool");
     }
   }
 }
@@ -129,18 +134,35 @@ int run(const Options& options) {
          " is not a power of two: Megatron's full-pool fallback will run (dyncp-train rejects "
          "this layout)");
   }
+  if (options.alignment != "per_group" && options.alignment != "pool") {
+    core::throw_usage_error("--alignment: unknown rule '" + options.alignment +
+                            "'; expected one of [per_group, pool]");
+  }
+  const auto mode = options.alignment == "pool" ? config::PackingAlignment::pool
+                                                : config::PackingAlignment::per_group;
   const packing::CostModel cost_model = make_cost_model(options);
-  const plan::PlanSettings settings{options.scheduler, options.dp, options.cp, options.cap,
-                                    options.min_cp};
+  plan::PlanSettings settings{options.scheduler, options.dp, options.cp, options.cap,
+                              options.min_cp};
+  // Megatron's pool-wide multiple (also the cap that keeps synthetic lengths runnable by the
+  // static layout under either rule).
   const std::int64_t multiple = packing::alignment_multiple({options.dp, options.cp, dynamic});
+  // Lengths files under the pool rule are taken as given (already padded, so Megatron's
+  // inputs replay exactly); otherwise lengths are real and padded for the group that runs
+  // them. Static CP is compared with its own padding (2 x cp).
+  const bool as_given = !options.lengths_path.empty() && mode == config::PackingAlignment::pool;
+  settings.alignment = as_given ? packing::AlignmentRule{}
+                                : packing::alignment_rule({options.dp, options.cp, dynamic}, mode);
+  settings.static_alignment = as_given ? packing::AlignmentRule{}
+                                       : packing::alignment_rule({options.dp, options.cp, false},
+                                                                 config::PackingAlignment::pool);
 
   std::vector<std::vector<std::int64_t>> batches;
   if (!options.lengths_path.empty()) {
     const plan::LengthsFile file = plan::read_lengths_file(options.lengths_path);
-    check_lengths_fit(options, file.lengths, file.origins);
+    check_lengths_fit(options, settings.alignment, file.lengths, file.origins);
     const auto unaligned = std::count_if(file.lengths.begin(), file.lengths.end(),
                                          [&](std::int64_t l) { return l % multiple != 0; });
-    if (unaligned > 0) {
+    if (as_given && unaligned > 0) {
       warn(std::to_string(unaligned) + " of " + std::to_string(file.lengths.size()) +
            " lengths are not multiples of the alignment " + std::to_string(multiple) +
            " (scheduled as given; dyncp-train pads them)");
@@ -160,8 +182,8 @@ int run(const Options& options) {
   } else {
     const auto distribution =
         config::parse_length_distribution(options.distribution, "--distribution");
-    // Lengths are capped so the static layout can run them, then padded to the layout's
-    // alignment multiple (as dyncp-train's datasets do).
+    // Real lengths, capped so that the static layout can run them under any padding rule
+    // (at a multiple of 2 x dp x cp); the scheduler pads each for its group.
     const std::int64_t longest = options.cp * options.cap / multiple * multiple;
     if (longest < 1) {
       core::throw_usage_error("cp x cap = " + std::to_string(options.cp * options.cap) +
@@ -172,27 +194,28 @@ int run(const Options& options) {
       auto lengths =
           config::sample_lengths(distribution, static_cast<std::size_t>(*options.global_batch_size),
                                  options.seed, static_cast<std::uint64_t>(step));
-      for (auto& length : lengths) {
-        length = std::min(packing::padded_length(length, multiple), longest);
-      }
+      for (auto& length : lengths) length = std::min(length, longest);
       std::vector<std::string> origins;
       for (std::size_t i = 0; i < lengths.size(); ++i) {
         origins.push_back("step " + std::to_string(step) + " sample " + std::to_string(i));
       }
-      check_lengths_fit(options, lengths, origins);
+      check_lengths_fit(options, settings.alignment, lengths, origins);
       batches.push_back(std::move(lengths));
     }
   }
 
+  plan::PlanSummary summary;
   for (std::size_t step = 0; step < batches.size(); ++step) {
     const auto plan = plan::plan_step(settings, std::move(batches[step]), cost_model,
                                       static_cast<std::int64_t>(step));
+    summary.add(plan);
     if (options.json) {
       std::cout << plan::render_json(settings, plan) << "\n";
     } else {
       std::cout << plan::render_table(settings, plan, options.print_schedule);
     }
   }
+  std::cout << (options.json ? summary.render_json() + "\n" : summary.render_table());
   return 0;
 }
 
@@ -217,6 +240,9 @@ int main(int argc, char** argv) {
                  "max_seqlen_per_dp_cp_rank: tokens one rank may hold per microbatch");
   app.add_option("--min-cp", options.min_cp, "Smallest dynamic CP group (a power of two)");
   app.add_option("--scheduler", options.scheduler, "dp_balanced | default_dynamic_cp | cost_aware");
+  app.add_option("--alignment", options.alignment,
+                 "Padding: per_group (each sequence to 2c for its group of c ranks; default) | "
+                 "pool (2 x dp x cp, Megatron-Core; a lengths file is then taken as given)");
   app.add_option("--global-batch-size", options.global_batch_size,
                  "Samples per step (a lengths file is cut into consecutive batches)");
   app.add_option("--steps", options.steps, "Number of steps")->check(CLI::Range(1, 1 << 20));

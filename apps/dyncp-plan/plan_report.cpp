@@ -1,6 +1,8 @@
 #include "plan_report.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -46,43 +48,57 @@ StepPlan plan_step(const PlanSettings& settings, std::vector<std::int64_t> lengt
   StepPlan plan;
   plan.step = step;
   plan.lengths = std::move(lengths);
-  const packing::SchedulerInput input{plan.lengths, settings.data_parallel_size,
-                                      settings.context_parallel_size,
-                                      settings.max_seqlen_per_dp_cp_rank, settings.min_group_size};
+  packing::SchedulerInput input{plan.lengths, settings.data_parallel_size,
+                                settings.context_parallel_size, settings.max_seqlen_per_dp_cp_rank,
+                                settings.min_group_size};
+  input.alignment = settings.alignment;
   const auto start = std::chrono::steady_clock::now();
   plan.schedule = run_scheduler(settings, input, cost_model);
   plan.host_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   const bool is_static = settings.scheduler == "dp_balanced";
-  const std::string problem = packing::check_schedule(
-      plan.schedule, plan.lengths, settings.max_seqlen_per_dp_cp_rank,
-      {is_static ? settings.context_parallel_size : 0, is_static ? 1 : settings.min_group_size});
+  const std::string problem =
+      packing::check_schedule(plan.schedule, plan.lengths, settings.max_seqlen_per_dp_cp_rank,
+                              {is_static ? settings.context_parallel_size : 0,
+                               is_static ? 1 : settings.min_group_size, settings.alignment});
   if (!problem.empty()) {
     core::throw_runtime_error(settings.scheduler +
                               " produced a schedule that breaks the "
                               "contract (a bug): " +
                               problem);
   }
-  plan.modelled = cost_model.step_time(plan.schedule, plan.lengths);
+  for (const auto& group : plan.schedule.groups)
+    for (const auto id : plan.schedule.ids_of(group))
+      plan.padded_tokens +=
+          settings.alignment.padded(plan.lengths[static_cast<std::size_t>(id)], group.size);
+  plan.modelled = cost_model.step_time(plan.schedule, plan.lengths, settings.alignment);
+  // Static CP as it would run: the static layout's own padding.
+  packing::SchedulerInput static_input = input;
+  static_input.alignment = settings.static_alignment;
+  static_input.min_group_size = 1;
   try {
-    plan.static_step_ms =
-        1e3 * cost_model.step_time(packing::schedule_dp_balanced(input), plan.lengths).step_seconds;
+    plan.static_step_ms = 1e3 * cost_model
+                                    .step_time(packing::schedule_dp_balanced(static_input),
+                                               plan.lengths, settings.static_alignment)
+                                    .step_seconds;
   } catch (const core::Error&) {
     // The static layout cannot run this batch (a sequence above cp x cap): no comparison.
   }
   try {
-    plan.dynamic_step_ms =
-        1e3 * cost_model.step_time(packing::schedule_default_dynamic_cp(input), plan.lengths)
-                  .step_seconds;
+    plan.dynamic_step_ms = 1e3 * cost_model
+                                     .step_time(packing::schedule_default_dynamic_cp(input),
+                                                plan.lengths, settings.alignment)
+                                     .step_seconds;
   } catch (const core::Error&) {
   }
-  plan.lower_bound_ms = 1e3 * cost_model.lower_bound_seconds(plan.lengths, input.pool_size(),
-                                                             settings.max_seqlen_per_dp_cp_rank,
-                                                             settings.min_group_size);
+  plan.lower_bound_ms =
+      1e3 * cost_model.lower_bound_seconds(plan.lengths, input.pool_size(),
+                                           settings.max_seqlen_per_dp_cp_rank,
+                                           settings.min_group_size, settings.alignment);
   plan.tight_lower_bound_ms =
       1e3 * cost_model.tight_lower_bound_seconds(plan.lengths, input.pool_size(),
                                                  settings.max_seqlen_per_dp_cp_rank,
-                                                 settings.min_group_size);
+                                                 settings.min_group_size, settings.alignment);
   return plan;
 }
 
@@ -97,6 +113,7 @@ std::string render_json(const PlanSettings& settings, const StepPlan& plan) {
   for (const auto length : plan.lengths) tokens += length;
   stats["samples"] = plan.lengths.size();
   stats["tokens"] = tokens;
+  stats["padded_tokens"] = plan.padded_tokens;
   stats["microbatches"] = plan.schedule.num_microbatches();
   nlohmann::json histogram = nlohmann::json::object();
   for (const auto& [size, count] : group_size_histogram(plan.schedule)) {
@@ -128,7 +145,7 @@ std::string render_table(const PlanSettings& settings, const StepPlan& plan, boo
   os << "step " << plan.step << ": " << settings.scheduler << " on " << pool << " ranks (dp "
      << settings.data_parallel_size << " x cp " << settings.context_parallel_size << "), cap "
      << settings.max_seqlen_per_dp_cp_rank << ", " << plan.lengths.size() << " samples, " << tokens
-     << " tokens\n";
+     << " tokens (" << plan.padded_tokens << " padded)\n";
   os << "  microbatches              " << plan.schedule.num_microbatches() << "\n";
   os << "  group sizes (size: count) ";
   bool first = true;
@@ -171,6 +188,80 @@ std::string render_table(const PlanSettings& settings, const StepPlan& plan, boo
       os << "\n";
     }
   }
+  return os.str();
+}
+
+void PlanSummary::Ratio::add(double value) {
+  log_sum += std::log(value);
+  worst = std::max(worst, value);
+  ++count;
+}
+
+double PlanSummary::Ratio::geometric_mean() const {
+  return count > 0 ? std::exp(log_sum / static_cast<double>(count)) : 0.0;
+}
+
+void PlanSummary::add(const StepPlan& plan) {
+  const double step_ms = 1e3 * plan.modelled.step_seconds;
+  ++steps_;
+  for (const auto length : plan.lengths) real_tokens_ += length;
+  padded_tokens_ += plan.padded_tokens;
+  step_ms_sum_ += step_ms;
+  step_ms_worst_ = std::max(step_ms_worst_, step_ms);
+  host_ms_sum_ += plan.host_ms;
+  host_ms_worst_ = std::max(host_ms_worst_, plan.host_ms);
+  if (plan.static_step_ms) {
+    vs_static_.add(step_ms / *plan.static_step_ms);
+    slower_than_static_ += step_ms > *plan.static_step_ms;
+  }
+  if (plan.dynamic_step_ms) vs_dynamic_.add(step_ms / *plan.dynamic_step_ms);
+  vs_bound_.add(step_ms / plan.tight_lower_bound_ms);
+}
+
+std::string PlanSummary::render_json() const {
+  const auto ratio = [](const Ratio& r) {
+    return r.count > 0 ? nlohmann::json{{"geomean", r.geometric_mean()}, {"worst", r.worst}}
+                       : nlohmann::json(nullptr);
+  };
+  nlohmann::json summary = {
+      {"steps", steps_},
+      {"tokens", real_tokens_},
+      {"padded_tokens", padded_tokens_},
+      {"modelled_step_ms",
+       {{"mean", step_ms_sum_ / static_cast<double>(steps_)}, {"worst", step_ms_worst_}}},
+      {"vs_static", ratio(vs_static_)},
+      {"steps_slower_than_static", slower_than_static_},
+      {"vs_default_dynamic_cp", ratio(vs_dynamic_)},
+      {"vs_tight_lower_bound", ratio(vs_bound_)},
+      {"host_ms",
+       {{"mean", host_ms_sum_ / static_cast<double>(steps_)}, {"worst", host_ms_worst_}}}};
+  return nlohmann::json{{"summary", summary}}.dump();
+}
+
+std::string PlanSummary::render_table() const {
+  std::ostringstream os;
+  const auto ratio = [&](const char* name, const Ratio& r) {
+    if (r.count == 0) return;
+    os << "  " << name << format("%.3f", r.geometric_mean()) << "x geomean, "
+       << format("%.3f", r.worst) << "x worst (" << r.count << " steps)\n";
+  };
+  os << "summary over " << steps_ << " steps: " << real_tokens_ << " tokens, " << padded_tokens_
+     << " padded ("
+     << format("%.1f", 100.0 * static_cast<double>(padded_tokens_ - real_tokens_) /
+                           static_cast<double>(std::max<std::int64_t>(padded_tokens_, 1)))
+     << "% padding)\n";
+  os << "  modelled step             mean "
+     << format("%.1f", step_ms_sum_ / static_cast<double>(steps_)) << " ms, worst "
+     << format("%.1f", step_ms_worst_) << " ms\n";
+  ratio("vs static CP              ", vs_static_);
+  if (vs_static_.count > 0) {
+    os << "  steps slower than static  " << slower_than_static_ << "\n";
+  }
+  ratio("vs default_dynamic_cp     ", vs_dynamic_);
+  ratio("vs tight lower bound      ", vs_bound_);
+  os << "  host time                 mean "
+     << format("%.3f", host_ms_sum_ / static_cast<double>(steps_)) << " ms, worst "
+     << format("%.3f", host_ms_worst_) << " ms\n";
   return os.str();
 }
 

@@ -17,11 +17,14 @@ struct PlanSettings {
   std::int64_t context_parallel_size = 1;
   std::int64_t max_seqlen_per_dp_cp_rank = 0;
   std::int64_t min_group_size = 1;
+  packing::AlignmentRule alignment;         // the chosen scheduler's padding
+  packing::AlignmentRule static_alignment;  // the static layout's (2 x cp), for comparison
 };
 
 struct StepPlan {
   std::int64_t step = 0;
-  std::vector<std::int64_t> lengths;  // as scheduled (after any padding)
+  std::vector<std::int64_t> lengths;  // as scheduled (each padded for its group by the rule)
+  std::int64_t padded_tokens = 0;     // after padding each sequence for its group
   packing::Schedule schedule;
   double host_ms = 0.0;
   packing::CostModel::StepTime modelled;
@@ -39,5 +42,34 @@ StepPlan plan_step(const PlanSettings& settings, std::vector<std::int64_t> lengt
 
 std::string render_json(const PlanSettings& settings, const StepPlan& plan);
 std::string render_table(const PlanSettings& settings, const StepPlan& plan, bool print_schedule);
+
+// Over all steps: means and worst cases of the modelled step and of its ratios to static CP,
+// to default_dynamic_cp and to the tight lower bound (ratios: geometric mean and maximum).
+class PlanSummary {
+ public:
+  void add(const StepPlan& plan);
+  std::string render_json() const;
+  std::string render_table() const;
+
+ private:
+  struct Ratio {
+    double log_sum = 0.0;
+    double worst = 0.0;
+    std::int64_t count = 0;
+    void add(double value);
+    double geometric_mean() const;
+  };
+  std::int64_t steps_ = 0;
+  std::int64_t real_tokens_ = 0;
+  std::int64_t padded_tokens_ = 0;
+  double step_ms_sum_ = 0.0;
+  double step_ms_worst_ = 0.0;
+  double host_ms_sum_ = 0.0;
+  double host_ms_worst_ = 0.0;
+  Ratio vs_static_;
+  Ratio vs_dynamic_;
+  Ratio vs_bound_;
+  std::int64_t slower_than_static_ = 0;  // steps where this models slower than static CP
+};
 
 }  // namespace dyncp::plan

@@ -142,6 +142,7 @@ struct RngConfig {
 // Defaults describe an H200 with NVLink 4: 989 TFLOP/s dense BF16 peak at ~45% achieved,
 // ~400 GB/s usable per direction, ~15 us per collective step.
 struct PackingCostConfig {
+  PackingAlignment alignment = PackingAlignment::per_group;  // padding per runtime group
   double device_flops_per_second = 4.5e14;
   double link_bytes_per_second = 4.0e11;
   double collective_latency_seconds = 1.5e-5;

@@ -25,6 +25,12 @@ struct EnumTraits;  // specialised below: static constexpr std::array<std::strin
 enum class PackingScheduler { dp_balanced, default_dynamic_cp, cost_aware };
 DYNCP_CONFIG_ENUM_NAMES(PackingScheduler, "dp_balanced", "default_dynamic_cp", "cost_aware");
 
+// How sequences are padded for context parallelism: per_group pads each sequence for the
+// group it runs on (2c for a group of c ranks); pool pads every sequence to 2 x dp x cp under
+// dynamic CP (Megatron-Core's rule). Static CP pads to 2 x cp either way.
+enum class PackingAlignment { per_group, pool };
+DYNCP_CONFIG_ENUM_NAMES(PackingAlignment, "per_group", "pool");
+
 enum class DatasetType { chat_jsonl, token_jsonl, megatron_indexed, mock_varlen };
 DYNCP_CONFIG_ENUM_NAMES(DatasetType, "chat_jsonl", "token_jsonl", "megatron_indexed",
                         "mock_varlen");

@@ -247,6 +247,13 @@ void append_runtime_keys(std::vector<KeySpec>& keys) {
   keys.push_back(make_key("rng.seed", DYNCP_FIELD(rng.seed),
                           "Seed of every random draw (init, shuffling, mock data)",
                           {.min = 0, .max = std::numeric_limits<std::int64_t>::max()}));
+  keys.push_back(make_key(
+      "packing.alignment", DYNCP_FIELD(packing.alignment),
+      "Dynamic-CP padding: per_group pads each sequence to a multiple of 2c for the group of c "
+      "ranks it runs on (none on one rank); pool pads every sequence to 2 x dp x cp "
+      "(Megatron-Core). Static CP pads to 2 x cp either way",
+      {.rules = "per_group: dataset.global_batch_packing_pad_to_multiple_of, if set, must equal "
+                "2 x dp x cp"}));
   keys.push_back(make_key("packing.device_flops_per_second",
                           DYNCP_FIELD(packing.device_flops_per_second),
                           "Cost model: achieved FLOP/s of one device", {.rules = "> 0"}));

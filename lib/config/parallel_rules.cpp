@@ -192,6 +192,11 @@ void check_parallel_and_packing(ConfigContainer& config, std::int64_t world_size
                    "must be a multiple of the required alignment " + str(alignment) +
                        (dynamic ? " (2 x dp x cp)" : " (2 x cp, or 1 without CP)") +
                        "; remove it to use the derived value");
+    } else if (pad_to && dynamic && config.packing.alignment == PackingAlignment::per_group &&
+               *pad_to != alignment) {
+      problems.add("dataset.global_batch_packing_pad_to_multiple_of", str(*pad_to),
+                   "sets one padding multiple for every sequence, but packing.alignment=per_group "
+                   "pads each sequence for its group; remove it, or set packing.alignment=pool");
     } else {
       if (!pad_to) pad_to = alignment;
       if (seq_length % *pad_to != 0) {

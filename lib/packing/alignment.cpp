@@ -35,6 +35,26 @@ std::int64_t padded_length(std::int64_t length, std::int64_t multiple) {
   return (length + multiple - 1) / multiple * multiple;
 }
 
+AlignmentRule alignment_rule(const AlignmentLayout& layout, config::PackingAlignment mode,
+                             std::int64_t pool_multiple_override) {
+  AlignmentRule rule;
+  // A static layout's groups all have cp ranks: per-group padding is the pool rule there.
+  rule.mode = layout.dynamic_context_parallel ? mode : config::PackingAlignment::pool;
+  rule.pool_multiple =
+      pool_multiple_override > 0 ? pool_multiple_override : alignment_multiple(layout);
+  rule.sequence_parallel_factor =
+      layout.sequence_parallel && layout.tensor_parallel_size > 1 ? layout.tensor_parallel_size : 1;
+  return rule;
+}
+
+AlignmentRule alignment_rule(const config::ConfigContainer& config) {
+  const config::ParallelLayout& layout = config.layout;
+  return alignment_rule({layout.data_parallel_size, layout.context_parallel_size,
+                         config.model.dynamic_context_parallel,
+                         config.model.tensor_model_parallel_size, config.model.sequence_parallel},
+                        config.packing.alignment, layout.alignment_multiple);
+}
+
 SequenceLength align_sequence(std::int64_t length, std::int64_t multiple,
                               bool fold_alignment_padding) {
   const std::int64_t padded = padded_length(length, multiple);

@@ -13,7 +13,7 @@ namespace {
 
 struct Item {
   std::int64_t id = 0;
-  std::int64_t length = 0;
+  std::int64_t length = 0;  // padded for its group
   std::int64_t group_size = 1;
   double rank_seconds = 0.0;  // the sequence's share of the step, summed over its group
 };
@@ -40,6 +40,17 @@ class BuddyTree {
     count_.assign(static_cast<std::size_t>(nodes), 0);
   }
 
+  // Tokens of sample `id` on a group of `size` (padded for that group).
+  std::int64_t length_on(std::int64_t id, std::int64_t size) const {
+    return input_.padded(static_cast<std::size_t>(id), size);
+  }
+  // The group size of block `node` (heap order: the pool halves at every level).
+  std::int64_t node_size(std::size_t node) const {
+    std::int64_t size = pool_;
+    for (; node > 1; node /= 2) size /= 2;
+    return size;
+  }
+
   // Per-rank fixed seconds of one bin on a group of `size`.
   double bin_overhead(std::int64_t size) const {
     return cost_.parameters().microbatch_overhead_seconds + cost_.communication_seconds(0, size);
@@ -53,26 +64,31 @@ class BuddyTree {
            bin_overhead(size) * static_cast<double>(length) / static_cast<double>(cap_);
   }
 
-  // A sequence whose time alone on its group exceeds promotion_factor x (mean per-rank work)
-  // moves to twice the group while that makes it faster (promotion_factor 0: never).
-  void build(double promotion_factor, Schedule& schedule, std::int64_t& promoted) {
+  // A sequence whose time alone on its group exceeds the threshold moves to twice the group
+  // while that makes it faster. The threshold is `deadline_seconds` when positive, else
+  // promotion_factor x (mean per-rank work) (promotion_factor 0: never).
+  void build(double promotion_factor, double deadline_seconds, Schedule& schedule,
+             std::int64_t& promoted) {
     promoted = 0;
     items_.resize(input_.lengths.size());
     double total = 0.0;
     for (std::size_t id = 0; id < input_.lengths.size(); ++id) {
       Item& item = items_[id];
       item.id = static_cast<std::int64_t>(id);
-      item.length = input_.lengths[id];
-      item.group_size = group_size_needed(item.length, cap_, input_.min_group_size);
+      item.group_size =
+          group_size_needed(input_.lengths[id], cap_, input_.min_group_size, input_.alignment);
+      item.length = length_on(item.id, item.group_size);
       item.rank_seconds = rank_seconds(item.length, item.group_size);
       total += item.rank_seconds;
     }
-    if (promotion_factor > 0.0) {
-      const double threshold = promotion_factor * total / static_cast<double>(pool_);
+    if (promotion_factor > 0.0 || deadline_seconds > 0.0) {
+      const double threshold = deadline_seconds > 0.0
+                                   ? deadline_seconds
+                                   : promotion_factor * total / static_cast<double>(pool_);
       for (auto& item : items_) {
         auto alone = [&](std::int64_t size) {
-          return cost_.compute_seconds(item.length, size) +
-                 cost_.communication_seconds(item.length, size);
+          const std::int64_t length = length_on(item.id, size);
+          return cost_.compute_seconds(length, size) + cost_.communication_seconds(length, size);
         };
         const std::int64_t needed = item.group_size;
         while (item.group_size < pool_ && alone(item.group_size) > threshold &&
@@ -81,6 +97,7 @@ class BuddyTree {
         }
         if (item.group_size != needed) {
           ++promoted;
+          item.length = length_on(item.id, item.group_size);
           item.rank_seconds = rank_seconds(item.length, item.group_size);
         }
       }
@@ -175,9 +192,9 @@ class BuddyTree {
         ++b;
         continue;
       }
-      const std::int64_t moved = pop_last(bins[b]);
+      const std::int64_t moved = pop_last(bins[b], node);
       Bin single;
-      append(single, moved, input_.lengths[static_cast<std::size_t>(moved)]);
+      append(single, moved, length_on(moved, node_size(node)));
       bins.push_back(single);
       --extra;
     }
@@ -189,12 +206,26 @@ class BuddyTree {
   }
 
   // Removes one microbatch from every rank of `node` (its counts are equal and >= 1) by moving
-  // an own bin, or one bin from each half, to the block `target` above it.
+  // an own bin, or one bin from each half, to the block `target` above it. The bin's sequences
+  // are padded for the larger group there; from a group of 2 or more they always fit (each
+  // grows by at most its old multiple and holds at least that many tokens), but many tiny
+  // sequences from one rank may not: such a bin is split first-fit at the target, which adds
+  // microbatches to every rank of the target alike and so keeps the counts equal below it.
   void lift_one(std::size_t node, std::size_t target) {
     auto& own = bins_[node];
     if (!own.empty()) {
-      bins_[target].push_back(own.back());
+      const Bin lifted = own.back();
       own.pop_back();
+      const std::int64_t size = node_size(target);
+      auto& bins = bins_[target];
+      bins.emplace_back();
+      for (std::int64_t id = lifted.first; id >= 0;) {
+        const std::int64_t next = next_id_[static_cast<std::size_t>(id)];
+        const std::int64_t length = length_on(id, size);
+        if (bins.back().count > 0 && bins.back().tokens + length > size * cap_) bins.emplace_back();
+        append(bins.back(), id, length);
+        id = next;
+      }
     } else {
       lift_one(2 * node, target);
       lift_one(2 * node + 1, target);
@@ -209,9 +240,9 @@ class BuddyTree {
     auto& own = bins_[from];
     for (auto& bin : own) {
       if (bin.count < 2) continue;
-      const std::int64_t moved = pop_last(bin);
+      const std::int64_t moved = pop_last(bin, from);
       Bin single;
-      append(single, moved, input_.lengths[static_cast<std::size_t>(moved)]);
+      append(single, moved, length_on(moved, node_size(to)));
       bins_[to].push_back(single);
       ++count_[to];
       return;
@@ -221,7 +252,7 @@ class BuddyTree {
     ++count_[to];
   }
 
-  std::int64_t pop_last(Bin& bin) {
+  std::int64_t pop_last(Bin& bin, std::size_t node) {
     std::int64_t before_last = bin.first;
     while (next_id_[static_cast<std::size_t>(before_last)] != bin.last) {
       before_last = next_id_[static_cast<std::size_t>(before_last)];
@@ -229,7 +260,7 @@ class BuddyTree {
     const std::int64_t moved = bin.last;
     next_id_[static_cast<std::size_t>(before_last)] = -1;
     bin.last = before_last;
-    bin.tokens -= input_.lengths[static_cast<std::size_t>(moved)];
+    bin.tokens -= length_on(moved, node_size(node));
     --bin.count;
     return moved;
   }
@@ -337,22 +368,32 @@ class BuddyTree {
 
 }  // namespace
 
-Schedule schedule_buddy_tree(const SchedulerInput& input, const CostModel& cost_model,
-                             double promotion_factor, std::int64_t* promoted) {
+namespace {
+
+Schedule buddy_tree_layout(const SchedulerInput& input, const CostModel& cost_model,
+                           double promotion_factor, double deadline_seconds,
+                           std::int64_t* promoted) {
   validate_scheduler_input(input);
   Schedule schedule;
   if (!is_power_of_two(input.pool_size())) return schedule;
   for (const auto length : input.lengths) {
-    if (group_size_needed(length, input.max_seqlen_per_dp_cp_rank, input.min_group_size) >
-        input.pool_size()) {
+    if (group_size_needed(length, input.max_seqlen_per_dp_cp_rank, input.min_group_size,
+                          input.alignment) > input.pool_size()) {
       return schedule_default_dynamic_cp(input);  // raises the "needs a group of" error
     }
   }
   BuddyTree tree(input, cost_model);
   std::int64_t promoted_here = 0;
-  tree.build(promotion_factor, schedule, promoted_here);
+  tree.build(promotion_factor, deadline_seconds, schedule, promoted_here);
   if (promoted != nullptr) *promoted = promoted_here;
   return schedule;
+}
+
+}  // namespace
+
+Schedule schedule_buddy_tree(const SchedulerInput& input, const CostModel& cost_model,
+                             double promotion_factor, std::int64_t* promoted) {
+  return buddy_tree_layout(input, cost_model, promotion_factor, 0.0, promoted);
 }
 
 Schedule schedule_cost_aware(const SchedulerInput& input, const CostModel& cost_model) {
@@ -361,7 +402,8 @@ Schedule schedule_cost_aware(const SchedulerInput& input, const CostModel& cost_
   double best_seconds = std::numeric_limits<double>::infinity();
   auto consider = [&](Schedule candidate) {
     if (candidate.num_microbatches() < 1) return;
-    const double seconds = cost_model.step_time(candidate, input.lengths).step_seconds;
+    const double seconds =
+        cost_model.step_time(candidate, input.lengths, input.alignment).step_seconds;
     if (seconds < best_seconds) {
       best_seconds = seconds;
       best = std::move(candidate);
@@ -383,11 +425,24 @@ Schedule schedule_cost_aware(const SchedulerInput& input, const CostModel& cost_
       }
     }
   }
+  // Deadlines from the tight lower bound: in a step of about that length, a sequence alone on
+  // its group must fit, which is the promotion the bound itself assumes (long-tail batches at
+  // large pools, where the mean-work multiples above promote too little).
+  if (promoted > 0 && input.lengths.size() <= 8192) {  // host time, as above
+    const double tight = cost_model.tight_lower_bound_seconds(
+        input.lengths, input.pool_size(), input.max_seqlen_per_dp_cp_rank, input.min_group_size,
+        input.alignment);
+    for (const double slack : {1.0, 1.25}) {
+      consider(buddy_tree_layout(input, cost_model, 0.0, slack * tight, nullptr));
+    }
+  }
   consider(schedule_default_dynamic_cp(input));
   const std::int64_t static_capacity =
       input.context_parallel_size * input.max_seqlen_per_dp_cp_rank;
-  const bool static_fits = std::all_of(input.lengths.begin(), input.lengths.end(),
-                                       [&](std::int64_t l) { return l <= static_capacity; });
+  const bool static_fits =
+      std::all_of(input.lengths.begin(), input.lengths.end(), [&](std::int64_t l) {
+        return input.alignment.padded(l, input.context_parallel_size) <= static_capacity;
+      });
   // The static groups must also be groups dynamic CP may use (size >= min_group_size).
   if (static_fits && input.context_parallel_size >= input.min_group_size) {
     try {

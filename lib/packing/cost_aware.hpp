@@ -19,7 +19,8 @@
 //   5. a block runs its own bins first, then its halves side by side. So a group only ever
 //      starts when all its members are free at the same moment: nothing waits, and the step
 //      time is the largest per-rank sum along a root-to-leaf path, which step 2 balances.
-// Candidates: buddy-tree layouts (with and without promoting long sequences),
+// Candidates: buddy-tree layouts (with and without promoting long sequences; promotion
+// thresholds as multiples of the mean per-rank work, and from the tight lower bound),
 // default_dynamic_cp and the static dp_balanced layout when the input allows it; the one with
 // the least modelled step time wins, so it never models worse than dp_balanced.
 

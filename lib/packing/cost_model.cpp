@@ -111,7 +111,8 @@ double CostModel::bin_seconds(std::span<const std::int64_t> lengths,
 }
 
 CostModel::StepTime CostModel::step_time(const Schedule& schedule,
-                                         std::span<const std::int64_t> lengths) const {
+                                         std::span<const std::int64_t> lengths,
+                                         const AlignmentRule& alignment) const {
   std::vector<double> finish(static_cast<std::size_t>(schedule.pool_size), 0.0);
   std::vector<double> busy(static_cast<std::size_t>(schedule.pool_size), 0.0);
   std::vector<std::int64_t> bin;
@@ -119,7 +120,7 @@ CostModel::StepTime CostModel::step_time(const Schedule& schedule,
     for (const auto& group : schedule.groups_of(m)) {
       bin.clear();
       for (const auto id : schedule.ids_of(group))
-        bin.push_back(lengths[static_cast<std::size_t>(id)]);
+        bin.push_back(alignment.padded(lengths[static_cast<std::size_t>(id)], group.size));
       const double seconds = bin_seconds(bin, group.size);
       const auto first = finish.begin() + group.start_rank;
       const double start = *std::max_element(first, first + group.size);
@@ -141,26 +142,30 @@ CostModel::StepTime CostModel::step_time(const Schedule& schedule,
 }
 
 double CostModel::lower_bound_seconds(std::span<const std::int64_t> lengths, std::int64_t pool_size,
-                                      std::int64_t cap, std::int64_t min_group_size) const {
+                                      std::int64_t cap, std::int64_t min_group_size,
+                                      const AlignmentRule& alignment) const {
   double total_work = 0.0;
   double longest_solo = 0.0;
   std::int64_t tokens = 0;
-  for (const auto length : lengths) {
+  for (const auto real_length : lengths) {
     double work = std::numeric_limits<double>::infinity();
     double solo = std::numeric_limits<double>::infinity();
-    for (std::int64_t c = group_size_needed(length, cap, min_group_size); c <= pool_size; c *= 2) {
+    const std::int64_t needed = group_size_needed(real_length, cap, min_group_size, alignment);
+    for (std::int64_t c = needed; c <= pool_size; c *= 2) {
+      const std::int64_t length = alignment.padded(real_length, c);
       const double c_d = static_cast<double>(c);
       work = std::min(work, c_d * (compute_seconds(length, c) + transfer_seconds(length, c)));
       solo = std::min(solo, compute_seconds(length, c) + communication_seconds(length, c));
     }
     if (solo == std::numeric_limits<double>::infinity()) {  // only the whole pool can hold it
+      const std::int64_t length = alignment.padded(real_length, pool_size);
       work = static_cast<double>(pool_size) *
              (compute_seconds(length, pool_size) + transfer_seconds(length, pool_size));
       solo = compute_seconds(length, pool_size) + communication_seconds(length, pool_size);
     }
     total_work += work;
     longest_solo = std::max(longest_solo, solo);
-    tokens += length;
+    tokens += alignment.padded(real_length, std::min(needed, pool_size));  // the least padding
   }
   const std::int64_t min_microbatches =
       std::max<std::int64_t>(1, (tokens + pool_size * cap - 1) / (pool_size * cap));
@@ -174,7 +179,8 @@ namespace dyncp::packing {
 
 double CostModel::tight_lower_bound_seconds(std::span<const std::int64_t> lengths,
                                             std::int64_t pool_size, std::int64_t cap,
-                                            std::int64_t min_group_size) const {
+                                            std::int64_t min_group_size,
+                                            const AlignmentRule& alignment) const {
   struct Option {
     double solo;
     double work;
@@ -185,12 +191,12 @@ double CostModel::tight_lower_bound_seconds(std::span<const std::int64_t> length
   double earliest = 0.0;  // every sequence has some group by then
   std::int64_t tokens = 0;
   for (std::size_t i = 0; i < lengths.size(); ++i) {
-    const std::int64_t length = lengths[i];
-    tokens += length;
     double fastest = std::numeric_limits<double>::infinity();
-    std::int64_t c = group_size_needed(length, cap, min_group_size);
+    std::int64_t c = group_size_needed(lengths[i], cap, min_group_size, alignment);
     if (c > pool_size) c = pool_size;
+    tokens += alignment.padded(lengths[i], c);  // the least padding any allowed group gives
     for (; c <= pool_size; c *= 2) {
+      const std::int64_t length = alignment.padded(lengths[i], c);
       const double solo = compute_seconds(length, c) + communication_seconds(length, c);
       const double work =
           static_cast<double>(c) * (compute_seconds(length, c) + transfer_seconds(length, c));

@@ -82,11 +82,15 @@ class CostModel {
     double max_rank_busy_seconds = 0.0;
     double min_rank_busy_seconds = 0.0;
   };
-  StepTime step_time(const Schedule& schedule, std::span<const std::int64_t> lengths) const;
+  // `lengths` as the schedulers take them: each is padded for the group that runs it.
+  StepTime step_time(const Schedule& schedule, std::span<const std::int64_t> lengths,
+                     const AlignmentRule& alignment = {}) const;
 
+  // Both bounds let each sequence choose its group, so it is charged the padding of that
+  // group (per-group padding) or the pool's (pool rule).
   double lower_bound_seconds(std::span<const std::int64_t> lengths, std::int64_t pool_size,
-                             std::int64_t max_seqlen_per_dp_cp_rank,
-                             std::int64_t min_group_size) const;
+                             std::int64_t max_seqlen_per_dp_cp_rank, std::int64_t min_group_size,
+                             const AlignmentRule& alignment = {}) const;
 
   // A tighter bound: in a step of length T every sequence runs on a group where it alone
   // takes <= T, so the work term uses the cheapest such group. The least T with
@@ -94,7 +98,8 @@ class CostModel {
   // is found by sweeping the solo times; the result is T + M_min x overhead.
   double tight_lower_bound_seconds(std::span<const std::int64_t> lengths, std::int64_t pool_size,
                                    std::int64_t max_seqlen_per_dp_cp_rank,
-                                   std::int64_t min_group_size) const;
+                                   std::int64_t min_group_size,
+                                   const AlignmentRule& alignment = {}) const;
 
  private:
   double bandwidth(std::int64_t group_size) const;

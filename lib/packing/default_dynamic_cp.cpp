@@ -51,7 +51,7 @@ struct Group {
 class MicrobatchBuilder {
  public:
   MicrobatchBuilder(const SchedulerInput& input, std::span<const std::int64_t> needed)
-      : lengths_(input.lengths),
+      : input_(input),
         needed_(needed),
         pool_(input.pool_size()),
         cap_(input.max_seqlen_per_dp_cp_rank),
@@ -73,32 +73,30 @@ class MicrobatchBuilder {
     reset();
     const std::size_t count = order.size();
     const std::size_t head = scheduled.next(0);
-    const std::int64_t tall = length(order[head]);
+    const std::int64_t head_need = needed(order[head]);
+    const std::int64_t tall = length(order[head], head_need);
     limit_ = static_cast<double>(tall) * static_cast<double>(cap_) * kWorkloadSlack;
-    open_group(order[head], needed(order[head]), work(tall, needed(order[head])));
+    open_group(order[head], head_need, work(tall, head_need));
     placed_.assign(1, head);
 
     std::size_t i = scheduled.next(head + 1);
     while (i < count) {
       const std::int64_t id = order[i];
-      const std::int64_t len = length(id);
       const std::int64_t need = needed(id);
       if (pool_ - used_ < need) {
-        const std::int64_t room = largest_room(need);
-        if (len > room) {
-          // Every following sample of the same needed size that is also longer than `room`
-          // fits nowhere either: skip the whole run (order is sorted by length).
-          const std::int64_t smaller_need_below =
-              need > min_size_ ? (need / 2) * cap_ : std::int64_t{0};
-          const std::int64_t threshold = std::max(room, smaller_need_below);
-          const auto end =
-              std::partition_point(order.begin() + static_cast<std::ptrdiff_t>(i), order.end(),
-                                   [&](std::int64_t other) { return length(other) > threshold; });
+        const std::int64_t fit = longest_fitting(need);
+        if (real_length(id) > fit) {
+          // Every following sample of the same needed size that fits no group either is
+          // skipped with it: order is sorted by length, so those samples are a run here.
+          const auto end = std::partition_point(
+              order.begin() + static_cast<std::ptrdiff_t>(i), order.end(), [&](std::int64_t other) {
+                return needed(other) == need && real_length(other) > fit;
+              });
           i = scheduled.next(static_cast<std::size_t>(end - order.begin()));
           continue;
         }
       }
-      if (place(id, len, need)) placed_.push_back(i);
+      if (place(id, need)) placed_.push_back(i);
       i = scheduled.next(i + 1);
     }
 
@@ -113,7 +111,10 @@ class MicrobatchBuilder {
   }
 
  private:
-  std::int64_t length(std::int64_t id) const { return lengths_[static_cast<std::size_t>(id)]; }
+  // Tokens of sample `id` on a group of `size` ranks (its padding depends on the group).
+  std::int64_t length(std::int64_t id, std::int64_t size) const {
+    return input_.padded(static_cast<std::size_t>(id), size);
+  }
   std::int64_t needed(std::int64_t id) const { return needed_[static_cast<std::size_t>(id)]; }
   static double work(std::int64_t len, std::int64_t size) {
     return static_cast<double>(len * len) / static_cast<double>(size);
@@ -141,7 +142,7 @@ class MicrobatchBuilder {
     Group group;
     group.start = used_;
     group.size = size;
-    group.tokens = length(id);
+    group.tokens = length(id, size);
     group.load = 0.0 + w;
     append_id(group, id);
     const auto k = static_cast<std::size_t>(log2_of(size));
@@ -152,17 +153,25 @@ class MicrobatchBuilder {
     max_load_ = std::max(max_load_, group.load);
   }
 
-  // Largest token room of any existing group whose size is >= need.
-  std::int64_t largest_room(std::int64_t need) const {
-    std::int64_t room = -1;
-    for (std::size_t k = static_cast<std::size_t>(log2_of(need)); k < trees_.size(); ++k) {
-      if (trees_[k].size() == 0) continue;
-      room = std::max(room, class_size_[k] * cap_ - trees_[k].min_tokens());
-    }
-    return room;
+  std::int64_t real_length(std::int64_t id) const {
+    return input_.lengths[static_cast<std::size_t>(id)];
   }
 
-  bool place(std::int64_t id, std::int64_t len, std::int64_t need) {
+  // The longest length that some existing group of size >= need has room for, padded for that
+  // group (-1: none). A length n padded to a multiple m fits a room R iff n <= floor(R / m) m,
+  // so this is the largest such bound over the size classes.
+  std::int64_t longest_fitting(std::int64_t need) const {
+    std::int64_t longest = -1;
+    for (std::size_t k = static_cast<std::size_t>(log2_of(need)); k < trees_.size(); ++k) {
+      if (trees_[k].size() == 0) continue;
+      const std::int64_t room = class_size_[k] * cap_ - trees_[k].min_tokens();
+      const std::int64_t multiple = input_.alignment.multiple(class_size_[k]);
+      if (room >= 0) longest = std::max(longest, room / multiple * multiple);
+    }
+    return longest;
+  }
+
+  bool place(std::int64_t id, std::int64_t need) {
     bool found = false;
     double best_projected = 0.0;
     std::int64_t best_size = 0;
@@ -170,6 +179,7 @@ class MicrobatchBuilder {
     // No candidate projects below the current maximum load, and ties keep the earlier one:
     // once the best reaches it, later (larger) sizes cannot win.
     for (std::int64_t c = need; c <= pool_ && !(found && best_projected == max_load_); c *= 2) {
+      const std::int64_t len = length(id, c);
       const double w = work(len, c);
       const auto k = static_cast<std::size_t>(log2_of(c));
       const GroupLoadTree& tree = trees_[k];
@@ -192,7 +202,7 @@ class MicrobatchBuilder {
         best_size = c;
         best_group = class_groups_[k][static_cast<std::size_t>(slot)];
       }
-      if (pool_ - used_ >= c) {
+      if (pool_ - used_ >= c && len <= c * cap_) {  // always fits under the pool rule
         const double projected_new = std::max(0.0 + w, max_load_);
         if (projected_new <= limit_ && (!found || projected_new < best_projected)) {
           found = true;
@@ -203,6 +213,7 @@ class MicrobatchBuilder {
       }
     }
     if (!found) return false;
+    const std::int64_t len = length(id, best_size);
     const double w = work(len, best_size);
     if (best_group < 0) {
       open_group(id, best_size, w);
@@ -230,12 +241,19 @@ class MicrobatchBuilder {
       Group& group = groups_[g];
       if (group.size != smallest) continue;
       if (group.start + group.size - 1 + extra >= pool_) return false;  // later ones start later
-      group.size = target;
+      // Per-group padding: the members are padded for the larger group now. From c >= 2 they
+      // always fit (each grows by at most 2c tp tokens and holds at least that many); a single
+      // rank's many tiny sequences may not, and then the next group of this size grows instead.
       double load = 0.0;
+      std::int64_t tokens = 0;
       for (std::int64_t id = group.first_id; id >= 0; id = next_id_[static_cast<std::size_t>(id)]) {
-        load += work(length(id), target);
+        load += work(length(id, target), target);
+        tokens += length(id, target);
       }
+      if (tokens > target * cap_) continue;
+      group.size = target;
       group.load = load;
+      group.tokens = tokens;
       for (std::size_t later = g + 1; later < groups_.size(); ++later)
         groups_[later].start += extra;
       used_ += extra;
@@ -253,7 +271,7 @@ class MicrobatchBuilder {
     double per_rank_tokens = 0.0;
     for (std::size_t i = scheduled.next(0); i < order.size(); i = scheduled.next(i + 1)) {
       const std::int64_t id = order[i];
-      const double share = static_cast<double>(length(id)) / static_cast<double>(pool_);
+      const double share = static_cast<double>(length(id, pool_)) / static_cast<double>(pool_);
       if (per_rank_tokens + share <= static_cast<double>(cap_)) {
         selected_.push_back(id);
         placed_.push_back(i);
@@ -263,7 +281,7 @@ class MicrobatchBuilder {
     if (selected_.empty()) {
       const std::int64_t first = order[scheduled.next(0)];
       core::throw_data_error("sample at position " + std::to_string(first),
-                             "length " + std::to_string(length(first)) +
+                             "length " + std::to_string(length(first, pool_)) +
                                  " does not fit even on the whole pool of " +
                                  std::to_string(pool_) + " ranks; raise max_seqlen_per_dp_cp_rank");
     }
@@ -285,7 +303,7 @@ class MicrobatchBuilder {
     schedule.end_microbatch();
   }
 
-  std::span<const std::int64_t> lengths_;
+  const SchedulerInput& input_;
   std::span<const std::int64_t> needed_;
   std::int64_t pool_;
   std::int64_t cap_;
@@ -313,7 +331,8 @@ Schedule schedule_default_dynamic_cp(const SchedulerInput& input) {
   std::vector<std::int64_t> needed(input.lengths.size());
   for (std::int64_t id = 0; id < num_samples; ++id) {
     const std::int64_t length = input.lengths[static_cast<std::size_t>(id)];
-    needed[static_cast<std::size_t>(id)] = group_size_needed(length, cap, input.min_group_size);
+    needed[static_cast<std::size_t>(id)] =
+        group_size_needed(length, cap, input.min_group_size, input.alignment);
     if (needed[static_cast<std::size_t>(id)] > pool) {
       core::throw_data_error(
           "sample at position " + std::to_string(id),
@@ -328,8 +347,12 @@ Schedule schedule_default_dynamic_cp(const SchedulerInput& input) {
 
   std::vector<std::int64_t> order(input.lengths.size());
   std::iota(order.begin(), order.end(), std::int64_t{0});
+  // Longest first by the length on one rank: under the pool rule that is the padded length
+  // Megatron sorts by (equal padded lengths keep id order), per group the real length.
+  std::vector<std::int64_t> sort_key(input.lengths.size());
+  for (std::size_t id = 0; id < sort_key.size(); ++id) sort_key[id] = input.padded(id, 1);
   std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
-    return input.lengths[static_cast<std::size_t>(a)] > input.lengths[static_cast<std::size_t>(b)];
+    return sort_key[static_cast<std::size_t>(a)] > sort_key[static_cast<std::size_t>(b)];
   });
 
   Schedule schedule;

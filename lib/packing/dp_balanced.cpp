@@ -16,7 +16,7 @@ Schedule schedule_dp_balanced(const SchedulerInput& input) {
   std::vector<std::int64_t> current;
   std::int64_t current_tokens = 0;
   for (std::int64_t id = 0; id < num_samples; ++id) {
-    const std::int64_t length = input.lengths[static_cast<std::size_t>(id)];
+    const std::int64_t length = input.padded(static_cast<std::size_t>(id), cp);
     if (length > bin_capacity) {
       core::throw_data_error(
           "sample at position " + std::to_string(id),

@@ -23,6 +23,7 @@
 #include <span>
 #include <vector>
 
+#include "packing/alignment.hpp"
 #include "packing/schedule.hpp"
 
 namespace dyncp::packing {
@@ -53,5 +54,13 @@ PackedSeqParams make_packed_seq_params(const Schedule& schedule, std::int64_t mi
                                        std::int64_t rank,
                                        std::span<const std::int64_t> original_lengths,
                                        std::span<const std::int64_t> padded_lengths);
+
+// The same from real lengths: each sequence is padded for the group it runs on in this
+// microbatch (`alignment`), and with `fold_alignment_padding` that padded length is also
+// reported as its real length (cu_seqlens == cu_seqlens_padded).
+PackedSeqParams make_packed_seq_params(const Schedule& schedule, std::int64_t microbatch,
+                                       std::int64_t rank,
+                                       std::span<const std::int64_t> real_lengths,
+                                       const AlignmentRule& alignment, bool fold_alignment_padding);
 
 }  // namespace dyncp::packing

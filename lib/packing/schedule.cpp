@@ -126,6 +126,12 @@ void validate_scheduler_input(const SchedulerInput& input) {
     core::throw_config_error("thd_max_packed_sequences",
                              std::to_string(input.max_sequences_per_bin) + ": must be >= 0");
   }
+  if (input.alignment.pool_multiple < 1 || input.alignment.sequence_parallel_factor < 1) {
+    core::throw_config_error("alignment multiple",
+                             std::to_string(input.alignment.pool_multiple) + " / " +
+                                 std::to_string(input.alignment.sequence_parallel_factor) +
+                                 ": must be >= 1");
+  }
   if (input.lengths.empty()) {
     core::throw_data_error("global batch", "is empty: a step needs at least one sample");
   }
@@ -151,6 +157,18 @@ std::int64_t group_size_needed(std::int64_t length, std::int64_t cap, std::int64
   std::int64_t size = 1;
   while (size < ranks) size *= 2;
   return std::max(min_group_size, size);
+}
+
+std::int64_t group_size_needed(std::int64_t length, std::int64_t cap, std::int64_t min_group_size,
+                               const AlignmentRule& alignment) {
+  if (!alignment.per_group()) {
+    return group_size_needed(alignment.padded(length, 1), cap, min_group_size);
+  }
+  std::int64_t size = group_size_needed(length, cap, min_group_size);
+  // L(n, 2c) <= L(n, c) + 2c tp while c x cap doubles, so this ends within a few doublings.
+  constexpr std::int64_t beyond_any_pool = std::int64_t{1} << 41;
+  while (size < beyond_any_pool && alignment.padded(length, size) > size * cap) size *= 2;
+  return size;
 }
 
 std::string check_schedule(const Schedule& schedule, std::span<const std::int64_t> lengths,
@@ -199,13 +217,14 @@ std::string check_schedule(const Schedule& schedule, std::span<const std::int64_
           return problem.str();
         }
         where = m;
-        const std::int64_t length = lengths[static_cast<std::size_t>(id)];
+        const std::int64_t real = lengths[static_cast<std::size_t>(id)];
+        const std::int64_t length = options.alignment.padded(real, group.size);
         tokens += length;
-        if (options.static_group_size == 0 &&
-            group.size < group_size_needed(length, cap, options.min_group_size) &&
-            group.size != pool) {
+        const std::int64_t needed =
+            group_size_needed(real, cap, options.min_group_size, options.alignment);
+        if (options.static_group_size == 0 && group.size < needed && group.size != pool) {
           problem << "id " << id << " of length " << length << " needs a group of at least "
-                  << group_size_needed(length, cap, options.min_group_size);
+                  << needed;
           return problem.str();
         }
       }

@@ -10,10 +10,12 @@
 //   3. group size is a power of two and the start is a multiple of it (aligned block), or the
 //      group is the whole pool (the only way a pool that is not a power of two is covered);
 //      a static layout instead requires every group to have the static CP size;
-//   4. capacity: sum of padded lengths / size <= max_seqlen_per_dp_cp_rank, per group;
+//   4. capacity: sum of padded lengths / size <= max_seqlen_per_dp_cp_rank, per group, each
+//      length padded for that group (AlignmentRule);
 //   5. every id 0..GBS-1 appears in exactly one group of one microbatch;
 //   6. a group is at least as large as its longest sequence needs
-//      (needed(L) = max(min_group_size, next power of two >= ceil(L / cap))), dynamic only.
+//      (needed(n) = the least power of two c >= min_group_size with L(n, c) <= c x cap),
+//      dynamic only.
 // Storage is flat (one id array, one group array) so a 30k-sample, 1k-rank schedule costs a
 // few allocations; `rank_lists()` expands it into Megatron's [m][r] -> ids form.
 
@@ -21,6 +23,8 @@
 #include <span>
 #include <string>
 #include <vector>
+
+#include "packing/alignment.hpp"
 
 namespace dyncp::packing {
 
@@ -58,7 +62,9 @@ struct Schedule {
 Schedule schedule_from_rank_lists(const std::vector<std::vector<std::vector<std::int64_t>>>& lists,
                                   std::int64_t pool_size);
 
-// What the schedulers take. `lengths[i]` is the padded length of the sample at position i.
+// What the schedulers take. `lengths[i]` is the length of the sample at position i; on a group
+// of c ranks it occupies `alignment.padded(lengths[i], c)` tokens (the default rule takes the
+// lengths as given, already padded).
 struct SchedulerInput {
   std::span<const std::int64_t> lengths;
   std::int64_t data_parallel_size = 1;
@@ -66,8 +72,12 @@ struct SchedulerInput {
   std::int64_t max_seqlen_per_dp_cp_rank = 0;  // "cap": tokens one rank may hold per microbatch
   std::int64_t min_group_size = 1;             // min_dynamic_context_parallel_size
   std::int64_t max_sequences_per_bin = 0;      // dp_balanced only; 0 = unlimited
+  AlignmentRule alignment;                     // how lengths are padded on each group
 
   std::int64_t pool_size() const { return data_parallel_size * context_parallel_size; }
+  std::int64_t padded(std::size_t id, std::int64_t group_size) const {
+    return alignment.padded(lengths[id], group_size);
+  }
 };
 
 // Rejects what every scheduler rejects: non-positive sizes or cap (config errors naming the
@@ -77,10 +87,15 @@ void validate_scheduler_input(const SchedulerInput& input);
 // Smallest group that may hold a sequence of `length` tokens: the next power of two
 // >= ceil(length / cap), at least `min_group_size` (Megatron's dcp_gpus_needed).
 std::int64_t group_size_needed(std::int64_t length, std::int64_t cap, std::int64_t min_group_size);
+// The same when the length is padded per group: the least such size c whose padded length
+// L(length, c) also fits c x cap (per-group padding can push a length over a group's edge).
+std::int64_t group_size_needed(std::int64_t length, std::int64_t cap, std::int64_t min_group_size,
+                               const AlignmentRule& alignment);
 
 struct ScheduleCheckOptions {
   std::int64_t static_group_size = 0;  // > 0: every group must have exactly this size
   std::int64_t min_group_size = 1;     // clause 6 (dynamic layouts only)
+  AlignmentRule alignment;             // lengths are padded for each group with this rule
 };
 
 // Verifies every clause above. Returns an empty string when the schedule is valid, otherwise

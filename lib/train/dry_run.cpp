@@ -59,18 +59,18 @@ SchedulePreview preview_first_step(const config::ConfigContainer& config,
   const std::vector<std::int64_t> batch = sampler.next_global_batch();
   preview.batch_size = static_cast<std::int64_t>(batch.size());
 
-  std::vector<std::int64_t> padded;
-  padded.reserve(batch.size());
+  // Real lengths; each is padded for the group the schedule gives it.
+  const packing::AlignmentRule alignment = packing::alignment_rule(config);
+  std::vector<std::int64_t> lengths;
+  lengths.reserve(batch.size());
   for (const std::int64_t id : batch) {
-    const auto aligned = packing::align_sequence(
-        source.length(id), config.layout.alignment_multiple, config.dataset.fold_alignment_padding);
-    preview.real_tokens += aligned.original;
-    preview.padded_tokens += aligned.padded;
-    padded.push_back(aligned.padded);
+    lengths.push_back(source.length(id));
+    preview.real_tokens += lengths.back();
   }
 
   packing::SchedulerInput input;
-  input.lengths = padded;
+  input.lengths = lengths;
+  input.alignment = alignment;
   input.data_parallel_size = layout.data_parallel_size;
   input.context_parallel_size = layout.context_parallel_size;
   input.max_seqlen_per_dp_cp_rank = cap;
@@ -88,25 +88,36 @@ SchedulePreview preview_first_step(const config::ConfigContainer& config,
       break;
   }
   const bool fixed_groups = scheduler == config::PackingScheduler::dp_balanced;
-  preview.check_problem =
-      packing::check_schedule(schedule, padded, cap,
-                              {fixed_groups ? layout.context_parallel_size : 0,
-                               fixed_groups ? 1 : layout.min_dynamic_context_parallel_size});
+  preview.check_problem = packing::check_schedule(
+      schedule, lengths, cap,
+      {fixed_groups ? layout.context_parallel_size : 0,
+       fixed_groups ? 1 : layout.min_dynamic_context_parallel_size, alignment});
   preview.microbatches = schedule.num_microbatches();
   preview.groups = static_cast<std::int64_t>(schedule.groups.size());
-  for (const auto& group : schedule.groups) ++preview.group_sizes[group.size];
+  for (const auto& group : schedule.groups) {
+    ++preview.group_sizes[group.size];
+    for (const std::int64_t id : schedule.ids_of(group))
+      preview.padded_tokens += alignment.padded(lengths[static_cast<std::size_t>(id)], group.size);
+  }
 
-  preview.step_seconds = cost_model.step_time(schedule, padded).step_seconds;
+  preview.step_seconds = cost_model.step_time(schedule, lengths, alignment).step_seconds;
+  // Static CP as it would run: its own layout's padding (2 x cp).
   packing::SchedulerInput static_input = input;
   static_input.min_group_size = 1;
+  static_input.alignment =
+      packing::alignment_rule({layout.data_parallel_size, layout.context_parallel_size, false,
+                               model.tensor_model_parallel_size, model.sequence_parallel},
+                              config::PackingAlignment::pool);
   try {
     preview.static_cp_step_seconds =
-        cost_model.step_time(packing::schedule_dp_balanced(static_input), padded).step_seconds;
+        cost_model
+            .step_time(packing::schedule_dp_balanced(static_input), lengths, static_input.alignment)
+            .step_seconds;
   } catch (const core::Error&) {
     // A sequence longer than cp x cap: the static layout cannot run this batch at all.
   }
   preview.lower_bound_seconds = cost_model.tight_lower_bound_seconds(
-      padded, layout.pool_size(), cap, layout.min_dynamic_context_parallel_size);
+      lengths, layout.pool_size(), cap, layout.min_dynamic_context_parallel_size, alignment);
   return preview;
 }
 

@@ -22,7 +22,7 @@ struct SchedulePreview {
   std::map<std::int64_t, std::int64_t> group_sizes;  // runtime group size -> groups in the step
   std::int64_t groups = 0;
   std::int64_t real_tokens = 0;    // sum of original lengths
-  std::int64_t padded_tokens = 0;  // sum of aligned lengths (what the scheduler packs)
+  std::int64_t padded_tokens = 0;  // lengths padded for the groups the schedule chose
   std::int64_t pool_size = 1;
   std::string check_problem;           // packing::check_schedule's verdict; empty when valid
   double step_seconds = 0;             // cost model, the configured scheduler

@@ -5,7 +5,6 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "packing/alignment.hpp"
 #include "packing/cost_aware.hpp"
 #include "packing/default_dynamic_cp.hpp"
 #include "packing/dp_balanced.hpp"
@@ -16,7 +15,8 @@ namespace dyncp::train {
 namespace {
 
 double elapsed_ms(std::chrono::steady_clock::time_point since) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since)
+      .count();
 }
 
 }  // namespace
@@ -57,16 +57,18 @@ StepEngine::StepEngine(model::Qwen3MoeModel& model, dist::ParallelState& paralle
   }
 }
 
-packing::Schedule StepEngine::make_schedule(std::span<const std::int64_t> padded_lengths) const {
+packing::Schedule StepEngine::make_schedule(std::span<const std::int64_t> real_lengths) const {
   const dist::ParallelLayout& layout = parallel_state_.layout();
   packing::SchedulerInput input;
-  input.lengths = padded_lengths;
+  input.lengths = real_lengths;
+  input.alignment = options_.alignment;
   input.data_parallel_size = layout.data_parallel_size;
   input.context_parallel_size = layout.context_parallel_size;
   input.max_seqlen_per_dp_cp_rank = options_.max_seqlen_per_dp_cp_rank;
   input.min_group_size = layout.min_dynamic_context_parallel_size;
   switch (options_.scheduler) {
-    case config::PackingScheduler::dp_balanced: return packing::schedule_dp_balanced(input);
+    case config::PackingScheduler::dp_balanced:
+      return packing::schedule_dp_balanced(input);
     case config::PackingScheduler::default_dynamic_cp:
       return packing::schedule_default_dynamic_cp(input);
     case config::PackingScheduler::cost_aware:
@@ -102,22 +104,23 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
 
   // Lengths and the schedule: the same on every rank, no communication.
   auto clock = std::chrono::steady_clock::now();
-  original_lengths_.resize(sample_ids.size());
-  padded_lengths_.resize(sample_ids.size());
+  real_lengths_.resize(sample_ids.size());
   for (std::int64_t i = 0; i < batch_size; ++i) {
     const auto length = source_.length(sample_ids[static_cast<std::size_t>(i)]);
-    const auto aligned = packing::align_sequence(length, options_.alignment_multiple,
-                                                 options_.fold_alignment_padding);
-    // With fold_alignment_padding the padded length is reported as the sequence length.
-    original_lengths_[static_cast<std::size_t>(i)] = aligned.original;
-    padded_lengths_[static_cast<std::size_t>(i)] = aligned.padded;
+    real_lengths_[static_cast<std::size_t>(i)] = length;
     outcome.real_tokens += length;
-    outcome.model_flops += cost_model_.sequence_flops(aligned.padded);
   }
-  schedule_ = make_schedule(padded_lengths_);
+  schedule_ = make_schedule(real_lengths_);
   outcome.microbatches = schedule_.num_microbatches();
   std::vector<int> sizes;
   for (const packing::ScheduleGroup& group : schedule_.groups) {
+    // Padding is decided now: each sequence is padded for the group that runs it.
+    for (const std::int64_t id : schedule_.ids_of(group)) {
+      const std::int64_t padded =
+          options_.alignment.padded(real_lengths_[static_cast<std::size_t>(id)], group.size);
+      outcome.padded_tokens += padded;
+      outcome.model_flops += cost_model_.sequence_flops(padded);
+    }
     ++outcome.group_sizes[static_cast<int>(group.size)];
     if (std::find(sizes.begin(), sizes.end(), group.size) == sizes.end())
       sizes.push_back(static_cast<int>(group.size));
@@ -141,12 +144,15 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
   std::int64_t local_loss_tokens = 0;
   for (std::int64_t m = 0; m < microbatches; ++m) {
     auto& p = params[static_cast<std::size_t>(m)];
-    p = packing::make_packed_seq_params(schedule_, m, rank, original_lengths_, padded_lengths_);
+    // With fold_alignment_padding the padded length is reported as the sequence length.
+    p = packing::make_packed_seq_params(schedule_, m, rank, real_lengths_, options_.alignment,
+                                        options_.fold_alignment_padding);
     auto& bin = samples[static_cast<std::size_t>(m)];
     bin.clear();
+    const std::int64_t multiple = options_.alignment.multiple(p.group_size);
     for (const std::int64_t position : p.sample_ids) {
-      bin.push_back(source_.sample(sample_ids[static_cast<std::size_t>(position)],
-                                   options_.alignment_multiple, options_.pad_token_id));
+      bin.push_back(source_.sample(sample_ids[static_cast<std::size_t>(position)], multiple,
+                                   options_.pad_token_id));
     }
     for (const packing::TokenRange& range : p.local_ranges) {
       const auto& sample = bin[static_cast<std::size_t>(range.sequence)];
@@ -159,11 +165,12 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
 
   clock = std::chrono::steady_clock::now();
   std::int64_t global_loss_tokens = local_loss_tokens;
-  parallel_state_.pool().all_reduce(&global_loss_tokens, &global_loss_tokens, 1,
-                                    core::DType::i64, dist::ReduceOp::sum);
+  parallel_state_.pool().all_reduce(&global_loss_tokens, &global_loss_tokens, 1, core::DType::i64,
+                                    dist::ReduceOp::sum);
   outcome.time.grad_sync_ms = elapsed_ms(clock);
   outcome.loss_tokens = global_loss_tokens;
-  const double inverse_tokens = global_loss_tokens > 0 ? 1.0 / static_cast<double>(global_loss_tokens) : 0.0;
+  const double inverse_tokens =
+      global_loss_tokens > 0 ? 1.0 / static_cast<double>(global_loss_tokens) : 0.0;
 
   if (compute_gradients) model_.parameters().zero_grads();
   double local_sums[2] = {0.0, 0.0};  // CE sum, aux (once per group)
@@ -182,9 +189,8 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
     bin_options.loss_grad_scale = inverse_tokens;
     bin_options.aux_num_sequences_global = batch_size;
     bin_options.aux_loss_grad_scale = 1.0;
-    const model::BinResult result =
-        model_.run_bin(bin, {attention_.get(), &experts_, &statistics_, &linear_attention_},
-                       bin_options);
+    const model::BinResult result = model_.run_bin(
+        bin, {attention_.get(), &experts_, &statistics_, &linear_attention_}, bin_options);
     local_sums[0] += result.loss_sum;
     if (p.rank_in_group == 0) local_sums[1] += result.aux_loss;
   }

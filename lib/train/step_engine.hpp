@@ -3,8 +3,9 @@
 // dynamic CP, EP), ending with gradients summed over the ranks that share them. This is the
 // part of the trainer the layout-equivalence tests drive directly.
 //
-//   positions 0..GBS-1 of the global batch -> padded lengths -> Schedule (every rank computes
-//   the same one) -> dynamic CP groups ensured -> for each microbatch: this rank's samples ->
+//   positions 0..GBS-1 of the global batch -> real lengths -> Schedule (every rank computes
+//   the same one; each sequence padded for the group it lands on) -> dynamic CP groups
+//   ensured -> for each microbatch: this rank's samples, padded for its group ->
 //   zigzag bin -> model forward+backward on the runtime group -> gradient sync (all-reduce,
 //   or with the distributed optimizer a reduce-scatter that leaves each rank its pieces).
 //
@@ -42,7 +43,9 @@ namespace dyncp::train {
 struct StepEngineOptions {
   config::PackingScheduler scheduler = config::PackingScheduler::default_dynamic_cp;
   std::int64_t max_seqlen_per_dp_cp_rank = 4096;
-  std::int64_t alignment_multiple = 1;
+  // How each sequence is padded for the group it runs on (packing/alignment.hpp); the default
+  // pads nothing.
+  packing::AlignmentRule alignment;
   bool fold_alignment_padding = false;
   std::int32_t pad_token_id = 0;
   config::CpCommType cp_comm_type =
@@ -64,7 +67,8 @@ struct StepOutcome {
   std::map<int, int> group_sizes;  // runtime group size -> groups over the step
   std::int64_t comm_bytes = 0;     // bytes sent by all ranks during the step (Comm counters)
   std::int64_t real_tokens = 0;    // Σ original lengths
-  double model_flops = 0;          // Megatron's formula on padded lengths, whole batch
+  std::int64_t padded_tokens = 0;  // Σ lengths padded for the groups the schedule chose
+  double model_flops = 0;          // Megatron's formula on those padded lengths, whole batch
   StepTimeBreakdown time;
 };
 
@@ -89,7 +93,7 @@ class StepEngine {
 
  private:
   StepOutcome run(std::span<const std::int64_t> sample_ids, bool compute_gradients);
-  packing::Schedule make_schedule(std::span<const std::int64_t> padded_lengths) const;
+  packing::Schedule make_schedule(std::span<const std::int64_t> real_lengths) const;
   dist::Comm* runtime_group(std::int64_t size);
 
   model::Qwen3MoeModel& model_;
@@ -108,8 +112,7 @@ class StepEngine {
   std::unique_ptr<parallel::ShardedStateSync> sharded_state_sync_;  // distributed optimizer
   BinBuilder bin_builder_;
   packing::Schedule schedule_;
-  std::vector<std::int64_t> original_lengths_;
-  std::vector<std::int64_t> padded_lengths_;
+  std::vector<std::int64_t> real_lengths_;
   std::vector<packing::PackedSeqParams> microbatch_params_;
   std::vector<std::vector<data::Sample>> microbatch_samples_;
 };

@@ -43,6 +43,7 @@ std::string to_json_line(const StepMetrics& m) {
       {"lr", m.lr},
       {"loss_tokens", m.loss_tokens},
       {"real_tokens", m.real_tokens},
+      {"padded_tokens", m.padded_tokens},
       {"tokens_per_s", m.tokens_per_s},
       {"tflops_per_device", m.tflops_per_device},
       {"microbatches", m.microbatches},

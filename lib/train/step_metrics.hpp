@@ -30,9 +30,10 @@ struct StepMetrics {
   double grad_norm = 0;  // global L2 norm before clipping
   double lr = 0;
   std::int64_t loss_tokens = 0;
-  std::int64_t real_tokens = 0;  // tokens of the global batch before alignment padding
-  double tokens_per_s = 0;       // real tokens / step time
-  double tflops_per_device = 0;  // Megatron's MoE formula on padded lengths / time / world
+  std::int64_t real_tokens = 0;    // tokens of the global batch before alignment padding
+  std::int64_t padded_tokens = 0;  // after padding each sequence for the group it ran on
+  double tokens_per_s = 0;         // real tokens / step time
+  double tflops_per_device = 0;    // Megatron's MoE formula on padded lengths / time / world
   std::int64_t microbatches = 0;
   std::map<int, int> group_sizes;    // CP group size -> number of groups over the step
   std::int64_t comm_bytes = 0;       // bytes sent over all ranks' communicators in the step

@@ -13,6 +13,7 @@
 #include "dist/parallel_state.hpp"
 #include "model/hf_checkpoint.hpp"
 #include "ops/grad_norm.hpp"
+#include "packing/alignment.hpp"
 #include "parallel/expert_gather.hpp"
 #include "train/checkpoint_store.hpp"
 #include "train/lr_schedule.hpp"
@@ -55,10 +56,14 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
   dist::ParallelState parallel_state(world, layout);
   if (config.dist.eager_dynamic_cp_groups && layout.dynamic_context_parallel)
     parallel_state.ensure_all_dynamic_groups();
-  spdlog::info(
-      "layout: world {} = dp {} x cp {}, ep {}, {} CP, alignment multiple {}", world.size(),
-      layout.data_parallel_size, layout.context_parallel_size, layout.expert_model_parallel_size,
-      layout.dynamic_context_parallel ? "dynamic" : "static", config.layout.alignment_multiple);
+  spdlog::info("layout: world {} = dp {} x cp {}, ep {}, {} CP, alignment {}", world.size(),
+               layout.data_parallel_size, layout.context_parallel_size,
+               layout.expert_model_parallel_size,
+               layout.dynamic_context_parallel ? "dynamic" : "static",
+               layout.dynamic_context_parallel &&
+                       config.packing.alignment == config::PackingAlignment::per_group
+                   ? std::string("per group (2 x group size)")
+                   : "multiple " + std::to_string(config.layout.alignment_multiple));
 
   TrainingData training_data = open_training_data(config);
 
@@ -109,7 +114,7 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
                                       : config::PackingScheduler::dp_balanced);
   engine_options.max_seqlen_per_dp_cp_rank =
       model_config.max_seqlen_per_dp_cp_rank.value_or(model_config.seq_length);
-  engine_options.alignment_multiple = config.layout.alignment_multiple;
+  engine_options.alignment = packing::alignment_rule(config);
   engine_options.fold_alignment_padding = config.dataset.fold_alignment_padding;
   engine_options.pad_token_id = training_data.pad_token_id;
   engine_options.cp_comm_type = model_config.cp_comm_type;
@@ -123,9 +128,10 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
   // rather than when a global batch first draws it.
   const std::int64_t largest_group =
       layout.dynamic_context_parallel ? layout.pool_size() : layout.context_parallel_size;
+  const std::int64_t largest_group_multiple = engine_options.alignment.multiple(largest_group);
   data::require_samples_fit(
       *training_data.source, largest_group * engine_options.max_seqlen_per_dp_cp_rank,
-      engine_options.alignment_multiple,
+      largest_group_multiple,
       std::to_string(largest_group) + " ranks x model.max_seqlen_per_dp_cp_rank " +
           std::to_string(engine_options.max_seqlen_per_dp_cp_rank));
   StepEngine engine(model, parallel_state, *training_data.source, engine_options);
@@ -138,7 +144,7 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
     validation_data = std::make_unique<TrainingData>(open_validation_data(config));
     data::require_samples_fit(
         *validation_data->source, largest_group * engine_options.max_seqlen_per_dp_cp_rank,
-        engine_options.alignment_multiple, "the largest CP group's capacity (validation data)");
+        largest_group_multiple, "the largest CP group's capacity (validation data)");
     StepEngineOptions validation_options = engine_options;
     validation_options.distributed_optimizer = false;  // forward only: no gradients to shard
     validation_engine = std::make_unique<StepEngine>(model, parallel_state,
@@ -300,6 +306,7 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
     metrics.consumed_samples = state.consumed_samples;
     metrics.loss_tokens = outcome.loss_tokens;
     metrics.real_tokens = outcome.real_tokens;
+    metrics.padded_tokens = outcome.padded_tokens;
     metrics.tokens_per_s = static_cast<double>(outcome.real_tokens) / (metrics.elapsed_ms / 1e3);
     metrics.tflops_per_device =
         outcome.model_flops / (metrics.elapsed_ms / 1e3) / 1e12 / world.size();

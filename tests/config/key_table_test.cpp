@@ -122,6 +122,7 @@ const std::vector<std::string> frozen_keys = {
     "logger.log_interval",
     "logger.metrics_path",
     "rng.seed",
+    "packing.alignment",
     "packing.device_flops_per_second",
     "packing.link_bytes_per_second",
     "packing.collective_latency_seconds",

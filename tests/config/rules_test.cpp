@@ -158,9 +158,8 @@ TEST_CASE("rule: seq_length is a multiple of the derived alignment multiple", "[
   REQUIRE_THROWS_WITH(
       resolved({"model.seq_length=260"}),
       Contains("model.seq_length: 260: must be a multiple of the alignment multiple 8"));
-  CHECK(
-      resolved({"dataset.global_batch_packing_pad_to_multiple_of=16"}).layout.alignment_multiple ==
-      16);
+  CHECK(resolved({"dataset.global_batch_packing_pad_to_multiple_of=16", "packing.alignment=pool"})
+            .layout.alignment_multiple == 16);
   REQUIRE_THROWS_WITH(resolved({"dataset.global_batch_packing_pad_to_multiple_of=12"}),
                       Contains("dataset.global_batch_packing_pad_to_multiple_of: 12: must be a "
                                "multiple of the required alignment 8"));
@@ -299,4 +298,21 @@ TEST_CASE("rule: evaluation needs held-out data unless the data is mock", "[conf
   CHECK_NOTHROW(
       resolved({"validation.eval_interval=5", "validation.eval_iters=2", "dataset.type=token_jsonl",
                 "dataset.data_path=train.jsonl", "dataset.validation_data_path=held_out.jsonl"}));
+}
+
+TEST_CASE("rule: packing.alignment defaults to per_group; a pool-wide pad_to needs pool",
+          "[config]") {
+  CHECK(resolved().packing.alignment == PackingAlignment::per_group);
+  CHECK(resolved({"packing.alignment=pool"}).packing.alignment == PackingAlignment::pool);
+  // The derived value (a resolved config reloaded) is accepted under per_group.
+  REQUIRE_NOTHROW(resolved({"dataset.global_batch_packing_pad_to_multiple_of=8"}));
+  REQUIRE_THROWS_WITH(resolved({"dataset.global_batch_packing_pad_to_multiple_of=16"}),
+                      Contains("dataset.global_batch_packing_pad_to_multiple_of: 16: sets one "
+                               "padding multiple for every sequence") &&
+                          Contains("packing.alignment=pool"));
+  // Static CP pads to 2 x cp in either mode: a pad_to is its business alone.
+  REQUIRE_NOTHROW(resolved({"model.dynamic_context_parallel=false",
+                            "dataset.global_batch_packing_pad_to_multiple_of=8"}));
+  REQUIRE_THROWS_WITH(resolved({"packing.alignment=megatron"}),
+                      Contains("packing.alignment") && Contains("per_group"));
 }

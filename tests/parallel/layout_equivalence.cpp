@@ -130,6 +130,9 @@ struct Options {
   int optimizer_steps = 3;
   bool distributed_optimizer = false;
   bool hybrid = false;  // --model qwen3_5_moe: the Gated DeltaNet hybrid
+  // --alignment per_group (default) | pool: how sequences are padded for their CP group.
+  config::PackingAlignment alignment = config::PackingAlignment::per_group;
+  bool fold_alignment_padding = false;  // --fold 1
   config::CpCommType cp_comm_type = config::CpCommType::all_gather;
   config::PackingScheduler scheduler = config::PackingScheduler::dp_balanced;
 };
@@ -159,6 +162,13 @@ Options parse(int argc, char** argv) {
       if (value != "qwen3_moe" && value != "qwen3_5_moe")
         throw std::runtime_error("--model: qwen3_moe or qwen3_5_moe");
       options.hybrid = value == "qwen3_5_moe";
+    } else if (key == "--alignment") {
+      if (value != "per_group" && value != "pool")
+        throw std::runtime_error("--alignment: per_group or pool");
+      options.alignment =
+          value == "pool" ? config::PackingAlignment::pool : config::PackingAlignment::per_group;
+    } else if (key == "--fold") {
+      options.fold_alignment_padding = value == "1";
     } else if (key == "--cp-comm-type") {
       if (value != "all_gather" && value != "p2p")
         throw std::runtime_error("--cp-comm-type: all_gather or p2p");
@@ -377,8 +387,10 @@ int main(int argc, char** argv) {
     // Static CP must fit the longest sequence (60, padded to 64) on cp ranks; dynamic CP uses a
     // capacity that sends it to a group of two or more while short ones run alone.
     engine_options.max_seqlen_per_dp_cp_rank = options.dynamic ? 32 : 64 / options.cp;
-    engine_options.alignment_multiple = packing::alignment_multiple(
-        {layout.data_parallel_size, layout.context_parallel_size, layout.dynamic_context_parallel});
+    engine_options.alignment = packing::alignment_rule(
+        {layout.data_parallel_size, layout.context_parallel_size, layout.dynamic_context_parallel},
+        options.alignment);
+    engine_options.fold_alignment_padding = options.fold_alignment_padding;
     engine_options.distributed_optimizer = options.distributed_optimizer;
     engine_options.cp_comm_type = options.cp_comm_type;
     train::StepEngine engine(model, parallel_state, source, engine_options);
@@ -467,9 +479,25 @@ int main(int argc, char** argv) {
     std::int64_t attention_layers = 0;
     for (std::int64_t layer = 0; layer < architecture.num_hidden_layers; ++layer)
       attention_layers += architecture.mixer_of_layer(layer) == config::LayerMixer::full_attention;
+    // Each sequence is padded for the group it ran on; the step reports the same total.
     std::int64_t padded_total = 0;
-    for (const auto length : lengths)
-      padded_total += packing::padded_length(length, engine_options.alignment_multiple);
+    const packing::Schedule& schedule = engine.last_schedule();
+    for (const packing::ScheduleGroup& group : schedule.groups)
+      for (const std::int64_t id : schedule.ids_of(group))
+        padded_total +=
+            engine_options.alignment.padded(lengths[static_cast<std::size_t>(id)], group.size);
+    check(outcome.padded_tokens == padded_total, "padded tokens " +
+                                                     std::to_string(outcome.padded_tokens) +
+                                                     " vs " + std::to_string(padded_total));
+    if (options.dynamic && options.alignment == config::PackingAlignment::per_group) {
+      // Per-group padding never pads more than the pool rule, and here strictly less (the
+      // batch's odd lengths on one rank need no padding at all).
+      std::int64_t pool_total = 0;
+      for (const auto length : lengths)
+        pool_total += packing::padded_length(length, 2 * layout.pool_size());
+      check(padded_total < pool_total, "per-group padding " + std::to_string(padded_total) +
+                                           " below the pool rule's " + std::to_string(pool_total));
+    }
     const std::int64_t expected_rows =
         padded_total * attention_layers * (options.recompute ? 2 : 1);
     check(rows == expected_rows, "query rows over the pool " + std::to_string(rows) + " vs " +

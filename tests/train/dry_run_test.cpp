@@ -56,7 +56,9 @@ TEST_CASE("dry-run preview: the smoke recipe's first step passes the schedule ch
   CHECK(preview.microbatches >= 1);
   check_histogram(preview);
 
-  // Token counts: the first batch of the same sampler, padded to the alignment multiple.
+  // Token counts: the first batch of the same sampler; each sequence padded for its group
+  // (per_group, the default) pays less than Megatron's pool multiple, which the pool rule
+  // reproduces exactly.
   data::Sampler sampler({data::SamplerType::single, static_cast<std::uint64_t>(config.rng.seed),
                          config.train.global_batch_size},
                         data.source->size());
@@ -66,8 +68,13 @@ TEST_CASE("dry-run preview: the smoke recipe's first step passes the schedule ch
     padded += packing::padded_length(data.source->length(id), config.layout.alignment_multiple);
   }
   CHECK(preview.real_tokens == real);
-  CHECK(preview.padded_tokens == padded);
-  CHECK(preview.padded_tokens % config.layout.alignment_multiple == 0);
+  CHECK(preview.padded_tokens >= real);
+  CHECK(preview.padded_tokens < padded);
+  const auto pool_config = smoke_config(4, {"packing.alignment=pool"});
+  const train::SchedulePreview pool_preview = train::preview_first_step(pool_config, *data.source);
+  CHECK(pool_preview.check_problem.empty());
+  CHECK(pool_preview.padded_tokens == padded);
+  CHECK(pool_preview.padded_tokens % config.layout.alignment_multiple == 0);
 
   CHECK(preview.step_seconds > 0);
   CHECK(preview.lower_bound_seconds > 0);
