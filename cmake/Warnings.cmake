@@ -20,7 +20,7 @@ function(dyncp_add_test name)
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPENDS} Catch2::Catch2WithMain dyncp_warnings)
   target_compile_definitions(${name} PRIVATE
-    DYNCP_SOURCE_DIR="${PROJECT_SOURCE_DIR}" DYNCP_SHARED_DIR="${PROJECT_SOURCE_DIR}/../shared")
+    DYNCP_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   catch_discover_tests(${name} TEST_PREFIX "${name}:" PROPERTIES LABELS "${ARG_LABELS}"
     ENVIRONMENT "OPENBLAS_NUM_THREADS=1")
 endfunction()

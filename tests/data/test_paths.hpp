@@ -1,5 +1,5 @@
 #pragma once
-// Locations of the shared Qwen3 tokenizer and the committed fixtures, plus a scratch folder.
+// Locations of the committed Qwen3 tokenizer and fixtures, plus a scratch folder.
 
 #include <unistd.h>
 
@@ -13,7 +13,7 @@
 namespace dyncp::data::test {
 
 inline std::filesystem::path qwen3_tokenizer_dir() {
-  return std::filesystem::path(DYNCP_SHARED_DIR) / "tokenizers" / "qwen3";
+  return std::filesystem::path(DYNCP_SOURCE_DIR) / "tests" / "fixtures" / "tokenizers" / "qwen3";
 }
 
 inline std::filesystem::path fixture_path(const std::string& name) {

@@ -3,7 +3,7 @@
 one thread) on the same mixed corpus, in the same run. Needs PyPI `tokenizers`.
 
     python3 tools/golden/data/bench_tokenizer.py --binary build/apps/dyncp-data/dyncp-data \\
-        [--tokenizer ../shared/tokenizers/qwen3] [--megabytes 8]
+        [--tokenizer tests/fixtures/tokenizers/qwen3] [--megabytes 8]
 """
 import argparse
 import json
@@ -44,7 +44,7 @@ def build_corpus(megabytes, seed=7):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--binary", required=True)
-    parser.add_argument("--tokenizer", default=os.path.join(ROOT, "..", "shared", "tokenizers", "qwen3"))
+    parser.add_argument("--tokenizer", default=os.path.join(ROOT, "tests", "fixtures", "tokenizers", "qwen3"))
     parser.add_argument("--megabytes", type=float, default=8)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()

@@ -4,7 +4,7 @@ implementations, so the C++ tests compare token-exact and character-exact withou
 
 Needs PyPI `tokenizers` and `transformers` (CI never runs this):
     pip install tokenizers transformers
-    python3 tools/golden/data/make_fixtures.py [--shared ../shared]
+    python3 tools/golden/data/make_fixtures.py [--tokenizer tests/fixtures/tokenizers/qwen3]
 """
 import argparse
 import json
@@ -149,10 +149,11 @@ def conversations():
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
+    parser.add_argument("--tokenizer",
+                        default=os.path.join(ROOT, "tests", "fixtures", "tokenizers", "qwen3"))
     parser.add_argument("--out", default=os.path.join(ROOT, "tests", "fixtures", "data"))
     args = parser.parse_args()
-    tokenizer_dir = os.path.join(args.shared, "tokenizers", "qwen3")
+    tokenizer_dir = args.tokenizer
     os.makedirs(args.out, exist_ok=True)
 
     hf = Tokenizer.from_file(os.path.join(tokenizer_dir, "tokenizer.json"))
