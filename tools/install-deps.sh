@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build ccache pkg-config python3
+  build-essential cmake ninja-build ccache pkg-config python3 python3-venv
   libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev catch2 nlohmann-json3-dev
   libopenblas-dev openmpi-bin libopenmpi-dev
   libpcre2-dev libutf8proc-dev

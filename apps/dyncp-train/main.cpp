@@ -30,6 +30,7 @@ struct Options {
   bool print_config = false;
   std::string print_format = "native";
   bool print_config_reference = false;
+  bool verbose = false;
 };
 
 int run(const Options& options) {
@@ -49,7 +50,9 @@ int run(const Options& options) {
   }
   const auto launch = dist::discover_launch_env();
   const std::int64_t world_size = options.world_size.value_or(launch.world_size);
-  core::setup_logging({.rank = launch.rank, .world_size = static_cast<int>(world_size)});
+  core::setup_logging({.rank = launch.rank,
+                       .world_size = static_cast<int>(world_size),
+                       .verbose = options.verbose});
 
   auto config = config::load_config_file(options.config_path, options.overrides);
   config::resolve_config(config, world_size);
@@ -94,12 +97,27 @@ int run(const Options& options) {
         std::to_string(launch.world_size) + " ranks): it is for --dry-run and --print-config only");
   }
 
+  // torchrun (or anything else setting only RANK / WORLD_SIZE) starts N processes that MPI sees
+  // as N one-rank worlds; say so rather than fail later on the layout of a 1-rank pool.
+  if (launch.source == "torchrun" && launch.world_size > 1) {
+    core::throw_usage_error(
+        "RANK / WORLD_SIZE say this is rank " + std::to_string(launch.rank) + " of " +
+        std::to_string(launch.world_size) +
+        " (torchrun style), but dyncp-train is an MPI program and torchrun cannot start its "
+        "world: launch it with `mpirun -np " +
+        std::to_string(launch.world_size) +
+        " dyncp-train ...` or, under Slurm, `srun --mpi=pmix -n " +
+        std::to_string(launch.world_size) + " dyncp-train ...`");
+  }
+
   // Training: MPI is the bootstrap; communicators are destroyed before the runtime.
   dist::MpiRuntime runtime(
       nullptr, nullptr,
       {.collective_timeout_seconds =
            60.0 * static_cast<double>(config.dist.distributed_timeout_minutes)});
-  core::setup_logging({.rank = runtime.world_rank(), .world_size = runtime.world_size()});
+  core::setup_logging({.rank = runtime.world_rank(),
+                       .world_size = runtime.world_size(),
+                       .verbose = options.verbose});
   try {
     auto world = runtime.world();
     train::run_training(config, *world);
@@ -137,6 +155,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
   app.add_flag("--print-config-reference", options.print_config_reference,
                "Print the generated key reference (the end of docs/config.md)");
+  app.add_flag("--verbose", options.verbose,
+               "Debug-level log on every rank (arena high-water marks, group creation)");
   app.set_version_flag("--version", dyncp::core::version_string);
 
   return dyncp::apps::parse_and_run(app, argc, argv, "dyncp-train", [&] { return run(options); });

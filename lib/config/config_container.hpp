@@ -131,7 +131,8 @@ struct CheckpointConfig {
 
 struct LoggerConfig {
   std::int64_t log_interval = 1;
-  std::string metrics_path;  // JSONL metrics file; empty: console only
+  std::string metrics_path;     // JSONL metrics file; empty: console only
+  std::string tensorboard_dir;  // TensorBoard event files; empty: none
 };
 
 struct RngConfig {

@@ -70,6 +70,62 @@ void apply(const KeyAssignment& entry, ConfigContainer& config, ProblemList& pro
   entry.spec->set(config, *value);
 }
 
+// Hydra's override grammar on top of `key=value`:
+//   +key=value   adds a key the recipe does not set (an error when it is set: use key=value)
+//   ++key=value  sets it whether or not the recipe does
+//   ~key         removes the recipe's setting, so the key takes its default; ~key=value removes
+//                it only when the recipe's value is that value
+void apply_override(const std::string& text, std::map<std::string, KeyAssignment>& assignments,
+                    ProblemList& problems) {
+  const std::string origin = "override '" + text + "'";
+  if (!text.empty() && text.front() == '~') {
+    const auto equals = text.find('=');
+    const std::string path = text.substr(1, equals == std::string::npos ? equals : equals - 1);
+    const KeySpec* spec = find_key(path);
+    if (spec == nullptr) {
+      problems.add_line(origin + ": unknown key" + did_you_mean_key(path));
+      return;
+    }
+    const auto existing = assignments.find(spec->path);
+    if (existing == assignments.end()) {
+      problems.add_line(origin + ": " + spec->path +
+                        " is not set by the recipe, so there is nothing to remove");
+      return;
+    }
+    if (equals != std::string::npos) {
+      const std::string expected = text.substr(equals + 1);
+      const auto& set = existing->second.assignment.value;
+      if (set.kind != RawValue::Kind::scalar || set.text != expected) {
+        problems.add_line(origin + ": " + spec->path + " is " + describe_raw(set) + " at " +
+                          existing->second.assignment.origin + ", not '" + expected + "'; write ~" +
+                          path + " to remove it whatever its value");
+        return;
+      }
+    }
+    assignments.erase(existing);
+    return;
+  }
+  const bool force_add = text.rfind("++", 0) == 0;
+  const bool add = !force_add && text.rfind('+', 0) == 0;
+  const std::string body = text.substr(force_add ? 2 : add ? 1 : 0);
+  auto parsed = detail::parse_override(body, problems);
+  if (!parsed) return;
+  parsed->origin = origin;
+  if (add) {
+    const KeySpec* spec = find_key(parsed->path);
+    const auto existing = spec ? assignments.find(spec->path) : assignments.end();
+    if (existing != assignments.end()) {
+      problems.add_line(origin + ": " + spec->path + " is already set at " +
+                        existing->second.assignment.origin + "; write " + body + " (or ++" + body +
+                        ") to change it");
+      return;
+    }
+  }
+  std::vector<Assignment> single;
+  single.push_back(std::move(*parsed));
+  merge(std::move(single), true, assignments, problems);
+}
+
 }  // namespace
 
 ConfigContainer load_config_text(const std::string& yaml_text,
@@ -80,13 +136,7 @@ ConfigContainer load_config_text(const std::string& yaml_text,
   std::vector<std::string> inert_settings;
   merge(detail::read_yaml_assignments(yaml_text, source_name, problems, &inert_settings), false,
         assignments, problems);
-  std::vector<Assignment> override_assignments;
-  for (const auto& text : overrides) {
-    if (auto parsed = detail::parse_override(text, problems)) {
-      override_assignments.push_back(std::move(*parsed));
-    }
-  }
-  merge(std::move(override_assignments), true, assignments, problems);
+  for (const auto& text : overrides) apply_override(text, assignments, problems);
 
   ConfigContainer config;
   config.bridge_inert_settings = std::move(inert_settings);

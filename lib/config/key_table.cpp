@@ -244,6 +244,8 @@ void append_runtime_keys(std::vector<KeySpec>& keys) {
                           "Steps between console metric lines"));
   keys.push_back(make_key("logger.metrics_path", DYNCP_FIELD(logger.metrics_path),
                           "JSONL file receiving every step's metrics; empty: none"));
+  keys.push_back(make_key("logger.tensorboard_dir", DYNCP_FIELD(logger.tensorboard_dir),
+                          "Folder for TensorBoard event files (rank 0, every step); empty: none"));
   keys.push_back(make_key("rng.seed", DYNCP_FIELD(rng.seed),
                           "Seed of every random draw (init, shuffling, mock data)",
                           {.min = 0, .max = std::numeric_limits<std::int64_t>::max()}));

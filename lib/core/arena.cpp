@@ -94,9 +94,9 @@ void Arena::release(const Mark& mark) {
 
 void Arena::reset() {
   if (high_water_bytes_ > logged_high_water_bytes_) {
-    spdlog::info("arena '{}': high-water mark {:.2f} MiB in {} block(s), capacity {:.2f} MiB",
-                 name_, static_cast<double>(high_water_bytes_) / (1 << 20), blocks_.size(),
-                 static_cast<double>(capacity_bytes()) / (1 << 20));
+    spdlog::debug("arena '{}': high-water mark {:.2f} MiB in {} block(s), capacity {:.2f} MiB",
+                  name_, static_cast<double>(high_water_bytes_) / (1 << 20), blocks_.size(),
+                  static_cast<double>(capacity_bytes()) / (1 << 20));
     logged_high_water_bytes_ = high_water_bytes_;
   }
   current_block_ = 0;

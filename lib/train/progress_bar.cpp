@@ -9,16 +9,12 @@
 
 namespace dyncp::train {
 
-namespace {
-
 std::string format_duration(double seconds) {
-  const auto total = static_cast<std::int64_t>(seconds + 0.5);
+  const auto total = static_cast<std::int64_t>(std::max(seconds, 0.0) + 0.5);
   if (total >= 3600) return fmt::format("{}h{:02}m", total / 3600, total % 3600 / 60);
   if (total >= 60) return fmt::format("{}m{:02}s", total / 60, total % 60);
   return fmt::format("{}s", total);
 }
-
-}  // namespace
 
 namespace {
 

@@ -13,6 +13,9 @@
 
 namespace dyncp::train {
 
+// `45s`, `1m02s`, `3h07m`: the ETA's spelling in the bar and the console line.
+std::string format_duration(double seconds);
+
 class ProgressBar {
  public:
   ProgressBar(bool is_rank_zero, std::int64_t total_steps);

@@ -2,11 +2,14 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
+#include "config/config_loader.hpp"
 #include "core/error.hpp"
 #include "data/sampler.hpp"
 #include "dist/parallel_layout.hpp"
@@ -16,6 +19,7 @@
 #include "packing/alignment.hpp"
 #include "parallel/expert_gather.hpp"
 #include "train/checkpoint_store.hpp"
+#include "train/hf_export.hpp"
 #include "train/lr_schedule.hpp"
 #include "train/memory_estimate.hpp"
 #include "train/optimizer.hpp"
@@ -23,6 +27,7 @@
 #include "train/signal_flag.hpp"
 #include "train/step_engine.hpp"
 #include "train/step_metrics.hpp"
+#include "train/tensorboard_writer.hpp"
 #include "train/training_checkpoint.hpp"
 #include "train/training_data.hpp"
 
@@ -34,6 +39,42 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Rank 0, before the first step: the run id and the resolved configuration, printed and saved
+// beside the checkpoints (`<checkpoint.save>/config.yaml`, written through a rename).
+void log_run_start(const config::ConfigContainer& config, const std::string& run_id) {
+  const std::string yaml = config::dump_config_yaml(config);
+  spdlog::info("run id {}; resolved configuration:\n{}", run_id, yaml);
+  if (config.checkpoint.save.empty()) return;
+  const fs::path folder(config.checkpoint.save);
+  fs::create_directories(folder);
+  const fs::path temporary = folder / ".config.yaml.tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    out << "# dyncp-train run " << run_id << ": resolved configuration\n" << yaml;
+    if (!out) core::throw_runtime_error("cannot write " + temporary.string());
+  }
+  fs::rename(temporary, folder / "config.yaml");
+}
+
+// Per-rank spread of the step, from one all-reduce (max) over the world: fastest and slowest
+// step time, the largest peak resident set, and the straggler wait. Every rank's gradient
+// reductions start when the slowest rank arrives, so this rank's wait is the longest time any
+// rank spent before them (data, schedule, compute, CP and EP communication) minus its own; it
+// is taken out of the sync time, where it was measured.
+void add_rank_spread(StepMetrics& metrics, dist::Comm& world) {
+  auto& t = metrics.time;
+  const double before_sync_ms =
+      t.data_ms + t.schedule_ms + t.compute_ms + t.cp_comm_ms + t.ep_comm_ms;
+  double values[4] = {metrics.elapsed_ms, -metrics.elapsed_ms,
+                      static_cast<double>(peak_resident_bytes()), before_sync_ms};
+  world.all_reduce(values, values, 4, core::DType::f64, dist::ReduceOp::max);
+  metrics.elapsed_ms_max = values[0];
+  metrics.elapsed_ms_min = -values[1];
+  metrics.peak_memory_bytes = static_cast<std::int64_t>(values[2]);
+  t.straggler_wait_ms = std::clamp(values[3] - before_sync_ms, 0.0, t.grad_sync_ms);
+  t.grad_sync_ms -= t.straggler_wait_ms;
 }
 
 }  // namespace
@@ -252,9 +293,14 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
 
   install_stop_signal_handlers();
   MetricsWriter metrics_writer(world.rank() == 0 ? config.logger.metrics_path : std::string());
+  const std::string run_id = world.rank() == 0 ? make_run_id() : std::string();
+  if (world.rank() == 0) log_run_start(config, run_id);
+  TensorBoardWriter tensorboard(world.rank() == 0 ? config.logger.tensorboard_dir : std::string());
+  if (!tensorboard.path().empty()) spdlog::info("TensorBoard events: {}", tensorboard.path());
   const auto run_start = std::chrono::steady_clock::now();
   const std::int64_t first_iteration = state.iteration;
   ProgressBar progress(world.rank() == 0, config.train.train_iters);
+  LogInterval log_interval;
   while (state.iteration < config.train.train_iters) {
     const auto step_start = std::chrono::steady_clock::now();
     const std::vector<std::int64_t> batch = sampler.next_global_batch();
@@ -262,8 +308,10 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
     const StepOutcome outcome = engine.forward_backward(batch);
 
     StepMetrics metrics;
+    metrics.run_id = run_id;
     metrics.iteration = state.iteration + 1;
     metrics.train_iters = config.train.train_iters;
+    metrics.global_batch_size = config.train.global_batch_size;
     metrics.time = outcome.time;
     metrics.time.data_ms += data_ms;
     metrics.loss = outcome.loss + outcome.aux_loss;
@@ -317,15 +365,29 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
                               state.iteration == config.train.train_iters)) {
       metrics.validation_loss = validation_loss();
     }
-    metrics.skipped_samples = training_data.skipped_samples;
+    metrics.dropped_samples = training_data.skipped_samples;
     metrics.skipped_steps = state.skipped_steps;
+    const double seconds_per_step =
+        seconds_since(run_start) / static_cast<double>(state.iteration - first_iteration);
+    metrics.eta_seconds =
+        static_cast<double>(config.train.train_iters - state.iteration) * seconds_per_step;
+    add_rank_spread(metrics, world);
     metrics_writer.write(metrics);
+    tensorboard.write(metrics);
+    log_interval.add(metrics, /*skipped=*/!finite, /*nan=*/!finite);
     if (config.logger.log_interval > 0 && metrics.iteration % config.logger.log_interval == 0) {
       progress.clear();
-      spdlog::info("{}", format_console_line(metrics));
+      spdlog::info("{}", format_console_line(metrics, log_interval));
+      log_interval.reset();
     }
-    progress.update(state.iteration, seconds_since(run_start) /
-                                         static_cast<double>(state.iteration - first_iteration));
+    if (state.iteration == first_iteration + 1) {
+      spdlog::info(
+          "memory after the first step: activation arenas high-water {:.1f} MiB, peak "
+          "resident {:.1f} MiB on the largest rank (per-arena marks: --verbose)",
+          static_cast<double>(model.activation_high_water_bytes()) / (1024.0 * 1024.0),
+          static_cast<double>(metrics.peak_memory_bytes) / (1024.0 * 1024.0));
+    }
+    progress.update(state.iteration, seconds_per_step);
     report.last_loss = metrics.loss;
     ++report.iterations;
 
@@ -374,14 +436,9 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
     if (world.rank() == 0) {
       model::save_hf_checkpoint(config.checkpoint.export_hf, model.parameters(),
                                 model::StoredDType::bf16, 0, &expert_gather);
-      if (training_data.tokenizer) {
-        const fs::path tokenizer_dir = tokenizer_directory(config);
-        for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
-          if (fs::exists(tokenizer_dir / name))
-            fs::copy_file(tokenizer_dir / name, fs::path(config.checkpoint.export_hf) / name,
-                          fs::copy_options::overwrite_existing);
-        }
-      }
+      complete_hf_export(config.checkpoint.export_hf,
+                         training_data.tokenizer ? tokenizer_directory(config) : fs::path(),
+                         model::StoredDType::bf16, model_config.architecture);
       spdlog::info("HF weights exported to {}", config.checkpoint.export_hf);
     }
     world.barrier();

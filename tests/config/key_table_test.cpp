@@ -121,6 +121,7 @@ const std::vector<std::string> frozen_keys = {
     "checkpoint.export_hf",
     "logger.log_interval",
     "logger.metrics_path",
+    "logger.tensorboard_dir",
     "rng.seed",
     "packing.alignment",
     "packing.device_flops_per_second",

@@ -18,20 +18,47 @@ losses() { python3 -c 'import json,sys; [print(repr(json.loads(l)["loss"])) for 
 
 case $case_name in
   smoke)
-    run train.train_iters=4 logger.metrics_path="$work/metrics.jsonl" >"$work/log" 2>&1
-    python3 - "$work/metrics.jsonl" <<'PY'
-import json, math, sys
+    run train.train_iters=4 logger.metrics_path="$work/metrics.jsonl" checkpoint.save="$work/ckpt" \
+      >"$work/log" 2>&1
+    python3 - "$work/metrics.jsonl" "$work/log" "$work/ckpt/config.yaml" <<'PY'
+import json, math, re, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
+log = open(sys.argv[2]).read()
 assert [r["iteration"] for r in rows] == [1, 2, 3, 4], rows
 for r in rows:
-    for key in ("loss", "grad_norm", "lr", "loss_tokens", "tokens_per_s", "tflops_per_device",
-                "microbatches", "group_sizes", "skipped_samples", "elapsed_ms", "time_ms"):
+    for key in ("run_id", "loss", "grad_norm", "lr", "global_batch_size", "loss_tokens",
+                "tokens_per_s", "tflops_per_device", "microbatches", "group_sizes",
+                "dropped_samples", "skipped_steps", "elapsed_ms", "elapsed_ms_min",
+                "elapsed_ms_max", "eta_s", "peak_memory_bytes", "time_ms"):
         assert key in r, key
+    assert "skipped_samples" not in r, "dropped samples are named dropped_samples"
     assert math.isfinite(r["loss"]) and r["loss"] > 0, r
     assert r["loss_tokens"] > 0 and r["microbatches"] >= 1
     assert sum(int(size) * count for size, count in r["group_sizes"].items()) == 4 * r["microbatches"], r
-print("smoke: 4 steps, finite losses, every microbatch covers the 4-rank pool")
+    assert r["elapsed_ms_min"] <= r["elapsed_ms"] <= r["elapsed_ms_max"], r
+    assert r["peak_memory_bytes"] > 1 << 20, r
+    assert 0 <= r["time_ms"]["straggler_wait"], r
+assert len({r["run_id"] for r in rows}) == 1 and rows[0]["run_id"], rows
+assert rows[-1]["eta_s"] == 0 and rows[0]["eta_s"] > 0, rows
+# The Megatron-style line, one per step (log_interval 1), and no per-arena lines at info level.
+lines = re.findall(r"iteration +(\d+)/ +4 \| consumed samples: +(\d+) \| elapsed time per "
+                   r"iteration \(ms\): [0-9.]+ \| learning rate: [0-9.]+E[-+]\d+ \| global "
+                   r"batch size: +16 \| lm loss: [0-9.]+E[-+]\d+ \| grad norm: [0-9.]+ \| number "
+                   r"of skipped iterations: +0 \| number of nan iterations: +0 \| dropped "
+                   r"samples: 0 \| tokens/s: \d+ \| TFLOP/s/device: [0-9.]+ \| ETA: \d+\w* \| "
+                   r"peak memory \(MiB\): [0-9.]+ \|", log)
+assert [int(i) for i, _ in lines] == [1, 2, 3, 4], log
+assert "high-water mark" not in log, "arena lines belong to --verbose"
+assert "memory after the first step: activation arenas high-water" in log, log
+assert f"run id {rows[0]['run_id']}; resolved configuration:" in log, log
+saved = open(sys.argv[3]).read()
+assert rows[0]["run_id"] in saved and "\nmodel:\n" in saved, saved[:200]
+print("smoke: 4 steps, finite losses, every microbatch covers the 4-rank pool; Megatron-style "
+      "lines, run id, rank spread and the saved resolved config check out")
 PY
+    # The saved resolved configuration is a recipe that validates as it is.
+    "$train" --config "$work/ckpt/config.yaml" --world-size 4 --dry-run >"$work/dry.log" 2>&1 ||
+      { cat "$work/dry.log"; echo "the saved config.yaml does not validate"; exit 1; }
     ;;
   resume | hybrid)
     # Uninterrupted 6 steps versus 3 steps, save, then resume for 3 more: bitwise equal losses.
@@ -290,6 +317,9 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 assert len(rows) == 4 and rows[-1]["skipped_steps"] >= 1, rows
 print("nan: stop_on_nan stops the run; otherwise", rows[-1]["skipped_steps"], "steps skipped")
 PY
+    # The console counts them per interval, as Megatron does.
+    grep -Eq "number of skipped iterations: +[1-9][0-9]* \| number of nan iterations: +[1-9]" \
+      "$work/skip.log" || { echo "no skipped / nan iterations on the console line"; exit 1; }
     ;;
   learns | learns_hybrid)
     # The demo recipe on freshly generated demo data: after 60 steps the held-out loss is below

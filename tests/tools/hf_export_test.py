@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""HF exports load and chat in transformers. Run by ctest with the test venv's python
+(tools/python-test-env.sh: transformers, no torch):
+
+    hf_export_test.py DYNCP_TRAIN DYNCP_EXPORT SOURCE_ROOT
+
+Trains the demo recipe for 2 steps on one rank with a transformers-5 style tokenizer folder (the
+chat template also in chat_template.jinja, plus a generation_config.json-less folder), saving a
+checkpoint and the end-of-training export; then converts the checkpoint with dyncp-export. Both
+exports must: hold every tokenizer file, chat_template.jinja included; say bfloat16 in
+config.json over BF16 tensors; have a generation_config.json transformers reads; render the chat
+template through AutoTokenizer.apply_chat_template exactly as the original folder does. The two
+exports' weights must be byte-identical (the same step's weights, the same bf16 rounding).
+"""
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+TRAIN, EXPORT, ROOT = sys.argv[1], sys.argv[2], sys.argv[3]
+failures = []
+
+
+def check(condition, message):
+    if not condition:
+        failures.append(message)
+        print(f"FAIL: {message}")
+
+
+def run(argv):
+    result = subprocess.run(argv, capture_output=True, text=True,
+                            env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+    if result.returncode != 0:
+        print(result.stdout + result.stderr)
+        sys.exit(f"{argv[0]} exited {result.returncode}")
+    return result.stdout + result.stderr
+
+
+def safetensors_dtypes(path):
+    with open(path, "rb") as f:
+        (length,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(length))
+    return {v["dtype"] for k, v in header.items() if k != "__metadata__"}
+
+
+MESSAGES = [{"role": "system", "content": "You add numbers."},
+            {"role": "user", "content": "What is 2 + 3?"},
+            {"role": "assistant", "content": "5"},
+            {"role": "user", "content": "And 4 + 4?"}]
+
+with tempfile.TemporaryDirectory() as work:
+    tokenizer = os.path.join(work, "tokenizer")
+    shutil.copytree(os.path.join(ROOT, "tests", "fixtures", "data", "demo", "tokenizer"), tokenizer)
+    template = json.load(open(os.path.join(tokenizer, "tokenizer_config.json")))["chat_template"]
+    with open(os.path.join(tokenizer, "chat_template.jinja"), "w") as f:
+        f.write(template)
+    with open(os.path.join(tokenizer, "special_tokens_map.json"), "w") as f:
+        json.dump({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}, f)
+    save, at_end, converted = (os.path.join(work, name) for name in ("ckpt", "hf_end", "hf_export"))
+    one_rank = ["model.context_parallel_size=1", "model.dynamic_context_parallel=false",
+                "model.max_seqlen_per_dp_cp_rank=2048", "model.expert_model_parallel_size=1"]
+    run([TRAIN, "--config", os.path.join(ROOT, "configs", "demo", "tiny_moe.yaml"), *one_rank,
+         f"dataset.data_path={os.path.join(ROOT, 'tests', 'fixtures', 'data', 'demo', 'train.jsonl')}",
+         "~dataset.validation_data_path", "~validation.eval_interval",
+         "~scheduler.lr_warmup_iters",
+         f"dataset.cache_dir={work}/cache", f"tokenizer.tokenizer_model={tokenizer}",
+         "train.train_iters=2", "train.global_batch_size=4", f"checkpoint.save={save}",
+         f"checkpoint.export_hf={at_end}", "logger.metrics_path="])
+    print(run([EXPORT, "--checkpoint", save, "--out", converted]).strip())
+
+    reference = AutoTokenizer.from_pretrained(tokenizer).apply_chat_template(
+        MESSAGES, tokenize=False, add_generation_prompt=True)
+    for folder in (at_end, converted):
+        name = os.path.basename(folder)
+        for file in os.listdir(tokenizer):
+            check(os.path.isfile(os.path.join(folder, file)), f"{name}: {file} not copied")
+        check(open(os.path.join(folder, "chat_template.jinja")).read() == template,
+              f"{name}: chat_template.jinja differs")
+        config = AutoConfig.from_pretrained(folder)
+        dtype = str(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None))
+        check(dtype.endswith("bfloat16"), f"{name}: config dtype {dtype}")
+        check(safetensors_dtypes(os.path.join(folder, "model.safetensors")) == {"BF16"},
+              f"{name}: tensors are not all BF16")
+        generation = GenerationConfig.from_pretrained(folder)
+        # The demo config.json has no eos id: the tokenizer's eos_token (<|im_end|>) is used.
+        check(generation.eos_token_id == 488 and generation.pad_token_id == 486,
+              f"{name}: generation_config eos {generation.eos_token_id} pad {generation.pad_token_id}")
+        rendered = AutoTokenizer.from_pretrained(folder).apply_chat_template(
+            MESSAGES, tokenize=False, add_generation_prompt=True)
+        check(rendered == reference and rendered.endswith("<|im_start|>assistant\n"),
+              f"{name}: chat template renders {rendered!r}")
+    check(open(os.path.join(at_end, "model.safetensors"), "rb").read() ==
+          open(os.path.join(converted, "model.safetensors"), "rb").read(),
+          "dyncp-export of the last checkpoint differs from the end-of-training export")
+    # Without a tokenizer to copy, dyncp-export says how to give one (exit 2).
+    os.remove(os.path.join(save, "config.yaml"))
+    result = subprocess.run([EXPORT, "--checkpoint", save, "--out", os.path.join(work, "x")],
+                            capture_output=True, text=True)
+    check(result.returncode == 2 and "--tokenizer DIR" in result.stderr,
+          f"no config.yaml: exit {result.returncode}, {result.stderr!r}")
+
+if failures:
+    sys.exit(f"{len(failures)} failure(s)")
+print("hf_export: both exports load in transformers with bf16 dtype, the chat template and a "
+      "generation config; dyncp-export equals the end-of-training export byte for byte")
