@@ -13,56 +13,9 @@ source_dir=$2
 recipe=$source_dir/configs/smoke/tiny_mock.yaml
 started=$SECONDS
 
-fail() {
-  echo "slurm_launch_test: FAIL: $*" >&2
-  exit 1
-}
-
-# Inside a CI job that itself runs under Slurm, the outer job's variables would steer srun to
-# the outer allocation; only our cluster's SLURM_CONF may reach srun.
-while read -r name; do unset "$name"; done < <(compgen -e | grep '^SLURM_' || true)
-
+source "$(dirname "$0")/local_cluster.sh"
 work=$(mktemp -d "${TMPDIR:-/tmp}/dyncp-slurm.XXXXXX")
-chmod 0755 "$work"   # the private munged runs as the munge user and must reach $work/cluster
-base=$work/cluster
-cleanup() {
-  local status=$?
-  "$source_dir/tools/slurm/local-down.sh" "$base" || true
-  if ((status != 0)); then
-    for log in "$work/dry_run.log" "$work/train.log" "$work/preempt.log" "$base/slurmctld.log" \
-               "$base/slurmd.log" "$base/munge/munged.log"; do
-      [[ -s $log ]] && { echo "---- tail of $log" >&2; tail -n 25 "$log" >&2; }
-    done
-  fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-# Listening on 127.0.0.1:PORT? (bash's /dev/tcp: no extra tools needed)
-port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-# Slurm's default ports unless taken (a real slurmctld, a concurrent run): then a free pair.
-# One local cluster of this test at a time on the machine: a concurrent run (another build
-# tree's ctest) waits here until this one exits. Two clusters side by side on distinct ports
-# still fail task launches (both slurmd are node "localhost"), so ports alone are not enough.
-exec 9>"${TMPDIR:-/tmp}/dyncp-slurm-launch-test.lock"
-flock -w 240 9 || fail "another launch test held ${TMPDIR:-/tmp}/dyncp-slurm-launch-test.lock for 4 minutes"
-ctld_port=${DYNCP_SLURM_CTLD_PORT:-6817}
-slurmd_port=${DYNCP_SLURM_D_PORT:-6818}
-if port_in_use "$ctld_port" || port_in_use "$slurmd_port"; then
-  for candidate in $(seq $((20000 + RANDOM % 20000)) 2 45000); do
-    if ! port_in_use "$candidate" && ! port_in_use $((candidate + 1)); then
-      ctld_port=$candidate
-      slurmd_port=$((candidate + 1))
-      break
-    fi
-  done
-fi
-export DYNCP_SLURM_CTLD_PORT=$ctld_port DYNCP_SLURM_D_PORT=$slurmd_port
-
-DYNCP_SLURM_CPUS=8 "$source_dir/tools/slurm/local-up.sh" "$base" 9>&- \
-  || fail "could not bring up the local Slurm cluster (see the message above)"
-export SLURM_CONF=$base/slurm.conf
+start_local_cluster "$source_dir" "$work" "$work/dry_run.log" "$work/train.log" "$work/preempt.log"
 echo "cluster up in $((SECONDS - started)) s (slurmctld port $ctld_port, slurmd port $slurmd_port)"
 
 # Four ranks on a 2-core machine: ranks must yield while waiting in collectives.
