@@ -19,9 +19,12 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 export OPENBLAS_NUM_THREADS=1
 mpirun -np 4 "$build_dir/apps/dyncp-train/dyncp-train" --config configs/demo/tiny_moe.yaml "$@"
 
-if [[ -f tools/plot_metrics.py ]]; then
-  python3 tools/plot_metrics.py "$out/metrics.jsonl" --out "$out/metrics.png"
+# The plot needs matplotlib: the system's, else the tools' own venv (PyPI, made once).
+plot_python=python3
+if ! python3 -c "import matplotlib" 2>/dev/null; then
+  "$root/tools/python-test-env.sh" "$build_dir/python-env" && plot_python=$build_dir/python-env/bin/python
 fi
+"$plot_python" tools/plot_metrics.py "$out/metrics.jsonl" --out "$out/metrics.png" || true
 python3 - "$out/metrics.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]

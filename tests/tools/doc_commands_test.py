@@ -72,7 +72,7 @@ LAUNCHER_WORDS = {"mpirun", "srun", "/usr/bin/time", "-v", "-np", "-n", "--mpi=p
 
 
 def command_in(text):
-    """(binary, args, ranks) when the snippet runs a dyncp-* binary, else None."""
+    """(binary, args, ranks, env) when the snippet runs a dyncp-* binary, else None."""
     text = re.split(r"\s#\s", text)[0]
     try:
         tokens = shlex.split(text)
@@ -94,7 +94,8 @@ def command_in(text):
                 if arg in ("|", ">", ">>", "&&", ";", "2>&1"):
                     break
                 args.append(arg)
-            return name, args, ranks
+            env = tuple(tuple(t.split("=", 1)) for t in prefix if re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", t))
+            return name, args, ranks, env
         if not (token in LAUNCHER_WORDS or re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", token)
                 or token.isdigit()):
             return None
@@ -113,7 +114,7 @@ def help_text(binary, subcommand):
     return help_cache[key]
 
 
-def check_command(where, binary, args, ranks):
+def check_command(where, binary, args, ranks, env):
     executable = os.path.join(BUILD, "apps", binary, binary)
     if not os.access(executable, os.X_OK):
         fail(f"{where}: {binary} is not built at {executable}")
@@ -136,7 +137,7 @@ def check_command(where, binary, args, ranks):
             return
         argv += ["--dry-run"] + (["--world-size", ranks] if ranks else [])
     result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120,
-                            env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+                            env={**os.environ, "OPENBLAS_NUM_THREADS": "1", **dict(env)})
     if result.returncode != 0:
         fail(f"{where}: `{' '.join(argv)}` exited {result.returncode}:\n"
              f"{(result.stdout + result.stderr)[-1500:]}")
@@ -155,8 +156,8 @@ for document in documents():
             if not os.path.isfile(os.path.join(ROOT, path)):
                 fail(f"{where}: {path} does not exist")
         command = command_in(snippet)
-        if command and (command[0], tuple(command[1]), command[2]) not in seen:
-            seen.add((command[0], tuple(command[1]), command[2]))
+        if command and (command[0], tuple(command[1]), command[2], command[3]) not in seen:
+            seen.add((command[0], tuple(command[1]), command[2], command[3]))
             checked_commands += 1
             check_command(where, *command)
 
