@@ -146,6 +146,7 @@ int run_prepare(const PrepareArgs& args) {
   options.max_records = args.max_records;
   options.truncation = data::parse_truncation(args.truncation, "--truncation");
   options.on_bad_sample = data::parse_on_bad_sample(args.on_bad_sample, "--on-bad-sample");
+  options.skip_bad_samples_hint = "pass --on-bad-sample skip";
   const auto path = data::prepare_dataset(options, tokenizer);
   const data::PreparedDataset dataset(path, &tokenizer);
   std::cout << apps::format_inspect_report(dataset);
@@ -243,7 +244,11 @@ int main(int argc, char** argv) {
   prepare_command->add_option("--tokenizer", prepare.tokenizer_dir, "HF tokenizer directory");
   prepare_command->add_option("--input", prepare.inputs,
                               "Input file (or .bin/.idx prefix); repeatable");
-  prepare_command->add_option("--format", prepare.format, "chat_jsonl | tokens_jsonl | indexed")
+  prepare_command
+      ->add_option(
+          "--format", prepare.format,
+          "chat_jsonl | token_jsonl | megatron_indexed (dataset.type's names; tokens_jsonl and "
+          "indexed also accepted)")
       ->capture_default_str();
   prepare_command->add_option("--cache-dir", prepare.cache_dir, "Where the cache is written");
   prepare_command->add_option("--seq-length", prepare.seq_length, "Longest sample in tokens")

@@ -11,12 +11,15 @@
 
 namespace dyncp::data {
 
+// The recipe's dataset.type names (chat_jsonl, token_jsonl, megatron_indexed), so dyncp-data
+// and dyncp-train spell a format the same way; the earlier short names stay accepted.
 DatasetFormat parse_dataset_format(std::string_view name, const std::string& key_path) {
   if (name == "chat_jsonl") return DatasetFormat::chat_jsonl;
-  if (name == "tokens_jsonl") return DatasetFormat::tokens_jsonl;
-  if (name == "indexed") return DatasetFormat::indexed;
-  core::throw_config_error(
-      key_path, std::string(name) + ": expected one of [chat_jsonl, tokens_jsonl, indexed]");
+  if (name == "token_jsonl" || name == "tokens_jsonl") return DatasetFormat::tokens_jsonl;
+  if (name == "megatron_indexed" || name == "indexed") return DatasetFormat::indexed;
+  core::throw_config_error(key_path, std::string(name) +
+                                         ": expected one of [chat_jsonl, token_jsonl, "
+                                         "megatron_indexed] (the names of dataset.type)");
 }
 
 const char* to_string(DatasetFormat format) {

@@ -85,9 +85,9 @@ void write_cache(const std::filesystem::path& path, const PrepareOptions& option
   const auto on_bad = [&](const std::exception& error) {
     count_record();
     if (options.on_bad_sample == OnBadSample::error) {
-      throw core::Error(
-          core::ErrorKind::data, "",
-          std::string(error.what()) + " (set dataset.on_bad_sample: skip to skip such records)");
+      throw core::Error(core::ErrorKind::data, "",
+                        std::string(error.what()) + " (" + options.skip_bad_samples_hint +
+                            " to skip such records)");
     }
     ++stats.skipped_bad;
     spdlog::warn("skipping bad record: {}", error.what());

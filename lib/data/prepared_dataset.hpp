@@ -44,6 +44,8 @@ struct PrepareOptions {
   OnBadSample on_bad_sample = OnBadSample::error;
   // Read at most this many records over all inputs (0 = all): a quick prefix for --dry-run.
   std::int64_t max_records = 0;
+  // How the caller's user asks for skipping bad records, for the error that stops at one.
+  std::string skip_bad_samples_hint = "set dataset.on_bad_sample: skip";
 };
 
 struct PrepareStats {

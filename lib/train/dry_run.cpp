@@ -164,6 +164,37 @@ std::string format_schedule_preview(const SchedulePreview& preview) {
   return out.str();
 }
 
+std::string suggest_static_layout(const config::ConfigContainer& config) {
+  const auto& model = config.model;
+  const std::int64_t world = config.layout.world_size;
+  const std::int64_t seq_length = model.seq_length;
+  std::int64_t cap = model.max_seqlen_per_dp_cp_rank.value_or(seq_length);
+  // The rules a static layout must pass (config/parallel_rules.cpp): cp divides the world,
+  // dp = world / cp divides the global batch, cp x max_seqlen_per_dp_cp_rank >= seq_length.
+  std::int64_t cp = 0;
+  for (std::int64_t candidate = 1; candidate <= world; ++candidate) {
+    if (world % candidate == 0 && config.train.global_batch_size % (world / candidate) == 0 &&
+        candidate * cap >= seq_length) {
+      cp = candidate;
+      break;
+    }
+  }
+  std::string overrides =
+      "model.dynamic_context_parallel=false model.sequence_packing_scheduler=dp_balanced";
+  std::string why;
+  if (cp == 0) {
+    // Even cp = world cannot hold seq_length at this cap: every rank must hold more.
+    cp = world;
+    cap = (seq_length + world - 1) / world;
+    overrides += " model.max_seqlen_per_dp_cp_rank=" + std::to_string(cap);
+    why = "; no cp holds seq_length at the recipe's cap, so the cap grows";
+  }
+  overrides += " model.context_parallel_size=" + std::to_string(cp);
+  return overrides + "   (dp " + std::to_string(world / cp) + " x cp " + std::to_string(cp) +
+         ": the smallest cp with cp x " + std::to_string(cap) + " >= seq_length " +
+         std::to_string(seq_length) + why + ")";
+}
+
 bool write_dry_run_report(std::ostream& out, const config::ConfigContainer& config,
                           std::int64_t max_records) {
   bool valid = true;
@@ -176,6 +207,8 @@ bool write_dry_run_report(std::ostream& out, const config::ConfigContainer& conf
   } else {
     out << "schedule preview: skipped: " << data.description << "\n";
   }
+  if (config.model.dynamic_context_parallel)
+    out << "static-CP baseline of this recipe: " << suggest_static_layout(config) << "\n";
   const MemoryEstimateInput input = memory_estimate_input(config);
   const MemoryEstimate estimate = estimate_memory(input);
   out << "memory estimate per rank (fp32; " << input.tokens_per_rank << " tokens per rank; "

@@ -41,9 +41,15 @@ std::string format_group_histogram(const std::map<std::int64_t, std::int64_t>& g
 
 std::string format_schedule_preview(const SchedulePreview& preview);
 
+// The static-CP layout nearest to a dynamic-CP recipe, as overrides: the same world and
+// max_seqlen_per_dp_cp_rank, the smallest cp that holds seq_length (the cap grows only when
+// even cp = world cannot). Followed by a note on the layout it gives.
+std::string suggest_static_layout(const config::ConfigContainer& config);
+
 // Writes the dry-run report that follows the layout: the preview (or a note saying why it is
 // skipped) and the memory table. `max_records`: how much of a not-yet-prepared data file to
-// tokenize. Returns false when the scheduler broke the schedule contract (a bug: exit 1).
+// tokenize. For a dynamic-CP recipe it also prints suggest_static_layout. Returns false when
+// the scheduler broke the schedule contract (a bug: exit 1).
 bool write_dry_run_report(std::ostream& out, const config::ConfigContainer& config,
                           std::int64_t max_records = 4096);
 
