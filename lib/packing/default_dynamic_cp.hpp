@@ -27,6 +27,12 @@
 // wins), else the fitting group of least load (first on ties) with load + w. All loads are sums of
 // L*L/c with c a power of two, exact in double for L below 2^26, so the ordering is Megatron's.
 //
+// Padding: lengths are padded per candidate group by input.alignment (packing/alignment.hpp);
+// under the pool rule (or pre-padded lengths) every group sees Megatron's padded length, so
+// the schedule is Megatron's id for id. A group that doubles re-pads its members for the new
+// size; when a one-rank group's many tiny sequences no longer fit, the next group of that size
+// doubles instead (only possible per group: the pool rule never changes a length).
+//
 // Pools that are not a power of two: when doubling a group would push later groups past the
 // last rank, the reference Megatron dev indexes past its rank list; later Megatron skips that
 // expansion and falls back to the full pool, and so do we.
