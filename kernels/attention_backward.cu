@@ -31,8 +31,9 @@ void attention_backward(const AttentionShape& shape, const bf16* q, const bf16* 
   check_attention_shape(shape, "kernels::attention_backward");
   const std::int64_t q_rows = shape.q_tokens * shape.q_heads;
   if (q_rows > 0) {
-    attention_delta_kernel<<<static_cast<unsigned>((q_rows * 32 + 255) / 256), 256, 0, stream>>>(
-        dout, out, scratch_d, q_rows, shape.head_dim);
+    DYNCP_LAUNCH(attention_delta_kernel, static_cast<unsigned>((q_rows * 32 + 255) / 256), 256, 0,
+                 stream)
+    (dout, out, scratch_d, q_rows, shape.head_dim);
     DYNCP_CUDA_CHECK_LAUNCH();
   }
   if (shape.num_seqs == 0 || shape.max_kv_rows == 0) return;
@@ -41,8 +42,8 @@ void attention_backward(const AttentionShape& shape, const bf16* q, const bf16* 
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(smem)));
   const dim3 grid((shape.max_kv_rows + kBlockN - 1) / kBlockN, shape.kv_heads, shape.num_seqs);
-  attention_backward_kernel<<<grid, kThreads, smem, stream>>>(shape, q, k, v, dout, lse, scratch_d,
-                                                              dq, dk, dv, accumulate_dkv);
+  DYNCP_LAUNCH(attention_backward_kernel, grid, kThreads, smem, stream)
+  (shape, q, k, v, dout, lse, scratch_d, dq, dk, dv, accumulate_dkv);
   DYNCP_CUDA_CHECK_LAUNCH();
 }
 

@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(kThreads)
     attention_backward_kernel(AttentionShape shape, const bf16* q, const bf16* k, const bf16* v,
                               const bf16* dout, const float* lse, const float* delta, float* dq,
                               float* dk, float* dv, bool accumulate_dkv) {
-  extern __shared__ __align__(128) unsigned char smem[];
+  DYNCP_DYNAMIC_SHARED(unsigned char, smem);
   const int d = shape.head_dim, ld_h = d + kBf16Pad, ld_s = kBlockN + kF32Pad,
             ld_p = kBlockN + kBf16Pad, ld_o = d + kF32Pad;
   const BackwardLayout at(d);

@@ -17,7 +17,7 @@ void attention_forward(const AttentionShape& shape, const bf16* q, const bf16* k
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(smem)));
   const dim3 grid((shape.max_q_rows + kBlockM - 1) / kBlockM, shape.q_heads, shape.num_seqs);
-  attention_forward_kernel<<<grid, kThreads, smem, stream>>>(shape, q, k, v, out, lse);
+  DYNCP_LAUNCH(attention_forward_kernel, grid, kThreads, smem, stream)(shape, q, k, v, out, lse);
   DYNCP_CUDA_CHECK_LAUNCH();
 }
 

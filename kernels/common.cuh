@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "cuda_check.hpp"
+#include "launch.cuh"
 
 namespace dyncp::kernels::detail {
 

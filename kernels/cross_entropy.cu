@@ -65,9 +65,9 @@ void fused_cross_entropy(Blas& blas, const CrossEntropyArgs& a, float* logits_sc
     const bf16* hidden = a.hidden + row0 * h;
     linear_forward(blas, hidden, a.lm_weight, logits_scratch, OutType::f32, rows, h, a.vocab,
                    stream);
-    softmax_nll_kernel<<<static_cast<unsigned>(rows), detail::kBlock, 0, stream>>>(
-        logits_scratch, a.vocab, a.labels, a.loss_mask, row0, a.grad_scale, want_grad,
-        dlogits_scratch, a.per_token_loss, a.loss_sum, a.num_loss_tokens, a.bad_label);
+    DYNCP_LAUNCH(softmax_nll_kernel, static_cast<unsigned>(rows), detail::kBlock, 0, stream)
+    (logits_scratch, a.vocab, a.labels, a.loss_mask, row0, a.grad_scale, want_grad, dlogits_scratch,
+     a.per_token_loss, a.loss_sum, a.num_loss_tokens, a.bad_label);
     DYNCP_CUDA_CHECK_LAUNCH();
     if (!want_grad) continue;
     // dhidden = dlogits · W (overwrite); dW += dlogits^T · hidden.

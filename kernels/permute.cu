@@ -13,7 +13,7 @@ using detail::kBlock;
 __global__ void permute_plan_kernel(const std::int32_t* ids, std::int64_t n, int experts,
                                     std::int32_t* order, std::int32_t* assignment_row,
                                     std::int64_t* offsets, std::int32_t* bad) {
-  extern __shared__ long long counts[];  // experts + 1
+  DYNCP_DYNAMIC_SHARED(long long, counts);  // experts + 1
   for (int e = threadIdx.x; e <= experts; e += blockDim.x) counts[e] = 0;
   __syncthreads();
   for (std::int64_t a = threadIdx.x; a < n; a += blockDim.x) {
@@ -102,17 +102,16 @@ void build_permute_plan(const std::int32_t* expert_ids, std::int64_t assignments
     core::throw_runtime_error("kernels::build_permute_plan: " + std::to_string(experts) +
                               " experts; this kernel handles 1 to 1024");
   }
-  permute_plan_kernel<<<1, 1024, (experts + 1) * sizeof(long long), stream>>>(
-      expert_ids, assignments, experts, expert_order, assignment_row, expert_offsets,
-      bad_assignment);
+  DYNCP_LAUNCH(permute_plan_kernel, 1, 1024, (experts + 1) * sizeof(long long), stream)
+  (expert_ids, assignments, experts, expert_order, assignment_row, expert_offsets, bad_assignment);
   DYNCP_CUDA_CHECK_LAUNCH();
 }
 
 void permute_forward(const float* x, const std::int32_t* expert_order, float* x_perm,
                      std::int64_t tokens, int top_k, std::int64_t hidden, cudaStream_t stream) {
   if (tokens == 0) return;
-  permute_forward_kernel<<<static_cast<unsigned>(tokens * top_k), kBlock, 0, stream>>>(
-      x, expert_order, x_perm, top_k, hidden);
+  DYNCP_LAUNCH(permute_forward_kernel, static_cast<unsigned>(tokens * top_k), kBlock, 0, stream)
+  (x, expert_order, x_perm, top_k, hidden);
   DYNCP_CUDA_CHECK_LAUNCH();
 }
 
@@ -120,8 +119,8 @@ void permute_backward(const float* dx_perm, const std::int32_t* assignment_row, 
                       std::int64_t tokens, int top_k, std::int64_t hidden, bool accumulate,
                       cudaStream_t stream) {
   if (tokens == 0) return;
-  permute_backward_kernel<<<static_cast<unsigned>(tokens), kBlock, 0, stream>>>(
-      dx_perm, assignment_row, dx, top_k, hidden, accumulate);
+  DYNCP_LAUNCH(permute_backward_kernel, static_cast<unsigned>(tokens), kBlock, 0, stream)
+  (dx_perm, assignment_row, dx, top_k, hidden, accumulate);
   DYNCP_CUDA_CHECK_LAUNCH();
 }
 
@@ -129,8 +128,8 @@ void unpermute_forward(const float* y_perm, const std::int32_t* assignment_row,
                        const float* weights, float* y, std::int64_t tokens, int top_k,
                        std::int64_t hidden, cudaStream_t stream) {
   if (tokens == 0) return;
-  unpermute_forward_kernel<<<static_cast<unsigned>(tokens), kBlock, 0, stream>>>(
-      y_perm, assignment_row, weights, y, top_k, hidden);
+  DYNCP_LAUNCH(unpermute_forward_kernel, static_cast<unsigned>(tokens), kBlock, 0, stream)
+  (y_perm, assignment_row, weights, y, top_k, hidden);
   DYNCP_CUDA_CHECK_LAUNCH();
 }
 
@@ -138,8 +137,8 @@ void unpermute_backward(const float* dy, const float* y_perm, const std::int32_t
                         const float* weights, float* dy_perm, float* dweights, std::int64_t tokens,
                         int top_k, std::int64_t hidden, cudaStream_t stream) {
   if (tokens == 0) return;
-  unpermute_backward_kernel<<<static_cast<unsigned>(tokens * top_k), kBlock, 0, stream>>>(
-      dy, y_perm, assignment_row, weights, dy_perm, dweights, top_k, hidden);
+  DYNCP_LAUNCH(unpermute_backward_kernel, static_cast<unsigned>(tokens * top_k), kBlock, 0, stream)
+  (dy, y_perm, assignment_row, weights, dy_perm, dweights, top_k, hidden);
   DYNCP_CUDA_CHECK_LAUNCH();
 }
 

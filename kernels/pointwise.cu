@@ -113,13 +113,13 @@ __global__ void sum_of_squares_kernel(const float* x, std::int64_t n, double* re
 
 void convert_f32_to_bf16(const float* src, bf16* dst, std::int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  f32_to_bf16_kernel<<<grid_for(n), kBlock, 0, stream>>>(src, dst, n);
+  DYNCP_LAUNCH(f32_to_bf16_kernel, grid_for(n), kBlock, 0, stream)(src, dst, n);
   DYNCP_CUDA_CHECK_LAUNCH();
 }
 
 void convert_bf16_to_f32(const bf16* src, float* dst, std::int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  bf16_to_f32_kernel<<<grid_for(n), kBlock, 0, stream>>>(src, dst, n);
+  DYNCP_LAUNCH(bf16_to_f32_kernel, grid_for(n), kBlock, 0, stream)(src, dst, n);
   DYNCP_CUDA_CHECK_LAUNCH();
 }
 
@@ -133,21 +133,22 @@ void rope_apply(const float* x, const std::int32_t* positions, float* y, std::in
   const int half = rotary_dim / 2;
   if (tokens * heads == 0) return;
   if (x != y && rotary_dim < head_dim) {
-    copy_tail_kernel<<<grid_for(tokens * heads * (head_dim - rotary_dim)), kBlock, 0, stream>>>(
-        x, y, tokens * heads, head_dim, rotary_dim);
+    DYNCP_LAUNCH(copy_tail_kernel, grid_for(tokens * heads * (head_dim - rotary_dim)), kBlock, 0,
+                 stream)
+    (x, y, tokens * heads, head_dim, rotary_dim);
     DYNCP_CUDA_CHECK_LAUNCH();
   }
   if (half == 0) return;
-  rope_kernel<<<grid_for(tokens * heads * half), kBlock, 0, stream>>>(
-      x, positions, y, tokens, heads, head_dim, half, theta, inverse ? -1.0f : 1.0f);
+  DYNCP_LAUNCH(rope_kernel, grid_for(tokens * heads * half), kBlock, 0, stream)
+  (x, positions, y, tokens, heads, head_dim, half, theta, inverse ? -1.0f : 1.0f);
   DYNCP_CUDA_CHECK_LAUNCH();
 }
 
 void swiglu_forward(const float* gate, const float* up, std::int64_t ld_in, float* out,
                     std::int64_t rows, std::int64_t inner, cudaStream_t stream) {
   if (rows * inner == 0) return;
-  swiglu_forward_kernel<<<grid_for(rows * inner), kBlock, 0, stream>>>(gate, up, ld_in, out, rows,
-                                                                       inner);
+  DYNCP_LAUNCH(swiglu_forward_kernel, grid_for(rows * inner), kBlock, 0, stream)
+  (gate, up, ld_in, out, rows, inner);
   DYNCP_CUDA_CHECK_LAUNCH();
 }
 
@@ -155,8 +156,8 @@ void swiglu_backward(const float* dout, const float* gate, const float* up, std:
                      float* dgate, float* dup, std::int64_t ld_grad, std::int64_t rows,
                      std::int64_t inner, cudaStream_t stream) {
   if (rows * inner == 0) return;
-  swiglu_backward_kernel<<<grid_for(rows * inner), kBlock, 0, stream>>>(
-      dout, gate, up, ld_in, dgate, dup, ld_grad, rows, inner);
+  DYNCP_LAUNCH(swiglu_backward_kernel, grid_for(rows * inner), kBlock, 0, stream)
+  (dout, gate, up, ld_in, dgate, dup, ld_grad, rows, inner);
   DYNCP_CUDA_CHECK_LAUNCH();
 }
 
@@ -167,18 +168,17 @@ void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_
   const double bias1 = 1.0 - std::pow(p.beta1, static_cast<double>(p.step));
   const double bias2 = 1.0 - std::pow(p.beta2, static_cast<double>(p.step));
   const float decay = p.apply_weight_decay ? static_cast<float>(p.lr * p.weight_decay) : 0.0f;
-  adamw_kernel<<<grid_for(n), kBlock, 0, stream>>>(
-      param, grad, exp_avg, exp_avg_sq, n, decay, static_cast<float>(p.beta1),
-      static_cast<float>(p.beta2), static_cast<float>(p.grad_scale),
-      static_cast<float>(p.lr / bias1), static_cast<float>(1.0 / std::sqrt(bias2)),
-      static_cast<float>(p.eps));
+  DYNCP_LAUNCH(adamw_kernel, grid_for(n), kBlock, 0, stream)
+  (param, grad, exp_avg, exp_avg_sq, n, decay, static_cast<float>(p.beta1),
+   static_cast<float>(p.beta2), static_cast<float>(p.grad_scale), static_cast<float>(p.lr / bias1),
+   static_cast<float>(1.0 / std::sqrt(bias2)), static_cast<float>(p.eps));
   DYNCP_CUDA_CHECK_LAUNCH();
 }
 
 void sum_of_squares(const float* x, std::int64_t n, double* result, cudaStream_t stream) {
   if (n == 0) return;
   const unsigned blocks = grid_for(n) < 1024 ? grid_for(n) : 1024;
-  sum_of_squares_kernel<<<blocks, kBlock, 0, stream>>>(x, n, result);
+  DYNCP_LAUNCH(sum_of_squares_kernel, blocks, kBlock, 0, stream)(x, n, result);
   DYNCP_CUDA_CHECK_LAUNCH();
 }
 

@@ -129,8 +129,8 @@ void embedding_forward(const std::int32_t* ids, const float* table, float* out, 
                        std::int64_t vocab, std::int64_t hidden, std::int32_t* bad_token,
                        cudaStream_t stream) {
   if (tokens == 0) return;
-  embedding_forward_kernel<<<static_cast<unsigned>(tokens), kBlock, 0, stream>>>(
-      ids, table, out, vocab, hidden, bad_token);
+  DYNCP_LAUNCH(embedding_forward_kernel, static_cast<unsigned>(tokens), kBlock, 0, stream)
+  (ids, table, out, vocab, hidden, bad_token);
   DYNCP_CUDA_CHECK_LAUNCH();
 }
 
@@ -138,8 +138,8 @@ void embedding_backward(const std::int32_t* ids, const float* dout, float* dtabl
                         std::int64_t tokens, std::int64_t vocab, std::int64_t hidden,
                         cudaStream_t stream) {
   if (tokens == 0) return;
-  embedding_backward_kernel<<<static_cast<unsigned>(tokens), kBlock, 0, stream>>>(ids, dout, dtable,
-                                                                                  vocab, hidden);
+  DYNCP_LAUNCH(embedding_backward_kernel, static_cast<unsigned>(tokens), kBlock, 0, stream)
+  (ids, dout, dtable, vocab, hidden);
   DYNCP_CUDA_CHECK_LAUNCH();
 }
 
@@ -147,8 +147,8 @@ void rmsnorm_forward(const float* x, const float* weight, float* y, float* inv_r
                      std::int64_t rows, std::int64_t n, float eps, bool one_plus_weight,
                      cudaStream_t stream) {
   if (rows == 0) return;
-  rmsnorm_forward_kernel<<<static_cast<unsigned>(rows), kBlock, 0, stream>>>(
-      x, weight, y, inv_rms, n, eps, one_plus_weight ? 1.0f : 0.0f);
+  DYNCP_LAUNCH(rmsnorm_forward_kernel, static_cast<unsigned>(rows), kBlock, 0, stream)
+  (x, weight, y, inv_rms, n, eps, one_plus_weight ? 1.0f : 0.0f);
   DYNCP_CUDA_CHECK_LAUNCH();
 }
 
@@ -156,8 +156,8 @@ void rmsnorm_backward(const float* dy, const float* x, const float* weight, cons
                       float* dx, float* dweight, std::int64_t rows, std::int64_t n,
                       bool one_plus_weight, bool accumulate_dx, cudaStream_t stream) {
   if (rows == 0) return;
-  rmsnorm_backward_kernel<<<static_cast<unsigned>(rows), kBlock, 0, stream>>>(
-      dy, x, weight, inv_rms, dx, dweight, n, one_plus_weight ? 1.0f : 0.0f, accumulate_dx);
+  DYNCP_LAUNCH(rmsnorm_backward_kernel, static_cast<unsigned>(rows), kBlock, 0, stream)
+  (dy, x, weight, inv_rms, dx, dweight, n, one_plus_weight ? 1.0f : 0.0f, accumulate_dx);
   DYNCP_CUDA_CHECK_LAUNCH();
 }
 
@@ -169,8 +169,8 @@ void router_forward(const float* logits, std::int64_t tokens, int experts, int t
                               " must be in [1, " + std::to_string(experts) + "]");
   }
   if (tokens == 0) return;
-  router_forward_kernel<<<grid_for(tokens, 128), 128, 0, stream>>>(
-      logits, tokens, experts, top_k, normalize_top_k, expert_ids, weights, probs);
+  DYNCP_LAUNCH(router_forward_kernel, grid_for(tokens, 128), 128, 0, stream)
+  (logits, tokens, experts, top_k, normalize_top_k, expert_ids, weights, probs);
   DYNCP_CUDA_CHECK_LAUNCH();
 }
 
@@ -178,8 +178,8 @@ void router_backward(const float* dweights, const std::int32_t* expert_ids, cons
                      const float* probs, std::int64_t tokens, int experts, int top_k,
                      bool normalize_top_k, float* dlogits, cudaStream_t stream) {
   if (tokens == 0) return;
-  router_backward_kernel<<<grid_for(tokens, 128), 128, 0, stream>>>(
-      dweights, expert_ids, weights, probs, tokens, experts, top_k, normalize_top_k, dlogits);
+  DYNCP_LAUNCH(router_backward_kernel, grid_for(tokens, 128), 128, 0, stream)
+  (dweights, expert_ids, weights, probs, tokens, experts, top_k, normalize_top_k, dlogits);
   DYNCP_CUDA_CHECK_LAUNCH();
 }
 

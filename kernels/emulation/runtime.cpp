@@ -1,0 +1,419 @@
+// The emulated CUDA runtime API. Work runs when it is enqueued, in stream order; what the host
+// can observe of a stream is made as late as the hardware allows: an asynchronous copy to host
+// memory lands only when the host synchronises with its stream (stream, event or device
+// synchronisation), so code that reads the destination before synchronising sees stale bytes
+// here as it may on a GPU.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cuda_runtime_api.h"
+#include "device_heap.hpp"
+#include "runtime_state.hpp"
+
+struct CUstream_st {
+  unsigned flags = 0;
+  std::uint64_t enqueued = 0;  // operations so far, for events
+  struct PendingCopy {
+    std::uint64_t sequence;
+    void* destination;
+    std::vector<unsigned char> bytes;
+  };
+  std::vector<PendingCopy> pending;
+};
+
+struct CUevent_st {
+  unsigned flags = 0;
+  cudaStream_t stream = nullptr;
+  std::uint64_t sequence = 0;
+  bool recorded = false;
+  std::chrono::steady_clock::time_point time{};
+};
+
+namespace dyncp::emulation {
+namespace {
+
+std::mutex state_mutex;
+thread_local cudaError_t last_error = cudaSuccess;
+thread_local std::string last_detail;
+thread_local cudaError_t last_detail_error = cudaSuccess;
+CUstream_st default_stream;
+std::set<cudaStream_t> streams;
+std::set<cudaEvent_t> events;
+std::set<void*> pinned;
+int current_device = 0;
+unsigned long long launches = 0;
+
+int device_count() {
+  if (const char* value = std::getenv("DYNCP_EMULATED_GPUS"); value && *value) {
+    return std::atoi(value);
+  }
+  return 8;
+}
+
+CUstream_st& resolve(cudaStream_t stream) {
+  return stream == nullptr ? default_stream : *stream;
+}
+
+void deliver(CUstream_st& stream, std::uint64_t up_to) {
+  auto& pending = stream.pending;
+  std::size_t kept = 0;
+  for (auto& copy : pending) {
+    if (copy.sequence <= up_to) {
+      std::memcpy(copy.destination, copy.bytes.data(), copy.bytes.size());
+    } else {
+      pending[kept++] = std::move(copy);
+    }
+  }
+  pending.resize(kept);
+}
+
+void deliver_all(CUstream_st& stream) {
+  deliver(stream, stream.enqueued);
+}
+
+std::string hex(const void* pointer) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%p", pointer);
+  return text;
+}
+
+// Checks one side of a copy: device sides must lie inside one allocation, host sides outside
+// the device range.
+bool check_side(const void* pointer, std::size_t bytes, bool device, const char* call,
+                const char* side) {
+  DeviceHeap& heap = DeviceHeap::instance();
+  if (device ? heap.covers(pointer, bytes) : !heap.in_range(pointer)) return true;
+  record_error(cudaErrorInvalidValue, std::string(call) + ": " + side + " " + hex(pointer) + " (" +
+                                          std::to_string(bytes) + " bytes) is " +
+                                          (device ? "not inside one device allocation"
+                                                  : "device memory, not host memory"));
+  return false;
+}
+
+cudaError_t copy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
+                 cudaStream_t stream, bool asynchronous, const char* call) {
+  if (bytes == 0) return cudaSuccess;
+  DeviceHeap& heap = DeviceHeap::instance();
+  if (kind == cudaMemcpyDefault) {
+    const bool d = heap.in_range(dst), s = heap.in_range(src);
+    kind = d ? (s ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
+             : (s ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
+  }
+  const bool dst_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  const bool src_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  if (!check_side(dst, bytes, dst_device, call, "destination") ||
+      !check_side(src, bytes, src_device, call, "source")) {
+    return cudaErrorInvalidValue;
+  }
+  if (!stream_is_valid(stream)) return record_error(cudaErrorInvalidResourceHandle);
+  std::lock_guard lock(state_mutex);
+  CUstream_st& s = resolve(stream);
+  ++s.enqueued;
+  DeviceAccess access;
+  if (asynchronous && !dst_device) {
+    CUstream_st::PendingCopy pending{s.enqueued, dst, std::vector<unsigned char>(bytes)};
+    std::memcpy(pending.bytes.data(), src, bytes);
+    s.pending.push_back(std::move(pending));
+    return cudaSuccess;
+  }
+  std::memmove(dst, src, bytes);
+  if (!asynchronous) deliver_all(s);  // a synchronous copy waits for the stream
+  return cudaSuccess;
+}
+
+cudaError_t set(void* dst, std::size_t pitch, int value, std::size_t width, std::size_t height,
+                cudaStream_t stream, const char* call) {
+  if (width == 0 || height == 0) return cudaSuccess;
+  if (!check_side(dst, pitch * (height - 1) + width, true, call, "destination")) {
+    return cudaErrorInvalidValue;
+  }
+  if (!stream_is_valid(stream)) return record_error(cudaErrorInvalidResourceHandle);
+  std::lock_guard lock(state_mutex);
+  ++resolve(stream).enqueued;
+  DeviceAccess access;
+  for (std::size_t row = 0; row < height; ++row) {
+    std::memset(static_cast<unsigned char*>(dst) + row * pitch, value, width);
+  }
+  return cudaSuccess;
+}
+
+}  // namespace
+
+cudaError_t record_error(cudaError_t error, std::string detail) {
+  last_error = error;
+  last_detail_error = error;
+  last_detail = std::move(detail);
+  return error;
+}
+
+bool stream_is_valid(cudaStream_t stream) {
+  if (stream == nullptr) return true;
+  std::lock_guard lock(state_mutex);
+  return streams.count(stream) != 0;
+}
+
+void note_launch() {
+  std::lock_guard lock(state_mutex);
+  ++launches;
+  ++default_stream.enqueued;
+}
+
+unsigned long long launch_count() {
+  std::lock_guard lock(state_mutex);
+  return launches;
+}
+
+}  // namespace dyncp::emulation
+
+using namespace dyncp::emulation;
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = device_count();
+  return *count > 0 ? cudaSuccess : record_error(cudaErrorNoDevice);
+}
+
+cudaError_t cudaSetDevice(int device) {
+  if (device < 0 || device >= device_count()) return record_error(cudaErrorInvalidDevice);
+  current_device = device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int* device) {
+  *device = current_device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (device < 0 || device >= device_count()) return record_error(cudaErrorInvalidDevice);
+  *prop = {};
+  std::snprintf(prop->name, sizeof prop->name, "dyncp emulated GPU (host SIMT, sm_90 rules)");
+  prop->totalGlobalMem = DeviceHeap::instance().total_bytes();
+  prop->sharedMemPerBlock = 48 * 1024;
+  prop->sharedMemPerBlockOptin = 227 * 1024;
+  prop->multiProcessorCount = 1;
+  prop->major = 9;
+  prop->minor = 0;
+  prop->maxThreadsPerBlock = 1024;
+  prop->warpSize = 32;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize() {
+  std::lock_guard lock(state_mutex);
+  deliver_all(default_stream);
+  for (cudaStream_t stream : streams) deliver_all(*stream);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
+  DeviceHeap& heap = DeviceHeap::instance();
+  *total_bytes = heap.total_bytes();
+  *free_bytes = heap.total_bytes() - heap.used_bytes();
+  return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void** pointer, std::size_t bytes) {
+  *pointer = DeviceHeap::instance().allocate(bytes);
+  if (*pointer == nullptr) {
+    return record_error(
+        cudaErrorMemoryAllocation,
+        "cudaMalloc: " + std::to_string(bytes) +
+            " bytes do not fit the emulated device (DYNCP_EMULATED_GPU_MEMORY_MIB)");
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* pointer) {
+  if (pointer == nullptr) return cudaSuccess;
+  if (!DeviceHeap::instance().release(pointer)) {
+    return record_error(cudaErrorInvalidDevicePointer,
+                        "cudaFree: " + hex(pointer) + " is not a live device allocation");
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void** pointer, std::size_t bytes) {
+  *pointer = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+  if (*pointer == nullptr) return record_error(cudaErrorMemoryAllocation);
+  std::lock_guard lock(state_mutex);
+  pinned.insert(*pointer);
+  return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void* pointer) {
+  std::lock_guard lock(state_mutex);
+  if (pinned.erase(pointer) == 0) return record_error(cudaErrorInvalidValue);
+  std::free(pointer);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
+  return copy(dst, src, bytes, kind, nullptr, false, "cudaMemcpy");
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream) {
+  return copy(dst, src, bytes, kind, stream, true, "cudaMemcpyAsync");
+}
+
+cudaError_t cudaMemset(void* dst, int value, std::size_t bytes) {
+  return set(dst, bytes, value, bytes, 1, nullptr, "cudaMemset");
+}
+
+cudaError_t cudaMemsetAsync(void* dst, int value, std::size_t bytes, cudaStream_t stream) {
+  return set(dst, bytes, value, bytes, 1, stream, "cudaMemsetAsync");
+}
+
+cudaError_t cudaMemset2DAsync(void* dst, std::size_t pitch, int value, std::size_t width,
+                              std::size_t height, cudaStream_t stream) {
+  return set(dst, pitch, value, width, height, stream, "cudaMemset2DAsync");
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t* stream) {
+  return cudaStreamCreateWithFlags(stream, cudaStreamDefault);
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
+  std::lock_guard lock(state_mutex);
+  *stream = new CUstream_st;
+  (*stream)->flags = flags;
+  streams.insert(*stream);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  std::lock_guard lock(state_mutex);
+  if (stream == nullptr || streams.erase(stream) == 0) {
+    return record_error(cudaErrorInvalidResourceHandle);
+  }
+  deliver_all(*stream);
+  delete stream;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  if (!stream_is_valid(stream)) return record_error(cudaErrorInvalidResourceHandle);
+  std::lock_guard lock(state_mutex);
+  deliver_all(resolve(stream));
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t stream) {
+  // All work has run; a query that says so is a synchronisation point.
+  return cudaStreamSynchronize(stream);
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned) {
+  if (!stream_is_valid(stream)) return record_error(cudaErrorInvalidResourceHandle);
+  std::lock_guard lock(state_mutex);
+  if (events.count(event) == 0) return record_error(cudaErrorInvalidResourceHandle);
+  ++resolve(stream).enqueued;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) {
+  return cudaEventCreateWithFlags(event, cudaEventDefault);
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
+  std::lock_guard lock(state_mutex);
+  *event = new CUevent_st;
+  (*event)->flags = flags;
+  events.insert(*event);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  std::lock_guard lock(state_mutex);
+  if (events.erase(event) == 0) return record_error(cudaErrorInvalidResourceHandle);
+  delete event;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  if (!stream_is_valid(stream)) return record_error(cudaErrorInvalidResourceHandle);
+  std::lock_guard lock(state_mutex);
+  if (events.count(event) == 0) return record_error(cudaErrorInvalidResourceHandle);
+  CUstream_st& s = resolve(stream);
+  event->stream = stream;
+  event->sequence = ++s.enqueued;
+  event->recorded = true;
+  event->time = std::chrono::steady_clock::now();
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  std::lock_guard lock(state_mutex);
+  if (events.count(event) == 0) return record_error(cudaErrorInvalidResourceHandle);
+  if (event->recorded && (event->stream == nullptr || streams.count(event->stream) != 0)) {
+    deliver(resolve(event->stream), event->sequence);
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  return cudaEventSynchronize(event);
+}
+
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  std::lock_guard lock(state_mutex);
+  if (events.count(start) == 0 || events.count(end) == 0) {
+    return record_error(cudaErrorInvalidResourceHandle);
+  }
+  if (!start->recorded || !end->recorded || (start->flags & cudaEventDisableTiming) ||
+      (end->flags & cudaEventDisableTiming)) {
+    return record_error(cudaErrorInvalidResourceHandle);
+  }
+  *ms = std::chrono::duration<float, std::milli>(end->time - start->time).count();
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetLastError() {
+  const cudaError_t error = last_error;
+  last_error = cudaSuccess;
+  return error;
+}
+
+cudaError_t cudaPeekAtLastError() {
+  return last_error;
+}
+
+const char* cudaGetErrorName(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess:
+      return "cudaSuccess";
+    case cudaErrorInvalidValue:
+      return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation:
+      return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration:
+      return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevicePointer:
+      return "cudaErrorInvalidDevicePointer";
+    case cudaErrorInvalidMemcpyDirection:
+      return "cudaErrorInvalidMemcpyDirection";
+    case cudaErrorInvalidResourceHandle:
+      return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady:
+      return "cudaErrorNotReady";
+    case cudaErrorNoDevice:
+      return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice:
+      return "cudaErrorInvalidDevice";
+    case cudaErrorLaunchFailure:
+      return "cudaErrorLaunchFailure";
+  }
+  return "cudaErrorUnknown";
+}
+
+const char* cudaGetErrorString(cudaError_t error) {
+  if (error == last_detail_error && !last_detail.empty()) return last_detail.c_str();
+  return cudaGetErrorName(error);
+}
