@@ -48,4 +48,13 @@ void attention_backward(const AttentionShape& shape, const bf16* q, const bf16* 
                         const bf16* dout, const float* out, const float* lse, float* dq, float* dk,
                         float* dv, bool accumulate_dkv, float* scratch_d, cudaStream_t stream);
 
+// fp32 operands (kernels/attention_f32.cu: exact, not fast). Same layout and lse rules;
+// dq overwrites unless accumulate_dq; dk / dv ALWAYS accumulate (zero them for overwrite).
+void attention_forward_f32(const AttentionShape& shape, const float* q, const float* k,
+                           const float* v, float* out, float* lse, cudaStream_t stream);
+void attention_backward_f32(const AttentionShape& shape, const float* q, const float* k,
+                            const float* v, const float* dout, const float* out, const float* lse,
+                            float* dq, bool accumulate_dq, float* dk, float* dv,
+                            cudaStream_t stream);
+
 }  // namespace dyncp::kernels

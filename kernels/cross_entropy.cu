@@ -9,11 +9,19 @@
 namespace dyncp::kernels {
 namespace {
 
-// One block per row of the chunk.
+__device__ inline void store_gradient(float* at, float g) {
+  *at = g;
+}
+__device__ inline void store_gradient(bf16* at, float g) {
+  *at = __float2bfloat16_rn(g);
+}
+
+// One block per row of the chunk; Grad is the dlogits element type.
+template <typename Grad>
 __global__ void softmax_nll_kernel(const float* logits, std::int64_t vocab,
                                    const std::int32_t* labels, const std::uint8_t* loss_mask,
                                    std::int64_t row0, float grad_scale, bool want_grad,
-                                   bf16* dlogits, float* per_token_loss, double* loss_sum,
+                                   Grad* dlogits, float* per_token_loss, double* loss_sum,
                                    unsigned long long* count, std::int32_t* bad_label) {
   __shared__ float partial[32];
   const std::int64_t r = blockIdx.x, t = row0 + r;
@@ -49,31 +57,47 @@ __global__ void softmax_nll_kernel(const float* logits, std::int64_t vocab,
   if (!want_grad) return;
   for (std::int64_t v = threadIdx.x; v < vocab; v += blockDim.x) {
     const float g = counted ? grad_scale * (expf(row[v] - lse) - (v == label ? 1.0f : 0.0f)) : 0.0f;
-    dlogits[r * vocab + v] = __float2bfloat16_rn(g);
+    store_gradient(dlogits + r * vocab + v, g);
   }
 }
 
 }  // namespace
 
 void fused_cross_entropy(Blas& blas, const CrossEntropyArgs& a, float* logits_scratch,
-                         bf16* dlogits_scratch, cudaStream_t stream) {
+                         void* dlogits_scratch, cudaStream_t stream) {
   if (a.token_chunk < 1) core::throw_runtime_error("kernels::fused_cross_entropy: token_chunk < 1");
   const bool want_grad = a.dhidden != nullptr || a.dlm_weight != nullptr;
   const std::int64_t h = a.hidden_size;
   for (std::int64_t row0 = 0; row0 < a.tokens; row0 += a.token_chunk) {
     const std::int64_t rows = std::min(a.token_chunk, a.tokens - row0);
-    const bf16* hidden = a.hidden + row0 * h;
-    linear_forward(blas, hidden, a.lm_weight, logits_scratch, OutType::f32, rows, h, a.vocab,
-                   stream);
-    DYNCP_LAUNCH(softmax_nll_kernel, static_cast<unsigned>(rows), detail::kBlock, 0, stream)
-    (logits_scratch, a.vocab, a.labels, a.loss_mask, row0, a.grad_scale, want_grad, dlogits_scratch,
+    float* dhidden = a.dhidden == nullptr ? nullptr : a.dhidden + row0 * h;
+    if (a.fp32) {
+      const float* hidden = static_cast<const float*>(a.hidden) + row0 * h;
+      const auto* weight = static_cast<const float*>(a.lm_weight);
+      auto* dlogits = static_cast<float*>(dlogits_scratch);
+      linear_forward(blas, hidden, weight, logits_scratch, rows, h, a.vocab, stream);
+      DYNCP_LAUNCH(softmax_nll_kernel<float>, static_cast<unsigned>(rows), detail::kBlock, 0,
+                   stream)
+      (logits_scratch, a.vocab, a.labels, a.loss_mask, row0, a.grad_scale, want_grad, dlogits,
+       a.per_token_loss, a.loss_sum, a.num_loss_tokens, a.bad_label);
+      DYNCP_CUDA_CHECK_LAUNCH();
+      if (!want_grad) continue;
+      linear_backward(blas, dlogits, hidden, weight, dhidden, false, a.dlm_weight, rows, h,
+                      a.vocab, stream);
+      continue;
+    }
+    const bf16* hidden = static_cast<const bf16*>(a.hidden) + row0 * h;
+    const auto* weight = static_cast<const bf16*>(a.lm_weight);
+    auto* dlogits = static_cast<bf16*>(dlogits_scratch);
+    linear_forward(blas, hidden, weight, logits_scratch, OutType::f32, rows, h, a.vocab, stream);
+    DYNCP_LAUNCH(softmax_nll_kernel<bf16>, static_cast<unsigned>(rows), detail::kBlock, 0, stream)
+    (logits_scratch, a.vocab, a.labels, a.loss_mask, row0, a.grad_scale, want_grad, dlogits,
      a.per_token_loss, a.loss_sum, a.num_loss_tokens, a.bad_label);
     DYNCP_CUDA_CHECK_LAUNCH();
     if (!want_grad) continue;
     // dhidden = dlogits · W (overwrite); dW += dlogits^T · hidden.
-    linear_backward(blas, dlogits_scratch, hidden, a.lm_weight,
-                    a.dhidden == nullptr ? nullptr : a.dhidden + row0 * h, false, a.dlm_weight,
-                    rows, h, a.vocab, stream);
+    linear_backward(blas, dlogits, hidden, weight, dhidden, false, a.dlm_weight, rows, h, a.vocab,
+                    stream);
   }
 }
 

@@ -14,8 +14,11 @@
 namespace dyncp::kernels {
 
 struct CrossEntropyArgs {
-  const bf16* hidden = nullptr;             // [T, h]
-  const bf16* lm_weight = nullptr;          // [V, h]
+  // bf16 operands (mixed precision), or fp32 ones when `fp32` (the fp32 training path: the
+  // products and dlogits stay in fp32).
+  bool fp32 = false;
+  const void* hidden = nullptr;             // [T, h]
+  const void* lm_weight = nullptr;          // [V, h]
   const std::int32_t* labels = nullptr;     // [T]; negative = ignored
   const std::uint8_t* loss_mask = nullptr;  // [T] or null
   std::int64_t tokens = 0, hidden_size = 0, vocab = 0;
@@ -30,8 +33,9 @@ struct CrossEntropyArgs {
       nullptr;  // device scalar (init INT32_MAX): smallest row with label >= V
 };
 
-// logits_scratch: token_chunk · vocab floats; dlogits_scratch: token_chunk · vocab bf16.
+// logits_scratch: token_chunk · vocab floats; dlogits_scratch: token_chunk · vocab elements of
+// the operand type.
 void fused_cross_entropy(Blas& blas, const CrossEntropyArgs& args, float* logits_scratch,
-                         bf16* dlogits_scratch, cudaStream_t stream);
+                         void* dlogits_scratch, cudaStream_t stream);
 
 }  // namespace dyncp::kernels

@@ -33,8 +33,24 @@ Blas::~Blas() {
 void Blas::gemm(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,
                 float alpha, const bf16* a, std::int64_t lda, const bf16* b, std::int64_t ldb,
                 float beta, void* c, OutType c_type, std::int64_t ldc, cudaStream_t stream) {
+  matmul(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, OutType::bf16, beta, c, c_type,
+         ldc, stream);
+}
+
+void Blas::gemm(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                float alpha, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
+                float beta, float* c, std::int64_t ldc, cudaStream_t stream) {
+  matmul(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, OutType::f32, beta, c,
+         OutType::f32, ldc, stream);
+}
+
+void Blas::matmul(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n,
+                  std::int64_t k, float alpha, const void* a, std::int64_t lda, const void* b,
+                  std::int64_t ldb, OutType ab_type, float beta, void* c, OutType c_type,
+                  std::int64_t ldc, cudaStream_t stream) {
   if (m == 0 || n == 0) return;
   const cudaDataType_t out_type = c_type == OutType::f32 ? CUDA_R_32F : CUDA_R_16BF;
+  const cudaDataType_t in_type = ab_type == OutType::f32 ? CUDA_R_32F : CUDA_R_16BF;
   if (k == 0) {
     // cuBLASLt rejects k = 0; the product is zero, so only beta · c remains.
     if (beta != 0.0f) {
@@ -57,9 +73,9 @@ void Blas::gemm(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t
   // Stored (column-major) shapes: b is [n, k] (or [k, n] when transposed), a is [k, m] (or
   // [m, k]), c is [n, m].
   DYNCP_CUBLAS_CHECK(
-      cublasLtMatrixLayoutCreate(&d.a, CUDA_R_16BF, transpose_b ? k : n, transpose_b ? n : k, ldb));
+      cublasLtMatrixLayoutCreate(&d.a, in_type, transpose_b ? k : n, transpose_b ? n : k, ldb));
   DYNCP_CUBLAS_CHECK(
-      cublasLtMatrixLayoutCreate(&d.b, CUDA_R_16BF, transpose_a ? m : k, transpose_a ? k : m, lda));
+      cublasLtMatrixLayoutCreate(&d.b, in_type, transpose_a ? m : k, transpose_a ? k : m, lda));
   DYNCP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.c, out_type, n, m, ldc));
   DYNCP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.preference));
   const std::size_t workspace_bytes = workspace_.bytes();
@@ -96,6 +112,23 @@ void linear_backward(Blas& blas, const bf16* dy, const bf16* x, const bf16* w, f
   }
 }
 
+void linear_forward(Blas& blas, const float* x, const float* w, float* y, std::int64_t rows,
+                    std::int64_t in, std::int64_t out, cudaStream_t stream) {
+  blas.gemm(false, true, rows, out, in, 1.0f, x, in, w, in, 0.0f, y, out, stream);
+}
+
+void linear_backward(Blas& blas, const float* dy, const float* x, const float* w, float* dx,
+                     bool accumulate_dx, float* dw, std::int64_t rows, std::int64_t in,
+                     std::int64_t out, cudaStream_t stream) {
+  if (dx != nullptr) {
+    blas.gemm(false, false, rows, in, out, 1.0f, dy, out, w, in, accumulate_dx ? 1.0f : 0.0f, dx,
+              in, stream);
+  }
+  if (dw != nullptr && rows > 0) {
+    blas.gemm(true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in, stream);
+  }
+}
+
 void grouped_linear_forward(Blas& blas, const bf16* x, const bf16* w, const std::int64_t* offsets,
                             int experts, void* y, OutType y_type, std::int64_t in, std::int64_t out,
                             cudaStream_t stream) {
@@ -110,6 +143,29 @@ void grouped_linear_forward(Blas& blas, const bf16* x, const bf16* w, const std:
 }
 
 void grouped_linear_backward(Blas& blas, const bf16* dy, const bf16* x, const bf16* w,
+                             const std::int64_t* offsets, int experts, float* dx,
+                             bool accumulate_dx, float* dw, std::int64_t in, std::int64_t out,
+                             cudaStream_t stream) {
+  for (int e = 0; e < experts; ++e) {
+    const std::int64_t begin = offsets[e], rows = offsets[e + 1] - begin;
+    if (rows <= 0) continue;
+    linear_backward(blas, dy + begin * out, x + begin * in, w + e * out * in,
+                    dx == nullptr ? nullptr : dx + begin * in, accumulate_dx,
+                    dw == nullptr ? nullptr : dw + e * out * in, rows, in, out, stream);
+  }
+}
+
+void grouped_linear_forward(Blas& blas, const float* x, const float* w, const std::int64_t* offsets,
+                            int experts, float* y, std::int64_t in, std::int64_t out,
+                            cudaStream_t stream) {
+  for (int e = 0; e < experts; ++e) {
+    const std::int64_t begin = offsets[e], rows = offsets[e + 1] - begin;
+    if (rows <= 0) continue;
+    linear_forward(blas, x + begin * in, w + e * out * in, y + begin * out, rows, in, out, stream);
+  }
+}
+
+void grouped_linear_backward(Blas& blas, const float* dy, const float* x, const float* w,
                              const std::int64_t* offsets, int experts, float* dx,
                              bool accumulate_dx, float* dw, std::int64_t in, std::int64_t out,
                              cudaStream_t stream) {

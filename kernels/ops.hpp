@@ -20,6 +20,9 @@ using bf16 = __nv_bfloat16;
 void convert_f32_to_bf16(const float* src, bf16* dst, std::int64_t n, cudaStream_t stream);
 void convert_bf16_to_f32(const bf16* src, float* dst, std::int64_t n, cudaStream_t stream);
 
+// ops::add: out = a + b (out may alias either).
+void add(const float* a, const float* b, float* out, std::int64_t n, cudaStream_t stream);
+
 // ops::embedding_forward / _backward. ids [T], table / dtable [V, h], out / dout [T, h].
 // An id outside [0, V) writes a zero row and stores the smallest offending token index in
 // *bad_token (initialise it to INT32_MAX; may be null).

@@ -16,6 +16,12 @@ __global__ void f32_to_bf16_kernel(const float* src, bf16* dst, std::int64_t n) 
     dst[i] = __float2bfloat16_rn(src[i]);
 }
 
+__global__ void add_kernel(const float* a, const float* b, float* out, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x)
+    out[i] = a[i] + b[i];
+}
+
 __global__ void bf16_to_f32_kernel(const bf16* src, float* dst, std::int64_t n) {
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
        i += std::int64_t(gridDim.x) * blockDim.x)
@@ -179,6 +185,12 @@ void sum_of_squares(const float* x, std::int64_t n, double* result, cudaStream_t
   if (n == 0) return;
   const unsigned blocks = grid_for(n) < 1024 ? grid_for(n) : 1024;
   DYNCP_LAUNCH(sum_of_squares_kernel, blocks, kBlock, 0, stream)(x, n, result);
+  DYNCP_CUDA_CHECK_LAUNCH();
+}
+
+void add(const float* a, const float* b, float* out, std::int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  DYNCP_LAUNCH(add_kernel, grid_for(n), kBlock, 0, stream)(a, b, out, n);
   DYNCP_CUDA_CHECK_LAUNCH();
 }
 

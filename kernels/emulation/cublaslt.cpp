@@ -135,8 +135,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   const auto n = static_cast<int>(desc->transb == CUBLAS_OP_N ? b_layout->cols : b_layout->rows);
   if (k != kb || c_layout->rows != static_cast<std::uint64_t>(m) ||
       c_layout->cols != static_cast<std::uint64_t>(n) || d_layout->rows != c_layout->rows ||
-      d_layout->cols != c_layout->cols || a_layout->type != CUDA_R_16BF ||
-      b_layout->type != CUDA_R_16BF) {
+      d_layout->cols != c_layout->cols || a_layout->type != b_layout->type) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   if (!on_device(a, *a_layout) || !on_device(b, *b_layout) || !on_device(c, *c_layout) ||

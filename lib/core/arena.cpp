@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/device_memory.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 
@@ -18,17 +19,16 @@ void free_block(std::byte* memory) {
   std::free(memory);
 }
 
+void free_device_block(std::byte* memory) {
+  device_memory().release(memory);
+}
+
 }  // namespace
 
 Arena::Arena(std::string name, std::size_t block_bytes, Device device)
     : name_(std::move(name)),
       block_bytes_(round_up(block_bytes == 0 ? kAlignment : block_bytes, kAlignment)),
-      device_(device) {
-  if (device_ != Device::cpu) {
-    throw_runtime_error("Arena '" + name_ + "': only cpu arenas are implemented, got " +
-                        std::string(device_name(device_)));
-  }
-}
+      device_(device) {}
 
 Arena::Arena(Arena&&) noexcept = default;
 Arena& Arena::operator=(Arena&&) noexcept = default;
@@ -51,13 +51,16 @@ void* Arena::bump(std::size_t bytes) {
     current_offset_ = 0;
   }
   const std::size_t size = std::max(block_bytes_, needed);
-  auto* memory = static_cast<std::byte*>(std::aligned_alloc(kAlignment, size));
+  auto* memory = device_ == Device::cuda
+                     ? static_cast<std::byte*>(device_memory().allocate(size))
+                     : static_cast<std::byte*>(std::aligned_alloc(kAlignment, size));
   if (memory == nullptr) {
     throw_runtime_error("Arena '" + name_ + "': out of memory growing by " + std::to_string(size) +
                         " bytes (capacity " + std::to_string(capacity_bytes()) + ")");
   }
   Block block;
-  block.memory = std::unique_ptr<std::byte[], void (*)(std::byte*)>(memory, &free_block);
+  block.memory = std::unique_ptr<std::byte[], void (*)(std::byte*)>(
+      memory, device_ == Device::cuda ? &free_device_block : &free_block);
   block.size = size;
   blocks_.push_back(std::move(block));
   ++num_block_allocations_;

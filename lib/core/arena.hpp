@@ -10,7 +10,8 @@
 // mark()/release(mark) free everything allocated after the mark (stack discipline), which is
 // how ops take temporary scratch from an arena and give it back before they return.
 //
-// Views are 64-byte aligned. Only Device::cpu blocks are created here.
+// Views are 64-byte aligned. Device::cuda arenas take their blocks from the installed CUDA
+// backend (core/device_memory.hpp).
 
 #include <cstddef>
 #include <cstdint>

@@ -1,5 +1,7 @@
 #include "core/tensor.hpp"
 
+#include "core/device_memory.hpp"
+
 #include <cstdlib>
 #include <cstring>
 
@@ -54,10 +56,6 @@ std::string Shape::to_string() const {
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
-  if (device != Device::cpu) {
-    throw_runtime_error("Tensor::empty: only cpu storage can be allocated here, got " +
-                        std::string(device_name(device)));
-  }
   Tensor tensor;
   tensor.shape_ = shape;
   tensor.dtype_ = dtype;
@@ -65,6 +63,13 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   tensor.defined_ = true;
   // Round up so aligned_alloc's size is a multiple of the alignment; at least one line.
   const std::size_t bytes = (tensor.nbytes() + 63) / 64 * 64 + 64;
+  if (device == Device::cuda) {
+    DeviceMemory& memory = device_memory();
+    void* pointer = memory.allocate(bytes);
+    tensor.owner_ = std::shared_ptr<void>(pointer, [&memory](void* p) { memory.release(p); });
+    tensor.data_ = pointer;
+    return tensor;
+  }
   void* memory = std::aligned_alloc(64, bytes);
   if (memory == nullptr) {
     throw_runtime_error("Tensor::empty: out of memory allocating " + std::to_string(bytes) +
@@ -152,16 +157,29 @@ Tensor Tensor::as_matrix() const {
 }
 
 void Tensor::fill_zero() const {
-  if (device_ != Device::cpu) throw_runtime_error("Tensor::fill_zero: cpu only, got " + describe());
-  if (nbytes() > 0) std::memset(data_, 0, nbytes());
+  if (nbytes() == 0) return;
+  if (device_ == Device::cuda) {
+    device_memory().set_zero(data_, nbytes());
+  } else {
+    std::memset(data_, 0, nbytes());
+  }
 }
 
 void Tensor::copy_from(const Tensor& src) const {
-  if (src.shape_ != shape_ || src.dtype_ != dtype_ || device_ != Device::cpu ||
-      src.device_ != Device::cpu) {
+  if (src.shape_ != shape_ || src.dtype_ != dtype_) {
     throw_runtime_error("Tensor::copy_from: " + src.describe() + " into " + describe());
   }
-  if (nbytes() > 0) std::memmove(data_, src.data_, nbytes());
+  if (nbytes() == 0) return;
+  if (device_ == Device::cpu && src.device_ == Device::cpu) {
+    std::memmove(data_, src.data_, nbytes());
+    return;
+  }
+  device_memory().copy(data_, device_, src.data_, src.device_, nbytes());
+  if (device_ != src.device_) {
+    auto& counter = device_ == Device::cuda ? device_traffic().host_to_device_bytes
+                                            : device_traffic().device_to_host_bytes;
+    counter += nbytes();
+  }
 }
 
 std::string Tensor::describe() const {

@@ -60,7 +60,8 @@ class Tensor {
   Tensor() = default;
 
   // Owning tensor, uninitialised, 64-byte aligned. Heap allocation: never call in the step loop
-  // (use an Arena). Only Device::cpu is supported here; CUDA storage lives with the kernels.
+  // (use an Arena). Device::cuda storage comes from the installed CUDA backend
+  // (core/device_memory.hpp); its elements are not readable from host code.
   static Tensor empty(const Shape& shape, DType dtype, Device device = Device::cpu);
   static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::cpu);
   // Non-owning view over `data`; the caller keeps the memory alive while the view is used.
@@ -101,9 +102,9 @@ class Tensor {
   // As a matrix [numel / last, last] (useful to hand [T, H, d] to a 2-D op).
   Tensor as_matrix() const;
 
-  // Element-wise host operations for setup and tests (not for hot loops).
+  // Whole-tensor operations for setup and tests (not for hot loops); on either device.
   void fill_zero() const;
-  // Copies values from `src` (same shape and dtype; both on cpu).
+  // Copies values from `src` (same shape and dtype, any pair of devices; synchronous).
   void copy_from(const Tensor& src) const;
 
   // "f32[3, 4] cpu" for error messages.

@@ -151,8 +151,9 @@ double moe_forward(const LayerRunContext& run, int layer, const DecoderLayerPara
   const std::int64_t assignments = n.tokens * n.top_k;
   saved.plan.expert_order = keep.allocate({assignments}, DType::i32);
   saved.plan.assignment_row = keep.allocate({assignments}, DType::i32);
-  saved.plan.expert_offsets = keep.allocate({n.experts + 1}, DType::i64);
-  saved.plan.tokens_per_expert = keep.allocate({n.experts}, DType::i64);
+  core::Arena& host = run.seam.host != nullptr ? *run.seam.host : keep;
+  saved.plan.expert_offsets = host.allocate({n.experts + 1}, DType::i64);
+  saved.plan.tokens_per_expert = host.allocate({n.experts}, DType::i64);
   ops::build_permute_plan(ctx, saved.expert_ids, static_cast<int>(n.experts), saved.plan);
 
   // x_perm is only an input of the expert computation; the dispatcher keeps what it needs.

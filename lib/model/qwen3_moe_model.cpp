@@ -60,11 +60,14 @@ void check_bin(const PackedBin& bin) {
 }  // namespace
 
 Qwen3MoeModel::Qwen3MoeModel(const config::ModelArchitecture& architecture, ModelOptions options)
-    : parameters_(architecture, options.experts, options.dtype),
+    : parameters_(architecture, options.experts, options.dtype, options.device),
       options_(options),
-      activations_("model.activations"),
-      scratch_("model.scratch") {
-  layer_saves_ = std::make_unique<core::Arena>("model.layer_saves");
+      activations_("model.activations", core::Arena::kDefaultBlockBytes, options.device),
+      scratch_("model.scratch", core::Arena::kDefaultBlockBytes, options.device),
+      host_saves_("model.host_saves", std::size_t{1} << 20) {
+  layer_saves_ =
+      std::make_unique<core::Arena>("model.layer_saves", core::Arena::kDefaultBlockBytes,
+                                    options.device);
   layer_activations_ = std::make_unique<LayerActivations>();
   const auto layers = static_cast<std::size_t>(parameters_.architecture().num_hidden_layers);
   layer_activations_->layer_inputs.resize(layers + 1);
@@ -94,6 +97,7 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
   activations_.reset();
   scratch_.reset();
   layer_saves_->reset();
+  host_saves_.reset();
 
   const auto& a = parameters_.architecture();
   const DType dtype = parameters_.all_values().dtype();
@@ -104,7 +108,8 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
   auto& saved_from = layer_activations_->saved_from;
 
   LayerRunContext run;
-  run.seam.ops.device = core::Device::cpu;
+  run.seam.ops.device = options_.device;
+  run.seam.host = &host_saves_;
   run.seam.ops.scratch = &scratch_;
   const auto recomputed = [this](std::size_t layer) {
     return options_.recompute_full &&

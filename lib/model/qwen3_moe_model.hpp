@@ -55,6 +55,10 @@ struct ModelOptions {
   // HF checkpoints load into either; the per_token_loss / final_hidden outputs of BinOptions
   // must have the same dtype.
   core::DType dtype = core::DType::f32;
+  // Where parameters, gradients and activations live and the ops run. On cuda the bin's
+  // token_ids, labels, positions, loss_mask and token_is_real are device tensors and
+  // cu_seqlens stays on the host; per_token_loss / final_hidden may be on either device.
+  core::Device device = core::Device::cpu;
   ops::MoeAuxLossType aux_loss = ops::MoeAuxLossType::none;
   std::int64_t cross_entropy_token_chunk = 256;
   std::int64_t cross_entropy_vocab_chunk = 32768;
@@ -113,6 +117,7 @@ class Qwen3MoeModel {
   // What layers save for their backward: kept layers' saves stacked in order and released
   // after each one's backward; a recomputed layer's only while it runs.
   std::unique_ptr<core::Arena> layer_saves_;
+  core::Arena host_saves_;  // SeamContext::host
   std::unique_ptr<LayerActivations> layer_activations_;
 };
 

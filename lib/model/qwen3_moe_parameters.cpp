@@ -274,7 +274,8 @@ void validate_qwen3_moe_architecture(const config::ModelArchitecture& a) {
 }
 
 Qwen3MoeParameters::Qwen3MoeParameters(const config::ModelArchitecture& architecture,
-                                       ExpertRange experts, core::DType dtype)
+                                       ExpertRange experts, core::DType dtype,
+                                       core::Device device)
     : architecture_(architecture), expert_range_(experts) {
   if (dtype != DType::f32 && dtype != DType::f64)
     core::throw_config_error("model.dtype", "parameters are f32 or f64");
@@ -298,8 +299,8 @@ Qwen3MoeParameters::Qwen3MoeParameters(const config::ModelArchitecture& architec
                      conv_dim = 2 * a.linear_num_key_heads * a.linear_key_head_dim + value_dim,
                      hv = a.linear_num_value_heads, shared_i = a.shared_expert_intermediate_size;
 
-  all_values_ = Tensor::zeros({layout.total}, dtype);
-  all_grads_ = Tensor::zeros({layout.total}, dtype);
+  all_values_ = Tensor::zeros({layout.total}, dtype, device);
+  all_grads_ = Tensor::zeros({layout.total}, dtype, device);
   for (const auto& entry : layout.entries) {
     const std::int64_t end = entry.offset + entry.shape.numel();
     entry.param->value = all_values_.slice(entry.offset, end).reshape(entry.shape);
@@ -412,7 +413,25 @@ const HfTensor* Qwen3MoeParameters::find(const std::string& hf_name) const {
   return nullptr;
 }
 
+void Qwen3MoeParameters::copy_values_from(const Qwen3MoeParameters& other) const {
+  if (other.all_values_.shape() != all_values_.shape() ||
+      other.all_values_.dtype() != all_values_.dtype() ||
+      other.expert_range_.first != expert_range_.first ||
+      other.expert_range_.count != expert_range_.count)
+    core::throw_runtime_error("Qwen3MoeParameters::copy_values_from: the models differ (" +
+                              other.all_values_.describe() + " into " + all_values_.describe() +
+                              ")");
+  all_values_.copy_from(other.all_values_);
+}
+
 void Qwen3MoeParameters::init_random(std::uint64_t seed, double init_std) const {
+  if (device() != core::Device::cpu) {
+    // The random streams are host code: draw on a host copy and upload it once.
+    const Qwen3MoeParameters host(architecture_, expert_range_, all_values_.dtype());
+    host.init_random(seed, init_std);
+    copy_values_from(host);
+    return;
+  }
   // Each tensor's random stream is keyed on its index in the whole model's list, so a rank
   // holding an expert slice draws exactly the values the whole model has there. A MoE layer's
   // experts close its block (3 tensors each: gate, up, down): a slice skips 3 x first of them

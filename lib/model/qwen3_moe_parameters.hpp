@@ -105,9 +105,12 @@ class Qwen3MoeParameters {
  public:
   // Allocates (values zero, gradients zero). Throws a config error naming the field when the
   // architecture is not a usable Qwen3-MoE one or the expert range does not fit.
-  // dtype: f32, or f64 for finite-difference checks.
+  // dtype: f32, or f64 for finite-difference checks. On Device::cuda the buffers live in
+  // device memory: host code (checkpoints, init) reaches them through a host copy
+  // (copy_values_from / init_random upload one; checkpoint writers download one).
   explicit Qwen3MoeParameters(const config::ModelArchitecture& architecture,
-                              ExpertRange experts = {}, core::DType dtype = core::DType::f32);
+                              ExpertRange experts = {}, core::DType dtype = core::DType::f32,
+                              core::Device device = core::Device::cpu);
 
   // Elements the buffers of a model with this architecture and expert range take, without
   // allocating them (the memory estimate); `dense` receives the part before the experts.
@@ -132,6 +135,9 @@ class Qwen3MoeParameters {
   Tensor expert_values() const { return all_values_.slice(dense_numel_, all_values_.numel()); }
   Tensor expert_grads() const { return all_grads_.slice(dense_numel_, all_grads_.numel()); }
   void zero_grads() const { all_grads_.fill_zero(); }
+  core::Device device() const { return all_values_.device(); }
+  // Values from parameters of the same architecture, expert range and dtype on any device.
+  void copy_values_from(const Qwen3MoeParameters& other) const;
   std::int64_t num_parameters() const { return all_values_.numel(); }
 
   // Seeded initialisation from core::random_bits(seed, weight_init, tensor index, element),

@@ -36,6 +36,9 @@ struct SeamContext {
   ops::OpContext ops;
   core::Arena* activations = nullptr;
   core::Arena* scratch = nullptr;
+  // Host memory for the few values the host must know whatever the device (the experts' group
+  // offsets, which size the grouped products and the expert exchange); lives for the bin.
+  core::Arena* host = nullptr;
 };
 
 // What a rank holds of the current bin, as the attention sees it.

@@ -14,6 +14,7 @@
 #include "ops/attention.hpp"
 #include "ops/attention_layout.hpp"
 #include "ops/blas.hpp"
+#include "ops/device_ops.hpp"
 #include "ops/op_checks.hpp"
 #include "ops/row_math.hpp"
 
@@ -293,12 +294,14 @@ void attention_forward(const OpContext& ctx, const Tensor& q, const Tensor& k, c
                        const VarlenAttentionLayout& layout, double scale, const Tensor& out,
                        AttentionSaved& saved) {
   constexpr std::string_view op = "attention_forward";
-  detail::require_float_operands(
+  detail::require_float_operands_on_any_device(
       op, ctx, {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"saved.lse", &saved.lse}});
   const Dims dims = check_qkv(op, q, k, v);
   detail::require_shape(op, "out", out, q.shape());
   detail::require_shape(op, "saved.lse", saved.lse, Shape{dims.q_tokens, dims.q_heads});
   detail::check_attention_layout(op, layout, dims.q_tokens, dims.kv_tokens);
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).attention_forward(ctx, q, k, v, layout, scale, out, saved);
   detail::dispatch_float(op, q.dtype(), [&](auto zero) {
     forward_impl<decltype(zero)>(q, k, v, layout, scale, out, saved.lse, dims);
   });
@@ -309,7 +312,7 @@ void attention_backward(const OpContext& ctx, const Tensor& dout, const Tensor& 
                         const VarlenAttentionLayout& layout, double scale, const Tensor& dq,
                         const Tensor& dk, const Tensor& dv, AttentionGradModes modes) {
   constexpr std::string_view op = "attention_backward";
-  detail::require_float_operands(op, ctx,
+  detail::require_float_operands_on_any_device(op, ctx,
                                  {{"dout", &dout},
                                   {"q", &q},
                                   {"k", &k},
@@ -328,6 +331,10 @@ void attention_backward(const OpContext& ctx, const Tensor& dout, const Tensor& 
   detail::require_shape(op, "saved.lse", saved.lse, Shape{dims.q_tokens, dims.q_heads});
   detail::check_attention_layout(op, layout, dims.q_tokens, dims.kv_tokens);
   core::Arena& scratch = detail::require_scratch(op, ctx);
+  if (ctx.device == Device::cuda) {
+    return detail::device_ops(op).attention_backward(ctx, dout, q, k, v, out, saved, layout, scale,
+                                                     dq, dk, dv, modes);
+  }
   detail::dispatch_float(op, q.dtype(), [&](auto zero) {
     backward_impl<decltype(zero)>(dout, q, k, v, out, saved.lse, layout, scale, dq, dk, dv, modes,
                                   dims, scratch);

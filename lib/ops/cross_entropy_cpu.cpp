@@ -7,6 +7,7 @@
 
 #include "ops/blas.hpp"
 #include "ops/cross_entropy.hpp"
+#include "ops/device_ops.hpp"
 #include "ops/op_checks.hpp"
 #include "ops/row_math.hpp"
 
@@ -136,7 +137,7 @@ CrossEntropyResult fused_cross_entropy(const OpContext& ctx, const Tensor& hidde
                                        const Tensor& dhidden, const Tensor& dlm_weight,
                                        const CrossEntropyOptions& options) {
   constexpr std::string_view op = "fused_cross_entropy";
-  detail::require_float_operands(op, ctx,
+  detail::require_float_operands_on_any_device(op, ctx,
                                  {{"hidden", &hidden},
                                   {"lm_weight", &lm_weight},
                                   {"per_token_loss", &per_token_loss},
@@ -165,6 +166,13 @@ CrossEntropyResult fused_cross_entropy(const OpContext& ctx, const Tensor& hidde
     detail::require_shape(op, "per_token_loss", per_token_loss, Shape{pb.tokens});
   if (options.token_chunk < 1 || options.vocab_chunk < 1) {
     detail::fail(op, "token_chunk and vocab_chunk must be >= 1");
+  }
+  detail::require_device(op, ctx, "labels", labels);
+  detail::require_device(op, ctx, "loss_mask", loss_mask);
+  if (ctx.device == Device::cuda) {
+    // The kernel flags the first label outside the vocabulary; the backend raises it.
+    return detail::device_ops(op).fused_cross_entropy(ctx, hidden, lm_weight, labels, loss_mask,
+                                                      per_token_loss, dhidden, dlm_weight, options);
   }
   const std::int32_t* label_values = labels.data<std::int32_t>();
   for (std::int64_t t = 0; t < pb.tokens; ++t) {

@@ -1,6 +1,7 @@
 #include <cstring>
 #include <string>
 
+#include "ops/device_ops.hpp"
 #include "ops/embedding.hpp"
 #include "ops/op_checks.hpp"
 
@@ -9,11 +10,14 @@ namespace {
 
 void check(std::string_view op, const OpContext& ctx, const Tensor& token_ids, const Tensor& table,
            const Tensor& rows) {
-  detail::require_float_operands(op, ctx, {{"table", &table}, {"rows", &rows}});
+  detail::require_float_operands_on_any_device(op, ctx, {{"table", &table}, {"rows", &rows}});
   detail::require_dtype(op, "token_ids", token_ids, DType::i32);
   detail::require_rank(op, "token_ids", token_ids, 1);
+  detail::require_device(op, ctx, "token_ids", token_ids);
   detail::require_rank(op, "table", table, 2);
   detail::require_shape(op, "out/dout", rows, Shape{token_ids.size(0), table.size(1)});
+  // On the device the kernel flags the first bad id and the backend raises the same error.
+  if (ctx.device == Device::cuda) return;
   const std::int32_t* ids = token_ids.data<std::int32_t>();
   const std::int64_t vocab = table.size(0);
   for (std::int64_t t = 0; t < token_ids.size(0); ++t) {
@@ -32,6 +36,8 @@ void embedding_forward(const OpContext& ctx, const Tensor& token_ids, const Tens
                        const Tensor& out) {
   constexpr std::string_view op = "embedding_forward";
   check(op, ctx, token_ids, table, out);
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).embedding_forward(ctx, token_ids, table, out);
   const std::int32_t* ids = token_ids.data<std::int32_t>();
   const std::int64_t hidden = table.size(1);
   const std::size_t row_bytes = static_cast<std::size_t>(hidden) * core::dtype_size(table.dtype());
@@ -47,6 +53,8 @@ void embedding_backward(const OpContext& ctx, const Tensor& token_ids, const Ten
                         const Tensor& dtable) {
   constexpr std::string_view op = "embedding_backward";
   check(op, ctx, token_ids, dtable, dout);
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).embedding_backward(ctx, token_ids, dout, dtable);
   const std::int32_t* ids = token_ids.data<std::int32_t>();
   const std::int64_t hidden = dtable.size(1);
   detail::dispatch_float(op, dtable.dtype(), [&](auto zero) {

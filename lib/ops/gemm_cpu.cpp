@@ -2,6 +2,7 @@
 
 #include "ops/blas.hpp"
 #include "ops/gemm.hpp"
+#include "ops/device_ops.hpp"
 #include "ops/op_checks.hpp"
 
 namespace dyncp::ops {
@@ -18,7 +19,7 @@ std::string dims(std::int64_t rows, std::int64_t cols) {
 void gemm(const OpContext& ctx, const Tensor& a, Transpose transpose_a, const Tensor& b,
           Transpose transpose_b, const Tensor& c, double alpha, bool accumulate) {
   constexpr std::string_view op = "gemm";
-  detail::require_float_operands(op, ctx, {{"a", &a}, {"b", &b}, {"c", &c}});
+  detail::require_float_operands_on_any_device(op, ctx, {{"a", &a}, {"b", &b}, {"c", &c}});
   const Tensor am = a.as_matrix(), bm = b.as_matrix(), cm = c.as_matrix();
   const bool ta = transpose_a == Transpose::yes, tb = transpose_b == Transpose::yes;
   const std::int64_t m = ta ? am.size(1) : am.size(0), k = ta ? am.size(0) : am.size(1);
@@ -27,6 +28,8 @@ void gemm(const OpContext& ctx, const Tensor& a, Transpose transpose_a, const Te
     fail(op, "op(a) " + dims(m, k) + " · op(b) " + dims(kb, n) + " cannot give c " +
                  c.shape().to_string() + " (a " + a.describe() + ", b " + b.describe() + ")");
   }
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).gemm(ctx, a, transpose_a, b, transpose_b, c, alpha, accumulate);
   detail::dispatch_float(op, a.dtype(), [&](auto zero) {
     using T = decltype(zero);
     detail::blas_gemm<T>(ta, tb, m, n, k, static_cast<T>(alpha), am.data<T>(), am.size(1),
@@ -54,9 +57,14 @@ std::int64_t linear_rows(std::string_view op, const Tensor& x, const Tensor& wei
 
 void linear_forward(const OpContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& y) {
   constexpr std::string_view op = "linear_forward";
-  detail::require_float_operands(op, ctx, {{"x", &x}, {"weight", &weight}, {"y", &y}});
+  detail::require_float_operands_on_any_device(op, ctx,
+                                               {{"x", &x}, {"weight", &weight}, {"y", &y}});
   const std::int64_t rows = linear_rows(op, x, weight, y, "y");
   const std::int64_t out_dim = weight.size(0), in_dim = weight.size(1);
+  if (ctx.device == Device::cuda) {
+    return detail::device_ops(op).gemm(ctx, x.reshape({rows, in_dim}), Transpose::no, weight,
+                                       Transpose::yes, y.reshape({rows, out_dim}), 1.0, false);
+  }
   detail::dispatch_float(op, x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     detail::blas_gemm<T>(false, true, rows, out_dim, in_dim, T(1), x.data<T>(), in_dim,
@@ -67,7 +75,7 @@ void linear_forward(const OpContext& ctx, const Tensor& x, const Tensor& weight,
 void linear_backward(const OpContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& weight,
                      const Tensor& dx, const Tensor& dweight, GradMode dx_mode) {
   constexpr std::string_view op = "linear_backward";
-  detail::require_float_operands(
+  detail::require_float_operands_on_any_device(
       op, ctx, {{"dy", &dy}, {"x", &x}, {"weight", &weight}, {"dx", &dx}, {"dweight", &dweight}});
   const std::int64_t rows = linear_rows(op, x, weight, dy, "dy");
   const std::int64_t out_dim = weight.size(0), in_dim = weight.size(1);
@@ -75,6 +83,19 @@ void linear_backward(const OpContext& ctx, const Tensor& dy, const Tensor& x, co
     fail(op, "dx " + dx.describe() + " must match x " + x.describe());
   }
   if (dweight.defined()) detail::require_shape(op, "dweight", dweight, weight.shape());
+  if (ctx.device == Device::cuda) {
+    DeviceOps& device = detail::device_ops(op);
+    const Tensor dy_rows = dy.reshape({rows, out_dim});
+    if (dx.defined()) {
+      device.gemm(ctx, dy_rows, Transpose::no, weight, Transpose::no, dx.reshape({rows, in_dim}),
+                  1.0, dx_mode == GradMode::accumulate);
+    }
+    if (dweight.defined()) {
+      device.gemm(ctx, dy_rows, Transpose::yes, x.reshape({rows, in_dim}), Transpose::no, dweight,
+                  1.0, true);
+    }
+    return;
+  }
   detail::dispatch_float(op, x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     if (dx.defined()) {
@@ -122,8 +143,10 @@ void check_grouped(std::string_view op, const Tensor& x, const Tensor& weight,
 void grouped_linear_forward(const OpContext& ctx, const Tensor& x, const Tensor& weight,
                             const Tensor& group_offsets, const Tensor& y) {
   constexpr std::string_view op = "grouped_linear_forward";
-  detail::require_float_operands(op, ctx, {{"x", &x}, {"weight", &weight}, {"y", &y}});
+  detail::require_float_operands_on_any_device(op, ctx, {{"x", &x}, {"weight", &weight}, {"y", &y}});
   check_grouped(op, x, weight, group_offsets, y);
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).grouped_linear_forward(ctx, x, weight, group_offsets, y);
   const auto* offsets = group_offsets.data<std::int64_t>();
   const std::int64_t experts = weight.size(0), out_dim = weight.size(1), in_dim = weight.size(2);
   detail::dispatch_float(op, x.dtype(), [&](auto zero) {
@@ -145,12 +168,14 @@ void grouped_linear_backward(const OpContext& ctx, const Tensor& dy, const Tenso
                              const Tensor& weight, const Tensor& group_offsets, const Tensor& dx,
                              const Tensor& dweight, GradMode dx_mode) {
   constexpr std::string_view op = "grouped_linear_backward";
-  detail::require_float_operands(
+  detail::require_float_operands_on_any_device(
       op, ctx, {{"dy", &dy}, {"x", &x}, {"weight", &weight}, {"dx", &dx}, {"dweight", &dweight}});
   check_grouped(op, x, weight, group_offsets, dy);
   if (dx.defined() && dx.shape() != x.shape())
     fail(op, "dx " + dx.describe() + " must match x " + x.describe());
   if (dweight.defined()) detail::require_shape(op, "dweight", dweight, weight.shape());
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).grouped_linear_backward(ctx, dy, x, weight, group_offsets, dx, dweight, dx_mode);
   const auto* offsets = group_offsets.data<std::int64_t>();
   const std::int64_t experts = weight.size(0), out_dim = weight.size(1), in_dim = weight.size(2);
   detail::dispatch_float(op, x.dtype(), [&](auto zero) {

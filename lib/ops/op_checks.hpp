@@ -12,6 +12,10 @@
 #include "core/error.hpp"
 #include "ops/context.hpp"
 
+namespace dyncp::ops {
+class DeviceOps;
+}
+
 namespace dyncp::ops::detail {
 
 [[noreturn]] inline void fail(std::string_view op, const std::string& message) {
@@ -47,11 +51,12 @@ inline void require_rank(std::string_view op, std::string_view name, const Tenso
   }
 }
 
-// f32 or f64, and every later float argument must match the first one.
+// f32 or f64 on cpu, f32 on cuda; every later float argument must match the first one.
 inline void require_float(std::string_view op, std::string_view name, const Tensor& t) {
   require_defined(op, name, t);
-  if (t.dtype() != DType::f32 && t.dtype() != DType::f64) {
-    fail(op, std::string(name) + " must be f32 or f64 on cpu, got " + t.describe());
+  if (t.device() == Device::cuda ? t.dtype() != DType::f32
+                                 : t.dtype() != DType::f32 && t.dtype() != DType::f64) {
+    fail(op, std::string(name) + " must be f32 or f64 on cpu (f32 on cuda), got " + t.describe());
   }
 }
 
@@ -64,11 +69,11 @@ inline void require_device(std::string_view op, const OpContext& ctx, std::strin
   }
 }
 
-// The single device dispatch: only the CPU implementations exist in this folder.
+// For ops with no CUDA implementation yet: a CUDA context is refused, never run on the host.
 inline void require_cpu_context(std::string_view op, const OpContext& ctx) {
   if (ctx.device != Device::cpu) {
     fail(op, "no " + std::string(core::device_name(ctx.device)) +
-                 " implementation in this build (CPU only)");
+                 " implementation yet (CPU only; docs/cuda.md lists what runs on the GPU)");
   }
 }
 
@@ -77,12 +82,11 @@ inline core::Arena& require_scratch(std::string_view op, const OpContext& ctx) {
   return *ctx.scratch;
 }
 
-// Every defined tensor in `args`: f32/f64, on the context's device, one shared dtype. Also
-// checks the context's device has an implementation.
-inline void require_float_operands(
+// Every defined tensor in `args`: float (require_float), on the context's device, one shared
+// dtype.
+inline void require_float_operands_on_any_device(
     std::string_view op, const OpContext& ctx,
     std::initializer_list<std::pair<std::string_view, const Tensor*>> args) {
-  require_cpu_context(op, ctx);
   const Tensor* first = nullptr;
   for (const auto& [name, tensor] : args) {
     if (!tensor->defined()) continue;
@@ -96,6 +100,17 @@ inline void require_float_operands(
     }
   }
 }
+
+// The same for ops that exist on the CPU only.
+inline void require_float_operands(
+    std::string_view op, const OpContext& ctx,
+    std::initializer_list<std::pair<std::string_view, const Tensor*>> args) {
+  require_cpu_context(op, ctx);
+  require_float_operands_on_any_device(op, ctx, args);
+}
+
+// The CUDA backend of a CUDA context (ops/device_ops.hpp); throws when the binary has none.
+DeviceOps& device_ops(std::string_view op);
 
 // Calls body(float{}) or body(double{}) by dtype.
 template <typename Body>

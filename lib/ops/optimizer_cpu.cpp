@@ -7,6 +7,7 @@
 #include "ops/adamw.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/grad_norm.hpp"
+#include "ops/device_ops.hpp"
 #include "ops/op_checks.hpp"
 
 namespace dyncp::ops {
@@ -58,7 +59,7 @@ void adamw_step(const OpContext& ctx, const Tensor& param, const Tensor& grad,
                 const Tensor& exp_avg, const Tensor& exp_avg_sq, const AdamWParams& params,
                 bool apply_weight_decay) {
   constexpr std::string_view op = "adamw_step";
-  detail::require_float_operands(op, ctx, {{"param", &param}, {"grad", &grad}});
+  detail::require_float_operands_on_any_device(op, ctx, {{"param", &param}, {"grad", &grad}});
   const bool bf16_avg = exp_avg.defined() && exp_avg.dtype() == DType::bf16;
   const bool bf16_avg_sq = exp_avg_sq.defined() && exp_avg_sq.dtype() == DType::bf16;
   for (const auto& [name, moment, bf16] : {std::tuple{"exp_avg", &exp_avg, bf16_avg},
@@ -76,6 +77,10 @@ void adamw_step(const OpContext& ctx, const Tensor& param, const Tensor& grad,
   detail::require_shape(op, "exp_avg", exp_avg, param.shape());
   detail::require_shape(op, "exp_avg_sq", exp_avg_sq, param.shape());
   if (params.step < 1) detail::fail(op, "step must be >= 1, got " + std::to_string(params.step));
+  if (ctx.device == Device::cuda) {
+    return detail::device_ops(op).adamw_step(ctx, param, grad, exp_avg, exp_avg_sq, params,
+                                             apply_weight_decay);
+  }
   const double bias1 = 1.0 - std::pow(params.beta1, static_cast<double>(params.step));
   const double bias2 = 1.0 - std::pow(params.beta2, static_cast<double>(params.step));
   if (bf16_avg || bf16_avg_sq) {
@@ -100,8 +105,10 @@ void adamw_step(const OpContext& ctx, const Tensor& param, const Tensor& grad,
 
 double sum_of_squares(const OpContext& ctx, const Tensor& x) {
   constexpr std::string_view op = "sum_of_squares";
-  detail::require_float_operands(op, ctx, {{"x", &x}});
+  detail::require_float_operands_on_any_device(op, ctx, {{"x", &x}});
   double total = 0;
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).sum_of_squares(ctx, x);
   detail::dispatch_float(op, x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* v = x.data<T>();
@@ -124,10 +131,12 @@ double clip_coefficient(double total_norm, double max_norm) {
 
 void add(const OpContext& ctx, const Tensor& a, const Tensor& b, const Tensor& out) {
   constexpr std::string_view op = "add";
-  detail::require_float_operands(op, ctx, {{"a", &a}, {"b", &b}, {"out", &out}});
+  detail::require_float_operands_on_any_device(op, ctx, {{"a", &a}, {"b", &b}, {"out", &out}});
   if (a.numel() != b.numel() || a.numel() != out.numel()) {
     detail::fail(op, a.describe() + " + " + b.describe() + " -> " + out.describe());
   }
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).add(ctx, a, b, out);
   detail::dispatch_float(op, a.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* x = a.data<T>();

@@ -2,6 +2,7 @@
 #include <cstring>
 #include <string>
 
+#include "ops/device_ops.hpp"
 #include "ops/op_checks.hpp"
 #include "ops/permute.hpp"
 
@@ -32,7 +33,6 @@ PlanDims check_plan(std::string_view op, const PermutePlan& plan, std::int64_t t
 void build_permute_plan(const OpContext& ctx, const Tensor& expert_ids, int num_experts,
                         PermutePlan& plan) {
   constexpr std::string_view op = "build_permute_plan";
-  detail::require_cpu_context(op, ctx);
   detail::require_dtype(op, "expert_ids", expert_ids, DType::i32);
   detail::require_rank(op, "expert_ids", expert_ids, 2);
   const std::int64_t tokens = expert_ids.size(0), top_k = expert_ids.size(1);
@@ -45,6 +45,15 @@ void build_permute_plan(const OpContext& ctx, const Tensor& expert_ids, int num_
   detail::require_shape(op, "plan.expert_offsets", plan.expert_offsets, Shape{num_experts + 1});
   detail::require_dtype(op, "plan.tokens_per_expert", plan.tokens_per_expert, DType::i64);
   detail::require_shape(op, "plan.tokens_per_expert", plan.tokens_per_expert, Shape{num_experts});
+  detail::require_device(op, ctx, "expert_ids", expert_ids);
+  detail::require_device(op, ctx, "plan.expert_order", plan.expert_order);
+  detail::require_device(op, ctx, "plan.assignment_row", plan.assignment_row);
+  // The group offsets and counts are host data on either device: the grouped products and the
+  // expert dispatch size their work from them.
+  if (plan.expert_offsets.device() != Device::cpu || plan.tokens_per_expert.device() != Device::cpu)
+    detail::fail(op, "plan.expert_offsets and plan.tokens_per_expert must be host tensors");
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).build_permute_plan(ctx, expert_ids, num_experts, plan);
   const std::int32_t* ids = expert_ids.data<std::int32_t>();
   std::int64_t* counts = plan.tokens_per_expert.data<std::int64_t>();
   std::int64_t* offsets = plan.expert_offsets.data<std::int64_t>();
@@ -75,10 +84,12 @@ void build_permute_plan(const OpContext& ctx, const Tensor& expert_ids, int num_
 void permute_forward(const OpContext& ctx, const Tensor& x, const PermutePlan& plan,
                      const Tensor& x_perm) {
   constexpr std::string_view op = "permute_forward";
-  detail::require_float_operands(op, ctx, {{"x", &x}, {"x_perm", &x_perm}});
+  detail::require_float_operands_on_any_device(op, ctx, {{"x", &x}, {"x_perm", &x_perm}});
   detail::require_rank(op, "x", x, 2);
   const PlanDims dims = check_plan(op, plan, x.size(0));
   detail::require_shape(op, "x_perm", x_perm, Shape{dims.tokens * dims.top_k, x.size(1)});
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).permute_forward(ctx, x, plan, x_perm);
   const std::size_t row_bytes = static_cast<std::size_t>(x.size(1)) * core::dtype_size(x.dtype());
   const auto* src = static_cast<const std::byte*>(x.raw_data());
   auto* dst = static_cast<std::byte*>(x_perm.raw_data());
@@ -92,12 +103,14 @@ void permute_forward(const OpContext& ctx, const Tensor& x, const PermutePlan& p
 void permute_backward(const OpContext& ctx, const Tensor& dx_perm, const PermutePlan& plan,
                       const Tensor& dx, GradMode dx_mode) {
   constexpr std::string_view op = "permute_backward";
-  detail::require_float_operands(op, ctx, {{"dx_perm", &dx_perm}, {"dx", &dx}});
+  detail::require_float_operands_on_any_device(op, ctx, {{"dx_perm", &dx_perm}, {"dx", &dx}});
   detail::require_rank(op, "dx", dx, 2);
   const PlanDims dims = check_plan(op, plan, dx.size(0));
   const std::int64_t hidden = dx.size(1);
   detail::require_shape(op, "dx_perm", dx_perm, Shape{dims.tokens * dims.top_k, hidden});
   const std::int32_t* row_of = plan.assignment_row.data<std::int32_t>();
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).permute_backward(ctx, dx_perm, plan, dx, dx_mode);
   detail::dispatch_float(op, dx.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* src = dx_perm.data<T>();
@@ -116,13 +129,15 @@ void permute_backward(const OpContext& ctx, const Tensor& dx_perm, const Permute
 void unpermute_forward(const OpContext& ctx, const Tensor& y_perm, const PermutePlan& plan,
                        const Tensor& weights, const Tensor& y) {
   constexpr std::string_view op = "unpermute_forward";
-  detail::require_float_operands(op, ctx, {{"y_perm", &y_perm}, {"weights", &weights}, {"y", &y}});
+  detail::require_float_operands_on_any_device(op, ctx, {{"y_perm", &y_perm}, {"weights", &weights}, {"y", &y}});
   detail::require_rank(op, "y", y, 2);
   const PlanDims dims = check_plan(op, plan, y.size(0));
   const std::int64_t hidden = y.size(1);
   detail::require_shape(op, "y_perm", y_perm, Shape{dims.tokens * dims.top_k, hidden});
   detail::require_shape(op, "weights", weights, Shape{dims.tokens, dims.top_k});
   const std::int32_t* row_of = plan.assignment_row.data<std::int32_t>();
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).unpermute_forward(ctx, y_perm, plan, weights, y);
   detail::dispatch_float(op, y.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* src = y_perm.data<T>();
@@ -144,7 +159,7 @@ void unpermute_backward(const OpContext& ctx, const Tensor& dy, const Tensor& y_
                         const PermutePlan& plan, const Tensor& weights, const Tensor& dy_perm,
                         const Tensor& dweights) {
   constexpr std::string_view op = "unpermute_backward";
-  detail::require_float_operands(op, ctx,
+  detail::require_float_operands_on_any_device(op, ctx,
                                  {{"dy", &dy},
                                   {"y_perm", &y_perm},
                                   {"weights", &weights},
@@ -158,6 +173,8 @@ void unpermute_backward(const OpContext& ctx, const Tensor& dy, const Tensor& y_
   detail::require_shape(op, "weights", weights, Shape{dims.tokens, dims.top_k});
   detail::require_shape(op, "dweights", dweights, weights.shape());
   const std::int32_t* row_of = plan.assignment_row.data<std::int32_t>();
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).unpermute_backward(ctx, dy, y_perm, plan, weights, dy_perm, dweights);
   detail::dispatch_float(op, dy.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* g = dy.data<T>();

@@ -1,6 +1,7 @@
 #include <cmath>
 #include <string>
 
+#include "ops/device_ops.hpp"
 #include "ops/op_checks.hpp"
 #include "ops/rmsnorm.hpp"
 #include "ops/row_math.hpp"
@@ -23,10 +24,12 @@ std::int64_t check_common(std::string_view op, const Tensor& x, const Tensor& we
 void rmsnorm_forward(const OpContext& ctx, const Tensor& x, const Tensor& weight, double eps,
                      RmsNormVariant variant, const Tensor& y, RmsNormSaved& saved) {
   constexpr std::string_view op = "rmsnorm_forward";
-  detail::require_float_operands(
+  detail::require_float_operands_on_any_device(
       op, ctx, {{"x", &x}, {"weight", &weight}, {"y", &y}, {"saved.inv_rms", &saved.inv_rms}});
   const std::int64_t n = check_common(op, x, weight, saved.inv_rms);
   detail::require_shape(op, "y", y, x.shape());
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).rmsnorm_forward(ctx, x, weight, eps, variant, y, saved);
   const bool one_plus = variant == RmsNormVariant::one_plus_weight;
   detail::dispatch_float(op, x.dtype(), [&](auto zero) {
     using T = decltype(zero);
@@ -51,7 +54,7 @@ void rmsnorm_backward(const OpContext& ctx, const Tensor& dy, const Tensor& x, c
                       RmsNormVariant variant, const RmsNormSaved& saved, const Tensor& dx,
                       const Tensor& dweight, GradMode dx_mode) {
   constexpr std::string_view op = "rmsnorm_backward";
-  detail::require_float_operands(op, ctx,
+  detail::require_float_operands_on_any_device(op, ctx,
                                  {{"dy", &dy},
                                   {"x", &x},
                                   {"weight", &weight},
@@ -62,6 +65,8 @@ void rmsnorm_backward(const OpContext& ctx, const Tensor& dy, const Tensor& x, c
   detail::require_shape(op, "dy", dy, x.shape());
   if (dx.defined()) detail::require_shape(op, "dx", dx, x.shape());
   if (dweight.defined()) detail::require_shape(op, "dweight", dweight, weight.shape());
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).rmsnorm_backward(ctx, dy, x, weight, variant, saved, dx, dweight, dx_mode);
   const bool one_plus = variant == RmsNormVariant::one_plus_weight;
   const bool accumulate = dx_mode == GradMode::accumulate;
   detail::dispatch_float(op, x.dtype(), [&](auto zero) {

@@ -1,6 +1,7 @@
 #include <cmath>
 #include <string>
 
+#include "ops/device_ops.hpp"
 #include "ops/op_checks.hpp"
 #include "ops/rope.hpp"
 
@@ -11,7 +12,7 @@ constexpr int kMaxRotaryDim = 1024;
 
 void check(std::string_view op, const OpContext& ctx, const Tensor& in, const Tensor& positions,
            const RopeParams& params, const Tensor& out) {
-  detail::require_float_operands(op, ctx, {{"x/dy", &in}, {"y/dx", &out}});
+  detail::require_float_operands_on_any_device(op, ctx, {{"x/dy", &in}, {"y/dx", &out}});
   detail::require_rank(op, "x/dy", in, 3);
   detail::require_shape(op, "y/dx", out, in.shape());
   detail::require_dtype(op, "positions", positions, DType::i32);
@@ -75,6 +76,8 @@ void rope_forward(const OpContext& ctx, const Tensor& x, const Tensor& positions
                   const RopeParams& params, const Tensor& y) {
   constexpr std::string_view op = "rope_forward";
   check(op, ctx, x, positions, params, y);
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).rope(ctx, x, positions, params, y, /*inverse=*/false);
   detail::dispatch_float(op, x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     rotate<T>(x, positions, params, y, T(1));
@@ -85,6 +88,8 @@ void rope_backward(const OpContext& ctx, const Tensor& dy, const Tensor& positio
                    const RopeParams& params, const Tensor& dx) {
   constexpr std::string_view op = "rope_backward";
   check(op, ctx, dy, positions, params, dx);
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).rope(ctx, dy, positions, params, dx, /*inverse=*/true);
   detail::dispatch_float(op, dy.dtype(), [&](auto zero) {
     using T = decltype(zero);
     rotate<T>(dy, positions, params, dx, T(-1));

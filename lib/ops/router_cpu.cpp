@@ -3,6 +3,7 @@
 #include <limits>
 #include <string>
 
+#include "ops/device_ops.hpp"
 #include "ops/op_checks.hpp"
 #include "ops/router.hpp"
 
@@ -11,7 +12,7 @@ namespace dyncp::ops {
 void router_forward(const OpContext& ctx, const Tensor& logits, int top_k, bool normalize_top_k,
                     const Tensor& expert_ids, const Tensor& weights, RouterSaved& saved) {
   constexpr std::string_view op = "router_forward";
-  detail::require_float_operands(
+  detail::require_float_operands_on_any_device(
       op, ctx, {{"logits", &logits}, {"weights", &weights}, {"saved.probs", &saved.probs}});
   detail::require_rank(op, "logits", logits, 2);
   const std::int64_t tokens = logits.size(0), experts = logits.size(1);
@@ -23,6 +24,8 @@ void router_forward(const OpContext& ctx, const Tensor& logits, int top_k, bool 
   detail::require_shape(op, "expert_ids", expert_ids, Shape{tokens, top_k});
   detail::require_shape(op, "weights", weights, Shape{tokens, top_k});
   detail::require_shape(op, "saved.probs", saved.probs, logits.shape());
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).router_forward(ctx, logits, top_k, normalize_top_k, expert_ids, weights, saved);
   detail::dispatch_float(op, logits.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* l = logits.data<T>();
@@ -67,7 +70,7 @@ void router_backward(const OpContext& ctx, const Tensor& dweights, const Tensor&
                      const Tensor& weights, const RouterSaved& saved, bool normalize_top_k,
                      const Tensor& dlogits) {
   constexpr std::string_view op = "router_backward";
-  detail::require_float_operands(op, ctx,
+  detail::require_float_operands_on_any_device(op, ctx,
                                  {{"dweights", &dweights},
                                   {"weights", &weights},
                                   {"saved.probs", &saved.probs},
@@ -81,6 +84,8 @@ void router_backward(const OpContext& ctx, const Tensor& dweights, const Tensor&
   detail::require_dtype(op, "expert_ids", expert_ids, DType::i32);
   detail::require_shape(op, "expert_ids", expert_ids, weights.shape());
   detail::require_shape(op, "dlogits", dlogits, saved.probs.shape());
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).router_backward(ctx, dweights, expert_ids, weights, saved, normalize_top_k, dlogits);
   detail::dispatch_float(op, dlogits.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* p = saved.probs.data<T>();

@@ -1,6 +1,7 @@
 #include <cmath>
 #include <string>
 
+#include "ops/device_ops.hpp"
 #include "ops/op_checks.hpp"
 #include "ops/row_math.hpp"
 #include "ops/swiglu.hpp"
@@ -83,10 +84,12 @@ void run_backward(std::int64_t rows, std::int64_t width, const T* dout, const T*
 
 void swiglu_forward(const OpContext& ctx, const Tensor& gate, const Tensor& up, const Tensor& out) {
   constexpr std::string_view op = "swiglu_forward";
-  detail::require_float_operands(op, ctx, {{"gate", &gate}, {"up", &up}, {"out", &out}});
+  detail::require_float_operands_on_any_device(op, ctx, {{"gate", &gate}, {"up", &up}, {"out", &out}});
   detail::require_shape(op, "up", up, gate.shape());
   detail::require_shape(op, "out", out, gate.shape());
   const std::int64_t width = gate.shape().last(), rows = width == 0 ? 0 : gate.numel() / width;
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).swiglu_forward(ctx, gate, up, out);
   detail::dispatch_float(op, gate.dtype(), [&](auto zero) {
     using T = decltype(zero);
     run_forward<T>(rows, width, gate.data<T>(), up.data<T>(), width, out.data<T>());
@@ -96,11 +99,13 @@ void swiglu_forward(const OpContext& ctx, const Tensor& gate, const Tensor& up, 
 void swiglu_backward(const OpContext& ctx, const Tensor& dout, const Tensor& gate, const Tensor& up,
                      const Tensor& dgate, const Tensor& dup) {
   constexpr std::string_view op = "swiglu_backward";
-  detail::require_float_operands(
+  detail::require_float_operands_on_any_device(
       op, ctx, {{"dout", &dout}, {"gate", &gate}, {"up", &up}, {"dgate", &dgate}, {"dup", &dup}});
   for (const auto* t : {&dout, &up, &dgate, &dup})
     detail::require_shape(op, "operand", *t, gate.shape());
   const std::int64_t width = gate.shape().last(), rows = width == 0 ? 0 : gate.numel() / width;
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).swiglu_backward(ctx, dout, gate, up, dgate, dup);
   detail::dispatch_float(op, gate.dtype(), [&](auto zero) {
     using T = decltype(zero);
     run_backward<T>(rows, width, dout.data<T>(), gate.data<T>(), up.data<T>(), width,
@@ -110,13 +115,15 @@ void swiglu_backward(const OpContext& ctx, const Tensor& dout, const Tensor& gat
 
 void swiglu_fused_forward(const OpContext& ctx, const Tensor& gate_up, const Tensor& out) {
   constexpr std::string_view op = "swiglu_fused_forward";
-  detail::require_float_operands(op, ctx, {{"gate_up", &gate_up}, {"out", &out}});
+  detail::require_float_operands_on_any_device(op, ctx, {{"gate_up", &gate_up}, {"out", &out}});
   const Tensor gu = gate_up.as_matrix(), om = out.as_matrix();
   if (gu.size(1) != 2 * om.size(1) || gu.size(0) != om.size(0)) {
     detail::fail(op,
                  "gate_up " + gate_up.describe() + " must be [rows, 2I] for out " + out.describe());
   }
   const std::int64_t width = om.size(1), rows = om.size(0);
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).swiglu_fused_forward(ctx, gate_up, out);
   detail::dispatch_float(op, out.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* base = gu.data<T>();
@@ -127,7 +134,7 @@ void swiglu_fused_forward(const OpContext& ctx, const Tensor& gate_up, const Ten
 void swiglu_fused_backward(const OpContext& ctx, const Tensor& dout, const Tensor& gate_up,
                            const Tensor& dgate_up) {
   constexpr std::string_view op = "swiglu_fused_backward";
-  detail::require_float_operands(op, ctx,
+  detail::require_float_operands_on_any_device(op, ctx,
                                  {{"dout", &dout}, {"gate_up", &gate_up}, {"dgate_up", &dgate_up}});
   detail::require_shape(op, "dgate_up", dgate_up, gate_up.shape());
   const Tensor gu = gate_up.as_matrix(), dm = dout.as_matrix();
@@ -136,6 +143,8 @@ void swiglu_fused_backward(const OpContext& ctx, const Tensor& dout, const Tenso
         op, "gate_up " + gate_up.describe() + " must be [rows, 2I] for dout " + dout.describe());
   }
   const std::int64_t width = dm.size(1), rows = dm.size(0);
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).swiglu_fused_backward(ctx, dout, gate_up, dgate_up);
   detail::dispatch_float(op, dout.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* base = gu.data<T>();

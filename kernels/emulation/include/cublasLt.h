@@ -1,5 +1,5 @@
 #pragma once
-// Emulated cuBLASLt: the matmul subset kernels/gemm.cu uses (column-major layouts, bf16 A/B,
+// Emulated cuBLASLt: the matmul subset kernels/gemm.cu uses (column-major layouts, bf16 or fp32 A/B,
 // fp32 or bf16 C/D, fp32 compute), evaluated on the host with the CPU BLAS on fp32 copies of
 // the operands, inside the emulated device's memory.
 

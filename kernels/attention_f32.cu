@@ -1,0 +1,127 @@
+// fp32 varlen attention (kernels/attention.hpp, the _f32 functions): the fp32 training path's
+// kernel, written for exactness rather than speed. One thread per (query row, query head)
+// walks its sequence's keys with an online softmax in fp32; backward recomputes each
+// probability from the saved lse and scatters dK / dV with fp32 atomics. The bf16
+// tensor-core kernels (attention_forward.cu / attention_backward.cu) are the fast path.
+#include <cmath>
+
+#include "attention.hpp"
+#include "common.cuh"
+
+namespace dyncp::kernels {
+namespace {
+
+using detail::kBlock;
+
+// The sequence holding row `row` of a cu_seqlens array (binary search).
+__device__ inline int sequence_of(const std::int32_t* cu, int sequences, std::int64_t row) {
+  int lo = 0, hi = sequences - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (cu[mid] <= row) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+__device__ inline float dot(const float* a, const float* b, int n) {
+  float sum = 0.0f;
+  for (int i = 0; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+__global__ void attention_f32_forward_kernel(AttentionShape shape, const float* q, const float* k,
+                                             const float* v, float* out, float* lse) {
+  const std::int64_t item = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
+  if (item >= shape.q_tokens * shape.q_heads) return;
+  const std::int64_t row = item / shape.q_heads;
+  const int head = static_cast<int>(item % shape.q_heads);
+  const int kv_head = head / (shape.q_heads / shape.kv_heads), d = shape.head_dim;
+  const int seq = sequence_of(shape.q_cu_seqlens, shape.num_seqs, row);
+  const float* qi = q + item * d;
+  float* oi = out + item * d;
+  const int q_pos = shape.q_positions[row];
+  for (int c = 0; c < d; ++c) oi[c] = 0.0f;
+  float running_max = -INFINITY, running_sum = 0.0f;
+  for (int j = shape.kv_cu_seqlens[seq]; j < shape.kv_cu_seqlens[seq + 1]; ++j) {
+    if (shape.kv_positions[j] > q_pos) continue;
+    const std::int64_t kv = std::int64_t(j) * shape.kv_heads + kv_head;
+    const float s = shape.scale * dot(qi, k + kv * d, d);
+    const float new_max = fmaxf(running_max, s);
+    const float rescale = expf(running_max - new_max), p = expf(s - new_max);
+    running_sum = running_sum * rescale + p;
+    const float* vj = v + kv * d;
+    for (int c = 0; c < d; ++c) oi[c] = oi[c] * rescale + p * vj[c];
+    running_max = new_max;
+  }
+  if (running_sum == 0.0f) {
+    lse[item] = -INFINITY;
+    return;
+  }
+  for (int c = 0; c < d; ++c) oi[c] /= running_sum;
+  lse[item] = running_max + logf(running_sum);
+}
+
+// dq: overwrite or accumulate (the thread owns its row); dk / dv: atomically accumulated.
+__global__ void attention_f32_backward_kernel(AttentionShape shape, const float* q,
+                                              const float* k, const float* v, const float* dout,
+                                              const float* out, const float* lse, float* dq,
+                                              bool accumulate_dq, float* dk, float* dv) {
+  const std::int64_t item = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
+  if (item >= shape.q_tokens * shape.q_heads) return;
+  const std::int64_t row = item / shape.q_heads;
+  const int head = static_cast<int>(item % shape.q_heads);
+  const int kv_head = head / (shape.q_heads / shape.kv_heads), d = shape.head_dim;
+  const int seq = sequence_of(shape.q_cu_seqlens, shape.num_seqs, row);
+  const float* qi = q + item * d;
+  const float* gi = dout + item * d;
+  float* dqi = dq + item * d;
+  if (!accumulate_dq)
+    for (int c = 0; c < d; ++c) dqi[c] = 0.0f;
+  const float row_lse = lse[item];
+  if (row_lse == -INFINITY) return;
+  const float delta = dot(gi, out + item * d, d);
+  const int q_pos = shape.q_positions[row];
+  for (int j = shape.kv_cu_seqlens[seq]; j < shape.kv_cu_seqlens[seq + 1]; ++j) {
+    if (shape.kv_positions[j] > q_pos) continue;
+    const std::int64_t kv = std::int64_t(j) * shape.kv_heads + kv_head;
+    const float* kj = k + kv * d;
+    const float* vj = v + kv * d;
+    const float p = expf(shape.scale * dot(qi, kj, d) - row_lse);
+    const float ds = p * (dot(gi, vj, d) - delta) * shape.scale;
+    for (int c = 0; c < d; ++c) {
+      dqi[c] += ds * kj[c];
+      atomicAdd(dk + kv * d + c, ds * qi[c]);
+      atomicAdd(dv + kv * d + c, p * gi[c]);
+    }
+  }
+}
+
+unsigned blocks_for(const AttentionShape& shape) {
+  return static_cast<unsigned>((shape.q_tokens * shape.q_heads + kBlock - 1) / kBlock);
+}
+
+}  // namespace
+
+void attention_forward_f32(const AttentionShape& shape, const float* q, const float* k,
+                           const float* v, float* out, float* lse, cudaStream_t stream) {
+  if (shape.q_tokens * shape.q_heads == 0) return;
+  DYNCP_LAUNCH(attention_f32_forward_kernel, blocks_for(shape), kBlock, 0, stream)
+  (shape, q, k, v, out, lse);
+  DYNCP_CUDA_CHECK_LAUNCH();
+}
+
+void attention_backward_f32(const AttentionShape& shape, const float* q, const float* k,
+                            const float* v, const float* dout, const float* out, const float* lse,
+                            float* dq, bool accumulate_dq, float* dk, float* dv,
+                            cudaStream_t stream) {
+  if (shape.q_tokens * shape.q_heads == 0) return;
+  DYNCP_LAUNCH(attention_f32_backward_kernel, blocks_for(shape), kBlock, 0, stream)
+  (shape, q, k, v, dout, out, lse, dq, accumulate_dq, dk, dv);
+  DYNCP_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace dyncp::kernels

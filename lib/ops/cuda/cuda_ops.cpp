@@ -1,0 +1,418 @@
+// ops::DeviceOps on kernels/: each method turns tensors into the kernel's raw arguments.
+// Arguments arrive checked by the entry points (shapes, dtypes, devices); what is left here
+// is what only the device can check (ids and labels, flagged by the kernels and raised as the
+// CPU op raises them) and the few host values the kernels need.
+#include <cuda_runtime_api.h>
+
+#include <climits>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "attention.hpp"
+#include "core/device_memory.hpp"
+#include "core/error.hpp"
+#include "cross_entropy.hpp"
+#include "cuda_check.hpp"
+#include "device_info.hpp"
+#include "gemm.hpp"
+#include "ops.hpp"
+#include "ops/cuda/cuda_backend.hpp"
+#include "ops/cuda/cuda_device_memory.hpp"
+#include "ops/device_ops.hpp"
+
+namespace dyncp::ops::cuda {
+namespace {
+
+using core::DType;
+
+cudaStream_t stream_of(const OpContext& ctx) {
+  return static_cast<cudaStream_t>(ctx.stream);
+}
+
+float* f32(const Tensor& t) {
+  return t.defined() ? t.data<float>() : nullptr;
+}
+std::int32_t* i32(const Tensor& t) {
+  return t.defined() ? t.data<std::int32_t>() : nullptr;
+}
+
+core::Arena& scratch_of(const OpContext& ctx, const char* op) {
+  if (ctx.scratch == nullptr || ctx.scratch->device() != Device::cuda) {
+    core::throw_runtime_error(std::string(op) + ": needs a cuda scratch arena in ctx.scratch");
+  }
+  return *ctx.scratch;
+}
+
+// A small device value the kernels report through (a bad index, a sum); read back with one
+// synchronous copy.
+template <typename T>
+T* device_scalar(core::Arena& scratch, T initial) {
+  const Tensor t = scratch.allocate({static_cast<std::int64_t>((sizeof(T) + 3) / 4)}, DType::i32);
+  DYNCP_CUDA_CHECK(cudaMemcpy(t.raw_data(), &initial, sizeof(T), cudaMemcpyHostToDevice));
+  core::device_traffic().host_to_device_bytes += sizeof(T);
+  return static_cast<T*>(t.raw_data());
+}
+
+template <typename T>
+T read_back(const T* device) {
+  T value;
+  DYNCP_CUDA_CHECK(cudaMemcpy(&value, device, sizeof(T), cudaMemcpyDeviceToHost));
+  core::device_traffic().device_to_host_bytes += sizeof(T);
+  return value;
+}
+
+// The group offsets of a host i32 cu_seqlens tensor, uploaded for the kernels.
+const std::int32_t* upload(core::Arena& scratch, const Tensor& host) {
+  const Tensor device = scratch.allocate(host.shape(), host.dtype());
+  device.copy_from(host);
+  return device.data<std::int32_t>();
+}
+
+int max_rows(const Tensor& cu) {
+  const std::int32_t* v = cu.data<std::int32_t>();
+  int most = 0;
+  for (std::int64_t s = 0; s + 1 < cu.size(0); ++s) most = std::max(most, v[s + 1] - v[s]);
+  return most;
+}
+
+class CudaOps final : public DeviceOps {
+ public:
+  void embedding_forward(const OpContext& ctx, const Tensor& token_ids, const Tensor& table,
+                         const Tensor& out) override {
+    core::Arena& scratch = scratch_of(ctx, "embedding_forward");
+    core::ArenaScope temporaries(scratch);
+    std::int32_t* bad = device_scalar<std::int32_t>(scratch, INT32_MAX);
+    kernels::embedding_forward(i32(token_ids), f32(table), f32(out), token_ids.size(0),
+                               table.size(0), table.size(1), bad, stream_of(ctx));
+    const std::int32_t first_bad = read_back(bad);
+    if (first_bad != INT32_MAX) {
+      core::throw_data_error("token " + std::to_string(first_bad),
+                             "embedding_forward: a token id is outside the vocabulary [0, " +
+                                 std::to_string(table.size(0)) +
+                                 "); check the tokenizer matches the model's vocab_size");
+    }
+  }
+
+  void embedding_backward(const OpContext& ctx, const Tensor& token_ids, const Tensor& dout,
+                          const Tensor& dtable) override {
+    kernels::embedding_backward(i32(token_ids), f32(dout), f32(dtable), token_ids.size(0),
+                                dtable.size(0), dtable.size(1), stream_of(ctx));
+  }
+
+  void rmsnorm_forward(const OpContext& ctx, const Tensor& x, const Tensor& weight, double eps,
+                       RmsNormVariant variant, const Tensor& y, RmsNormSaved& saved) override {
+    const std::int64_t n = x.shape().last();
+    kernels::rmsnorm_forward(f32(x), f32(weight), f32(y), f32(saved.inv_rms), x.numel() / n, n,
+                             static_cast<float>(eps), variant == RmsNormVariant::one_plus_weight,
+                             stream_of(ctx));
+  }
+
+  void rmsnorm_backward(const OpContext& ctx, const Tensor& dy, const Tensor& x,
+                        const Tensor& weight, RmsNormVariant variant, const RmsNormSaved& saved,
+                        const Tensor& dx, const Tensor& dweight, GradMode dx_mode) override {
+    if (!dx.defined()) DeviceOps::rmsnorm_backward(ctx, dy, x, weight, variant, saved, dx, dweight, dx_mode);
+    const std::int64_t n = x.shape().last();
+    kernels::rmsnorm_backward(f32(dy), f32(x), f32(weight), f32(saved.inv_rms), f32(dx),
+                              f32(dweight), x.numel() / n, n,
+                              variant == RmsNormVariant::one_plus_weight,
+                              dx_mode == GradMode::accumulate, stream_of(ctx));
+  }
+
+  void rope(const OpContext& ctx, const Tensor& x, const Tensor& positions,
+            const RopeParams& params, const Tensor& y, bool inverse) override {
+    kernels::rope_apply(f32(x), i32(positions), f32(y), x.size(0), x.size(1), x.size(2),
+                        params.rotary_dim, params.theta, inverse, stream_of(ctx));
+  }
+
+  void swiglu_forward(const OpContext& ctx, const Tensor& gate, const Tensor& up,
+                      const Tensor& out) override {
+    const std::int64_t width = gate.shape().last(), rows = width == 0 ? 0 : gate.numel() / width;
+    kernels::swiglu_forward(f32(gate), f32(up), width, f32(out), rows, width, stream_of(ctx));
+  }
+
+  void swiglu_backward(const OpContext& ctx, const Tensor& dout, const Tensor& gate,
+                       const Tensor& up, const Tensor& dgate, const Tensor& dup) override {
+    const std::int64_t width = gate.shape().last(), rows = width == 0 ? 0 : gate.numel() / width;
+    kernels::swiglu_backward(f32(dout), f32(gate), f32(up), width, f32(dgate), f32(dup), width,
+                             rows, width, stream_of(ctx));
+  }
+
+  void swiglu_fused_forward(const OpContext& ctx, const Tensor& gate_up,
+                            const Tensor& out) override {
+    const Tensor om = out.as_matrix();
+    const std::int64_t width = om.size(1);
+    const float* base = f32(gate_up);
+    kernels::swiglu_forward(base, base + width, 2 * width, f32(out), om.size(0), width,
+                            stream_of(ctx));
+  }
+
+  void swiglu_fused_backward(const OpContext& ctx, const Tensor& dout, const Tensor& gate_up,
+                             const Tensor& dgate_up) override {
+    const Tensor dm = dout.as_matrix();
+    const std::int64_t width = dm.size(1);
+    const float* base = f32(gate_up);
+    float* grad = f32(dgate_up);
+    kernels::swiglu_backward(f32(dout), base, base + width, 2 * width, grad, grad + width,
+                             2 * width, dm.size(0), width, stream_of(ctx));
+  }
+
+  void router_forward(const OpContext& ctx, const Tensor& logits, int top_k, bool normalize_top_k,
+                      const Tensor& expert_ids, const Tensor& weights,
+                      RouterSaved& saved) override {
+    kernels::router_forward(f32(logits), logits.size(0), static_cast<int>(logits.size(1)), top_k,
+                            normalize_top_k, i32(expert_ids), f32(weights), f32(saved.probs),
+                            stream_of(ctx));
+  }
+
+  void router_backward(const OpContext& ctx, const Tensor& dweights, const Tensor& expert_ids,
+                       const Tensor& weights, const RouterSaved& saved, bool normalize_top_k,
+                       const Tensor& dlogits) override {
+    kernels::router_backward(f32(dweights), i32(expert_ids), f32(weights), f32(saved.probs),
+                             dlogits.size(0), static_cast<int>(dlogits.size(1)),
+                             static_cast<int>(expert_ids.size(1)), normalize_top_k, f32(dlogits),
+                             stream_of(ctx));
+  }
+
+  // The offsets come back to the host (the one synchronisation of an expert layer: the grouped
+  // products and the expert dispatch size their work from them).
+  void build_permute_plan(const OpContext& ctx, const Tensor& expert_ids, int num_experts,
+                          PermutePlan& plan) override {
+    core::Arena& scratch = scratch_of(ctx, "build_permute_plan");
+    core::ArenaScope temporaries(scratch);
+    const Tensor offsets = scratch.allocate({num_experts + 1}, DType::i64);
+    std::int32_t* bad = device_scalar<std::int32_t>(scratch, INT32_MAX);
+    kernels::build_permute_plan(i32(expert_ids), expert_ids.numel(), num_experts,
+                                i32(plan.expert_order), i32(plan.assignment_row),
+                                offsets.data<std::int64_t>(), bad, stream_of(ctx));
+    const std::int32_t first_bad = read_back(bad);
+    if (first_bad != INT32_MAX) {
+      core::throw_runtime_error("build_permute_plan: the expert id of assignment " +
+                                std::to_string(first_bad) + " is outside [0, " +
+                                std::to_string(num_experts) + ")");
+    }
+    plan.expert_offsets.copy_from(offsets);
+    const std::int64_t* host = plan.expert_offsets.data<std::int64_t>();
+    std::int64_t* counts = plan.tokens_per_expert.data<std::int64_t>();
+    for (int e = 0; e < num_experts; ++e) counts[e] = host[e + 1] - host[e];
+  }
+
+  void permute_forward(const OpContext& ctx, const Tensor& x, const PermutePlan& plan,
+                       const Tensor& x_perm) override {
+    const std::int64_t tokens = x.size(0);
+    kernels::permute_forward(f32(x), i32(plan.expert_order), f32(x_perm), tokens,
+                             top_k_of(plan, tokens), x.size(1), stream_of(ctx));
+  }
+
+  void permute_backward(const OpContext& ctx, const Tensor& dx_perm, const PermutePlan& plan,
+                        const Tensor& dx, GradMode dx_mode) override {
+    const std::int64_t tokens = dx.size(0);
+    kernels::permute_backward(f32(dx_perm), i32(plan.assignment_row), f32(dx), tokens,
+                              top_k_of(plan, tokens), dx.size(1),
+                              dx_mode == GradMode::accumulate, stream_of(ctx));
+  }
+
+  void unpermute_forward(const OpContext& ctx, const Tensor& y_perm, const PermutePlan& plan,
+                         const Tensor& weights, const Tensor& y) override {
+    const std::int64_t tokens = y.size(0);
+    kernels::unpermute_forward(f32(y_perm), i32(plan.assignment_row), f32(weights), f32(y),
+                               tokens, top_k_of(plan, tokens), y.size(1), stream_of(ctx));
+  }
+
+  void unpermute_backward(const OpContext& ctx, const Tensor& dy, const Tensor& y_perm,
+                          const PermutePlan& plan, const Tensor& weights, const Tensor& dy_perm,
+                          const Tensor& dweights) override {
+    const std::int64_t tokens = dy.size(0);
+    kernels::unpermute_backward(f32(dy), f32(y_perm), i32(plan.assignment_row), f32(weights),
+                                f32(dy_perm), f32(dweights), tokens, top_k_of(plan, tokens),
+                                dy.size(1), stream_of(ctx));
+  }
+
+  void add(const OpContext& ctx, const Tensor& a, const Tensor& b, const Tensor& out) override {
+    kernels::add(f32(a), f32(b), f32(out), out.numel(), stream_of(ctx));
+  }
+
+  void gemm(const OpContext& ctx, const Tensor& a, Transpose transpose_a, const Tensor& b,
+            Transpose transpose_b, const Tensor& c, double alpha, bool accumulate) override {
+    const Tensor am = a.as_matrix(), bm = b.as_matrix(), cm = c.as_matrix();
+    const bool ta = transpose_a == Transpose::yes, tb = transpose_b == Transpose::yes;
+    const std::int64_t m = cm.size(0), n = cm.size(1), k = ta ? am.size(0) : am.size(1);
+    blas_.gemm(ta, tb, m, n, k, static_cast<float>(alpha), f32(am), am.size(1), f32(bm),
+               bm.size(1), accumulate ? 1.0f : 0.0f, f32(cm), n, stream_of(ctx));
+  }
+
+  void grouped_linear_forward(const OpContext& ctx, const Tensor& x, const Tensor& weight,
+                              const Tensor& host_offsets, const Tensor& y) override {
+    kernels::grouped_linear_forward(blas_, f32(x), f32(weight),
+                                    host_offsets.data<std::int64_t>(),
+                                    static_cast<int>(weight.size(0)), f32(y), weight.size(2),
+                                    weight.size(1), stream_of(ctx));
+  }
+
+  void grouped_linear_backward(const OpContext& ctx, const Tensor& dy, const Tensor& x,
+                               const Tensor& weight, const Tensor& host_offsets, const Tensor& dx,
+                               const Tensor& dweight, GradMode dx_mode) override {
+    kernels::grouped_linear_backward(blas_, f32(dy), f32(x), f32(weight),
+                                     host_offsets.data<std::int64_t>(),
+                                     static_cast<int>(weight.size(0)), f32(dx),
+                                     dx_mode == GradMode::accumulate, f32(dweight), weight.size(2),
+                                     weight.size(1), stream_of(ctx));
+  }
+
+  CrossEntropyResult fused_cross_entropy(const OpContext& ctx, const Tensor& hidden,
+                                         const Tensor& lm_weight, const Tensor& labels,
+                                         const Tensor& loss_mask, const Tensor& per_token_loss,
+                                         const Tensor& dhidden, const Tensor& dlm_weight,
+                                         const CrossEntropyOptions& options) override {
+    core::Arena& scratch = scratch_of(ctx, "fused_cross_entropy");
+    core::ArenaScope temporaries(scratch);
+    const std::int64_t tokens = hidden.size(0), vocab = lm_weight.size(0);
+    const std::int64_t chunk = std::max<std::int64_t>(1, std::min(options.token_chunk, tokens));
+    const Tensor logits = scratch.allocate({chunk, vocab}, DType::f32);
+    const Tensor dlogits = scratch.allocate({chunk, vocab}, DType::f32);
+    kernels::CrossEntropyArgs args;
+    args.fp32 = true;
+    args.hidden = f32(hidden);
+    args.lm_weight = f32(lm_weight);
+    args.labels = i32(labels);
+    args.loss_mask = loss_mask.defined() ? loss_mask.data<std::uint8_t>() : nullptr;
+    args.tokens = tokens;
+    args.hidden_size = hidden.size(1);
+    args.vocab = vocab;
+    args.token_chunk = chunk;
+    args.grad_scale = static_cast<float>(options.grad_scale);
+    args.per_token_loss = f32(per_token_loss);
+    args.dhidden = f32(dhidden);
+    args.dlm_weight = f32(dlm_weight);
+    args.loss_sum = device_scalar<double>(scratch, 0.0);
+    args.num_loss_tokens = device_scalar<unsigned long long>(scratch, 0ull);
+    args.bad_label = device_scalar<std::int32_t>(scratch, INT32_MAX);
+    kernels::fused_cross_entropy(blas_, args, f32(logits), f32(dlogits), stream_of(ctx));
+    const std::int32_t bad = read_back(args.bad_label);
+    if (bad != INT32_MAX) {
+      core::throw_data_error("token " + std::to_string(bad),
+                             "fused_cross_entropy: a label is outside the vocabulary [0, " +
+                                 std::to_string(vocab) + ")");
+    }
+    CrossEntropyResult result;
+    result.loss_sum = read_back(args.loss_sum);
+    result.num_loss_tokens = static_cast<std::int64_t>(read_back(args.num_loss_tokens));
+    return result;
+  }
+
+  void attention_forward(const OpContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                         const VarlenAttentionLayout& layout, double scale, const Tensor& out,
+                         AttentionSaved& saved) override {
+    core::Arena& scratch = scratch_of(ctx, "attention_forward");
+    core::ArenaScope temporaries(scratch);
+    const kernels::AttentionShape shape = shape_of(scratch, q, k, layout, scale);
+    kernels::attention_forward_f32(shape, f32(q), f32(k), f32(v), f32(out), f32(saved.lse),
+                                   stream_of(ctx));
+  }
+
+  void attention_backward(const OpContext& ctx, const Tensor& dout, const Tensor& q,
+                          const Tensor& k, const Tensor& v, const Tensor& out,
+                          const AttentionSaved& saved, const VarlenAttentionLayout& layout,
+                          double scale, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                          AttentionGradModes modes) override {
+    core::Arena& scratch = scratch_of(ctx, "attention_backward");
+    core::ArenaScope temporaries(scratch);
+    const kernels::AttentionShape shape = shape_of(scratch, q, k, layout, scale);
+    if (modes.dk == GradMode::overwrite) dk.fill_zero();
+    if (modes.dv == GradMode::overwrite) dv.fill_zero();
+    kernels::attention_backward_f32(shape, f32(q), f32(k), f32(v), f32(dout), f32(out),
+                                    f32(saved.lse), f32(dq), modes.dq == GradMode::accumulate,
+                                    f32(dk), f32(dv), stream_of(ctx));
+  }
+
+  void adamw_step(const OpContext& ctx, const Tensor& param, const Tensor& grad,
+                  const Tensor& exp_avg, const Tensor& exp_avg_sq, const AdamWParams& params,
+                  bool apply_weight_decay) override {
+    if (exp_avg.dtype() != DType::f32 || exp_avg_sq.dtype() != DType::f32) {
+      core::throw_runtime_error(
+          "adamw_step: bf16 Adam moments (optimizer.use_precision_aware_optimizer) have no CUDA "
+          "kernel yet; keep the moments in fp32 on the GPU");
+    }
+    kernels::AdamWKernelParams p;
+    p.lr = params.lr;
+    p.beta1 = params.beta1;
+    p.beta2 = params.beta2;
+    p.eps = params.eps;
+    p.weight_decay = params.weight_decay;
+    p.step = params.step;
+    p.grad_scale = params.grad_scale;
+    p.apply_weight_decay = apply_weight_decay;
+    kernels::adamw_step(f32(param), f32(grad), f32(exp_avg), f32(exp_avg_sq), param.numel(), p,
+                        stream_of(ctx));
+  }
+
+  double sum_of_squares(const OpContext& ctx, const Tensor& x) override {
+    core::Arena& scratch = scratch_of(ctx, "sum_of_squares");
+    core::ArenaScope temporaries(scratch);
+    double* result = device_scalar<double>(scratch, 0.0);
+    kernels::sum_of_squares(f32(x), x.numel(), result, stream_of(ctx));
+    return read_back(result);
+  }
+
+ private:
+  static int top_k_of(const PermutePlan& plan, std::int64_t tokens) {
+    return tokens == 0 ? 0 : static_cast<int>(plan.expert_order.size(0) / tokens);
+  }
+
+  static kernels::AttentionShape shape_of(core::Arena& scratch, const Tensor& q, const Tensor& k,
+                                          const VarlenAttentionLayout& layout, double scale) {
+    kernels::AttentionShape shape;
+    shape.q_tokens = q.size(0);
+    shape.kv_tokens = k.size(0);
+    shape.q_heads = static_cast<int>(q.size(1));
+    shape.kv_heads = static_cast<int>(k.size(1));
+    shape.head_dim = static_cast<int>(q.size(2));
+    shape.num_seqs = static_cast<int>(layout.q_cu_seqlens.size(0) - 1);
+    shape.max_q_rows = max_rows(layout.q_cu_seqlens);
+    shape.max_kv_rows = max_rows(layout.kv_cu_seqlens);
+    shape.q_cu_seqlens = upload(scratch, layout.q_cu_seqlens);
+    shape.kv_cu_seqlens = upload(scratch, layout.kv_cu_seqlens);
+    shape.q_positions = layout.q_positions.data<std::int32_t>();
+    shape.kv_positions = layout.kv_positions.data<std::int32_t>();
+    shape.scale = static_cast<float>(scale);
+    return shape;
+  }
+
+  kernels::Blas blas_;
+};
+
+}  // namespace
+
+std::string backend_name() {
+#ifdef DYNCP_CUDA_EMULATION
+  return "emulated CUDA";
+#else
+  return "CUDA";
+#endif
+}
+
+int visible_devices() {
+  return kernels::visible_device_count();
+}
+
+int select_device(int local_rank, int rank) {
+  try {
+    return kernels::select_device_for_local_rank(local_rank);
+  } catch (const core::Error& error) {
+    core::throw_runtime_error("rank " + std::to_string(rank) + ": " + error.what());
+  }
+}
+
+void install_backend() {
+  static std::unique_ptr<CudaOps> ops;
+  if (ops) return;
+  if (visible_devices() == 0) {
+    core::throw_runtime_error(backend_name() + ": no visible GPU (check the driver and "
+                              "CUDA_VISIBLE_DEVICES)");
+  }
+  core::install_device_memory(&cuda_device_memory());
+  ops = std::make_unique<CudaOps>();
+  install_device_ops(ops.get());
+}
+
+}  // namespace dyncp::ops::cuda
