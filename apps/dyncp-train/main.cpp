@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#ifdef DYNCP_CUDA_BACKEND
+#include "ops/cuda/cuda_backend.hpp"
+#endif
 #include "../cli_main.hpp"
 #include "config/config_loader.hpp"
 #include "config/config_reference.hpp"
@@ -109,6 +112,11 @@ int run(const Options& options) {
         " dyncp-train ...` or, under Slurm, `srun --mpi=pmix -n " +
         std::to_string(launch.world_size) + " dyncp-train ...`");
   }
+
+#ifdef DYNCP_CUDA_BACKEND
+  // The GPU path (train/training_device.hpp decides whether this run uses it).
+  if (config.dist.device != config::Device::cpu) ops::cuda::install_backend_if_visible();
+#endif
 
   // Training: MPI is the bootstrap; communicators are destroyed before the runtime.
   dist::MpiRuntime runtime(

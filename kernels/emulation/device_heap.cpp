@@ -75,8 +75,9 @@ std::size_t configured_capacity() {
 }  // namespace
 
 DeviceHeap& DeviceHeap::instance() {
-  static DeviceHeap heap;
-  return heap;
+  // Never destroyed: device buffers owned by other statics are freed during exit.
+  static DeviceHeap* heap = new DeviceHeap;
+  return *heap;
 }
 
 DeviceHeap::DeviceHeap() : capacity_(configured_capacity()) {

@@ -20,30 +20,34 @@ namespace {
 
 namespace ctx = boost::context;
 
-constexpr std::size_t kStackBytes = 128 * 1024;
+constexpr std::size_t kStackBytes = 64 * 1024;
 constexpr std::size_t kDefaultDynamicShared = 48 * 1024;
 constexpr std::size_t kMaxDynamicShared = 227 * 1024;  // Hopper's opt-in limit per block
+constexpr std::size_t kStacksPerSlab = 64;
 
-// Stacks are reused from launch to launch: fibers are made per CUDA thread.
+// Stacks are reused from launch to launch (fibers are made per CUDA thread) and carved from
+// contiguous slabs: switching between the lanes of a block then stays within a few pages.
 class StackPool {
  public:
   ctx::stack_context allocate() {
-    ctx::stack_context stack;
     if (free_.empty()) {
-      auto memory = std::make_unique<std::byte[]>(kStackBytes);
-      stack.sp = memory.get() + kStackBytes;
-      stack.size = kStackBytes;
-      owned_.push_back(std::move(memory));
-      return stack;
+      auto slab = std::make_unique<std::byte[]>(kStackBytes * kStacksPerSlab);
+      for (std::size_t i = kStacksPerSlab; i-- > 0;) {
+        ctx::stack_context stack;
+        stack.sp = slab.get() + (i + 1) * kStackBytes;
+        stack.size = kStackBytes;
+        free_.push_back(stack);
+      }
+      slabs_.push_back(std::move(slab));
     }
-    stack = free_.back();
+    const ctx::stack_context stack = free_.back();
     free_.pop_back();
     return stack;
   }
   void deallocate(ctx::stack_context& stack) noexcept { free_.push_back(stack); }
 
  private:
-  std::vector<std::unique_ptr<std::byte[]>> owned_;
+  std::vector<std::unique_ptr<std::byte[]>> slabs_;
   std::vector<ctx::stack_context> free_;
 };
 
@@ -61,7 +65,10 @@ struct Lane {
   ctx::fiber fiber;
   ctx::fiber scheduler;  // where the lane returns when it waits
   Wait wait = Wait::none;
-  std::uint64_t exchange = 0;
+  // Shuffle slots, alternated by shuffle parity: a lane writes the other slot next time, so
+  // one barrier per shuffle suffices (nobody can be two shuffles ahead of a lane still reading).
+  std::uint64_t exchange[2] = {0, 0};
+  unsigned shuffles = 0;
 };
 
 struct BlockRun {
@@ -161,12 +168,11 @@ void sync_warp() {
 
 std::uint64_t exchange_in_warp(std::uint64_t bits, unsigned source_lane) {
   Lane& self = *run.current;
-  self.exchange = bits;
+  const unsigned slot = self.shuffles++ % 2;
+  self.exchange[slot] = bits;
   sync_warp();
   const unsigned base = self.index.thread_idx.x - self.index.thread_idx.x % 32;
-  const std::uint64_t result = (*run.lanes)[base + source_lane].exchange;
-  sync_warp();  // no lane overwrites its slot before every lane has read
-  return result;
+  return (*run.lanes)[base + source_lane].exchange[slot];
 }
 
 cudaError_t set_max_dynamic_shared_memory(const void* kernel, int bytes) {
@@ -224,6 +230,7 @@ cudaError_t run_grid(const void* kernel, const char* name, dim3 grid, dim3 block
                         block,
                         grid};
           lane.wait = Wait::none;
+          lane.shuffles = 0;
           lane.fiber = ctx::fiber(std::allocator_arg, PooledStack{&stacks},
                                   [&lane, &body, &failure](ctx::fiber&& scheduler) {
                                     lane.scheduler = std::move(scheduler);

@@ -28,6 +28,10 @@ class DeviceMemory {
   virtual void set_zero(void* dst, std::size_t bytes) = 0;
   // "CUDA" or "emulated CUDA", for logs.
   virtual std::string name() const = 0;
+  virtual int visible_devices() const = 0;
+  // One device per rank: selects device `local_rank`, or throws naming `rank` when the node has
+  // too few.
+  virtual void select_device(int local_rank, int rank) = 0;
 };
 
 // The backend's object lives for the whole process; installing twice replaces it.

@@ -129,9 +129,11 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
 
   SeamContext bin_context = run.seam;
   bin_context.activations = &activations_;
-  seams.attention->begin_bin(bin_context, {bin.cu_seqlens, bin.positions});
+  const LocalBinLayout layout{bin.cu_seqlens, bin.positions,
+                              bin.host_positions.defined() ? bin.host_positions : bin.positions};
+  seams.attention->begin_bin(bin_context, layout);
   if (has_linear_attention)
-    seams.linear_attention->begin_bin(bin_context, {bin.cu_seqlens, bin.positions});
+    seams.linear_attention->begin_bin(bin_context, layout);
 
   BinResult result;
   inputs[0] = activations_.allocate({tokens, hidden}, dtype);

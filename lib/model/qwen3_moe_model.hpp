@@ -43,6 +43,9 @@ struct PackedBin {
   // aux-loss statistics count real tokens only, so padding (which differs between layouts)
   // never changes the loss.
   Tensor token_is_real;
+  // The positions on the host when `positions` is a device tensor (undefined otherwise): the
+  // seams' work counters and schedules read them on the host.
+  Tensor host_positions;
 };
 
 struct ModelOptions {

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/error.hpp"
+#include "ops/grad_norm.hpp"
+
 namespace dyncp::parallel {
 
 GradientSync::GradientSync(const ParameterPartition& partition, float* gradients, dist::Comm& pool,
@@ -18,8 +21,16 @@ GradientSync::GradientSync(const ParameterPartition& partition, float* gradients
   packed_.reserve(partition.ranges.size());
 }
 
+void GradientSync::set_device(core::Device device) {
+  device_ = device;
+  if (device == core::Device::cuda && !device_scratch_)
+    device_scratch_ = std::make_unique<core::Arena>("gradient_sync.scratch", 1 << 20, device);
+}
+
 void GradientSync::reduce_kind(bool experts, dist::Comm& comm) {
   if (comm.size() == 1) return;
+  DYNCP_CHECK(device_ == core::Device::cpu,
+              "multi-rank reduction of device gradients is not built yet");
   const auto bucket_size = static_cast<std::int64_t>(bucket_.size());
   std::vector<const ParameterRange*>& packed = packed_;  // ranges waiting in the bucket
   packed.clear();
@@ -61,10 +72,19 @@ void GradientSync::reduce_gradients() {
 double GradientSync::global_sum_of_squares() {
   double dense = 0.0;
   double expert = 0.0;
+  ops::OpContext device_context;
+  device_context.device = device_;
+  device_context.scratch = device_scratch_.get();
   for (const ParameterRange& range : partition_.ranges) {
     double sum = 0.0;
     const float* g = gradients_ + range.offset;
-    for (std::int64_t i = 0; i < range.count; ++i) sum += static_cast<double>(g[i]) * g[i];
+    if (device_ == core::Device::cpu) {
+      for (std::int64_t i = 0; i < range.count; ++i) sum += static_cast<double>(g[i]) * g[i];
+    } else {
+      sum = ops::sum_of_squares(
+          device_context,
+          core::Tensor::view_of(const_cast<float*>(g), {range.count}, core::DType::f32, device_));
+    }
     (range.is_expert ? expert : dense) += sum;
   }
   // Each EP rank holds different experts; replicas in the expert-DP group agree after reduce.

@@ -8,8 +8,10 @@
 // as large as the bucket is reduced in place. Every rank walks the ranges in the same order.
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "core/arena.hpp"
 #include "dist/comm.hpp"
 #include "parallel/parameter_partition.hpp"
 
@@ -20,6 +22,10 @@ class GradientSync {
   GradientSync(const ParameterPartition& partition, float* gradients, dist::Comm& pool,
                dist::Comm& expert_data_parallel, dist::Comm& expert_parallel,
                std::int64_t bucket_elements = std::int64_t{4} << 20);
+
+  // The gradients live on `device` (cuda: the norm is summed there, and only one value per
+  // range crosses to the host). Multi-rank reduction of device gradients is not built yet.
+  void set_device(core::Device device);
 
   void reduce_gradients();
 
@@ -37,6 +43,8 @@ class GradientSync {
   dist::Comm& expert_parallel_;
   std::vector<float> bucket_;
   std::vector<const ParameterRange*> packed_;
+  core::Device device_ = core::Device::cpu;
+  std::unique_ptr<core::Arena> device_scratch_;
 };
 
 }  // namespace dyncp::parallel

@@ -17,7 +17,7 @@ namespace {
 Tensor view(const Tensor& flat, std::int64_t offset, std::int64_t count) {
   auto* base = static_cast<std::byte*>(flat.raw_data());
   const auto element = static_cast<std::int64_t>(core::dtype_size(flat.dtype()));
-  return Tensor::view_of(base + offset * element, {count}, flat.dtype());
+  return Tensor::view_of(base + offset * element, {count}, flat.dtype(), flat.device());
 }
 
 DType moment_dtype(DType dtype, const char* name) {
@@ -44,9 +44,11 @@ AdamWOptimizer::AdamWOptimizer(const model::Qwen3MoeParameters& parameters,
     : settings_(settings),
       values_(parameters.all_values().data<float>()),
       full_shape_(parameters.all_values().shape()),
-      exp_avg_(Tensor::zeros(full_shape_, moment_dtype(settings.exp_avg_dtype, "exp_avg"))),
-      exp_avg_sq_(
-          Tensor::zeros(full_shape_, moment_dtype(settings.exp_avg_sq_dtype, "exp_avg_sq"))),
+      device_(parameters.device()),
+      exp_avg_(Tensor::zeros(full_shape_, moment_dtype(settings.exp_avg_dtype, "exp_avg"),
+                             device_)),
+      exp_avg_sq_(Tensor::zeros(
+          full_shape_, moment_dtype(settings.exp_avg_sq_dtype, "exp_avg_sq"), device_)),
       owned_elements_(partition.dense_elements + partition.expert_elements) {
   for (const parallel::ParameterRange& range : partition.ranges)
     add_range(parameters, range, range.offset);
@@ -88,7 +90,8 @@ void AdamWOptimizer::step(double lr, std::int64_t step, double grad_scale) {
   params.weight_decay = settings_.weight_decay;
   params.step = step;
   params.grad_scale = grad_scale;
-  const ops::OpContext context;
+  ops::OpContext context;
+  context.device = device_;
   for (const RangeViews& range : ranges_) {
     ops::adamw_step(context, range.param, range.grad, range.exp_avg, range.exp_avg_sq, params,
                     range.weight_decay);
@@ -102,7 +105,11 @@ AdamWOptimizer::FullSizeMoments AdamWOptimizer::full_size_moments() const {
   FullSizeMoments full;
   for (const auto& [own, out] :
        {std::pair{&exp_avg_, &full.exp_avg}, std::pair{&exp_avg_sq_, &full.exp_avg_sq}}) {
-    if (own->dtype() == DType::f32) {
+    if (own->device() != core::Device::cpu) {
+      // Checkpoint writers and readers are host code: a host copy of the device moments.
+      *out = Tensor::empty(full_shape_, own->dtype());
+      out->copy_from(*own);
+    } else if (own->dtype() == DType::f32) {
       *out = *own;
     } else {
       *out = Tensor::empty(full_shape_, DType::f32);

@@ -86,6 +86,7 @@ class AdamWOptimizer {
   parallel::ShardedStateSync* sync_ = nullptr;
   float* values_ = nullptr;
   core::Shape full_shape_;
+  core::Device device_ = core::Device::cpu;
   core::Tensor exp_avg_;
   core::Tensor exp_avg_sq_;
   std::int64_t owned_elements_ = 0;

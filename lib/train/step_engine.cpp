@@ -4,6 +4,7 @@
 #include <chrono>
 #include <string>
 
+#include "core/device_memory.hpp"
 #include "core/error.hpp"
 #include "packing/cost_aware.hpp"
 #include "packing/default_dynamic_cp.hpp"
@@ -54,7 +55,28 @@ StepEngine::StepEngine(model::Qwen3MoeModel& model, dist::ParallelState& paralle
     gradient_sync_.emplace(partition_, model.parameters().all_grads().data<float>(),
                            parallel_state.pool(), parallel_state.expert_data_parallel(),
                            parallel_state.expert_parallel());
+    gradient_sync_->set_device(model.parameters().device());
   }
+  if (model.parameters().device() == core::Device::cuda) {
+    device_bin_arena_ = std::make_unique<core::Arena>("step.device_bin", std::size_t{1} << 20,
+                                                      core::Device::cuda);
+  }
+}
+
+const model::PackedBin& StepEngine::upload_bin(const model::PackedBin& host_bin) {
+  if (!device_bin_arena_) return host_bin;
+  core::Arena& arena = *device_bin_arena_;
+  arena.reset();
+  device_bin_ = host_bin;  // cu_seqlens stays on the host: the ops size their work from it
+  device_bin_.host_positions = host_bin.positions;
+  for (core::Tensor* tensor : {&device_bin_.token_ids, &device_bin_.labels, &device_bin_.positions,
+                               &device_bin_.loss_mask, &device_bin_.token_is_real}) {
+    if (!tensor->defined()) continue;
+    const core::Tensor device = arena.allocate(tensor->shape(), tensor->dtype());
+    device.copy_from(*tensor);
+    *tensor = device;
+  }
+  return device_bin_;
 }
 
 packing::Schedule StepEngine::make_schedule(std::span<const std::int64_t> real_lengths) const {
@@ -101,6 +123,9 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
   const std::int64_t rank = parallel_state_.rank();
   counters_.reset();
   const std::uint64_t bytes_before = parallel_state_.total_counters().total().bytes_sent;
+  const auto& traffic = core::device_traffic();
+  const std::uint64_t device_bytes_before =
+      traffic.host_to_device_bytes.load() + traffic.device_to_host_bytes.load();
 
   // Lengths and the schedule: the same on every rank, no communication.
   auto clock = std::chrono::steady_clock::now();
@@ -178,7 +203,8 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
   for (std::int64_t m = 0; m < microbatches; ++m) {
     const auto& p = params[static_cast<std::size_t>(m)];
     const auto build_start = std::chrono::steady_clock::now();
-    const model::PackedBin& bin = bin_builder_.build(p, samples[static_cast<std::size_t>(m)]);
+    const model::PackedBin& bin =
+        upload_bin(bin_builder_.build(p, samples[static_cast<std::size_t>(m)]));
     outcome.time.data_ms += elapsed_ms(build_start);
     dist::Comm* group = runtime_group(p.group_size);
     attention_->set_group(group);
@@ -221,6 +247,9 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
   outcome.loss_sum = local_sums[0];
   outcome.aux_loss = local_sums[1];
   outcome.loss = outcome.loss_sum * inverse_tokens;
+  outcome.host_device_bytes = static_cast<std::int64_t>(
+      traffic.host_to_device_bytes.load() + traffic.device_to_host_bytes.load() -
+      device_bytes_before);
   return outcome;
 }
 

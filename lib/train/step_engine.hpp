@@ -69,6 +69,9 @@ struct StepOutcome {
   std::int64_t real_tokens = 0;    // Σ original lengths
   std::int64_t padded_tokens = 0;  // Σ lengths padded for the groups the schedule chose
   double model_flops = 0;          // Megatron's formula on those padded lengths, whole batch
+  // Bytes this rank copied between host and device in the step (0 on the CPU): the bins up,
+  // the expert offsets, losses and norms down.
+  std::int64_t host_device_bytes = 0;
   StepTimeBreakdown time;
 };
 
@@ -111,6 +114,10 @@ class StepEngine {
   std::optional<parallel::GradientSync> gradient_sync_;             // replicated optimizer state
   std::unique_ptr<parallel::ShardedStateSync> sharded_state_sync_;  // distributed optimizer
   BinBuilder bin_builder_;
+  // On the GPU: the bin's per-token tensors, uploaded from the host bin each microbatch.
+  const model::PackedBin& upload_bin(const model::PackedBin& host_bin);
+  std::unique_ptr<core::Arena> device_bin_arena_;
+  model::PackedBin device_bin_;
   packing::Schedule schedule_;
   std::vector<std::int64_t> real_lengths_;
   std::vector<packing::PackedSeqParams> microbatch_params_;

@@ -30,6 +30,9 @@
 #include "train/tensorboard_writer.hpp"
 #include "train/training_checkpoint.hpp"
 #include "train/training_data.hpp"
+#include "train/training_device.hpp"
+#include "dist/launch_env.hpp"
+#include "core/device_memory.hpp"
 
 namespace dyncp::train {
 
@@ -80,13 +83,8 @@ void add_rank_spread(StepMetrics& metrics, dist::Comm& world) {
 }  // namespace
 
 TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& world) {
-  // The CUDA kernels exist (kernels/, checked by tools/gpu-check.sh) but no step runs on them
-  // yet, so `auto` resolves to the CPU and an explicit `cuda` is refused up front.
-  if (config.dist.device == config::Device::cuda) {
-    core::throw_config_error("dist.device",
-                             "cuda: this build has no GPU training step yet (docs/cuda.md); use "
-                             "cpu, or auto (= cpu until the GPU step exists)");
-  }
+  const core::Device device = resolve_training_device(
+      config, world.size(), dist::discover_launch_env().local_rank, world.rank());
   TrainerReport report;
   const auto& model_config = config.model;
   const dist::ParallelLayout layout =
@@ -123,7 +121,10 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
   // Under EP this rank holds only its experts' weights, gradients and moments.
   model_options.experts = parallel::local_expert_range(model_config.architecture.num_experts,
                                                        parallel_state.expert_parallel());
+  model_options.device = device;
   model::Qwen3MoeModel model(model_config.architecture, model_options);
+  // Loads, checkpoints and exports are host code: on the GPU they go through a host copy.
+  HostParameters host_parameters(model.parameters());
   const std::string& initial = !config.checkpoint.pretrained_checkpoint.empty()
                                    ? config.checkpoint.pretrained_checkpoint
                                    : model_config.hf_model_path;
@@ -135,7 +136,8 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
                                "model.safetensors or model.safetensors.index.json)");
   }
   if (!initial.empty() && config::has_hf_weights(initial)) {
-    model::load_hf_weights(initial, model.parameters());
+    model::load_hf_weights(initial, host_parameters.staging());
+    host_parameters.upload();
     spdlog::info("model: {} parameters on this rank loaded from {}",
                  model.parameters().num_parameters(), initial);
   } else {
@@ -238,8 +240,9 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
     const auto latest = CheckpointStore::find_latest(config.checkpoint.load);
     if (latest) {
       const AdamWOptimizer::FullSizeMoments moments = optimizer.full_size_moments();
-      state = read_training_checkpoint(*latest, model.parameters(), moments.exp_avg,
+      state = read_training_checkpoint(*latest, host_parameters.staging(), moments.exp_avg,
                                        moments.exp_avg_sq);
+      host_parameters.upload();
       optimizer.load_full_size_moments(moments);
       spdlog::info("resumed from {} at iteration {} ({} samples consumed)", latest->string(),
                    state.iteration, state.consumed_samples);
@@ -272,15 +275,16 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
     // experts of other EP ranks come through the gather while rank 0 writes.
     const AdamWOptimizer::FullSizeMoments moments = optimizer.full_size_moments();
     optimizer.gather_full_size_moments(moments);
+    const model::Qwen3MoeParameters& parameters = host_parameters.download();
     if (writer_group && world.rank() != 0) {
-      write_training_checkpoint({}, model.parameters(), moments.exp_avg, moments.exp_avg_sq, state,
+      write_training_checkpoint({}, parameters, moments.exp_avg, moments.exp_avg_sq, state,
                                 &expert_gather, /*write=*/false);
     }
     if (world.rank() == 0) {
       const fs::path folder = store->begin(state.iteration);
       try {
-        write_training_checkpoint(folder, model.parameters(), moments.exp_avg, moments.exp_avg_sq,
-                                  state, &expert_gather);
+        write_training_checkpoint(folder, parameters, moments.exp_avg, moments.exp_avg_sq, state,
+                                  &expert_gather);
         spdlog::info("checkpoint saved: {}", store->commit(state.iteration).string());
       } catch (const core::Error& error) {
         store->abandon(state.iteration);
@@ -429,12 +433,13 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
       config.checkpoint.save_interval && state.iteration % *config.checkpoint.save_interval == 0;
   if (store && !saved_last && report.iterations > 0) save_checkpoint();
   if (!config.checkpoint.export_hf.empty()) {
+    const model::Qwen3MoeParameters& parameters = host_parameters.download();
     if (writer_group && world.rank() != 0) {
-      model::save_hf_checkpoint(config.checkpoint.export_hf, model.parameters(),
+      model::save_hf_checkpoint(config.checkpoint.export_hf, parameters,
                                 model::StoredDType::bf16, 0, &expert_gather, /*write=*/false);
     }
     if (world.rank() == 0) {
-      model::save_hf_checkpoint(config.checkpoint.export_hf, model.parameters(),
+      model::save_hf_checkpoint(config.checkpoint.export_hf, parameters,
                                 model::StoredDType::bf16, 0, &expert_gather);
       complete_hf_export(config.checkpoint.export_hf,
                          training_data.tokenizer ? tokenizer_directory(config) : fs::path(),

@@ -10,6 +10,8 @@ namespace dyncp::ops::cuda {
 
 // Installs the backend for this process (idempotent). Throws when no device is visible.
 void install_backend();
+// The same, but false instead of an error when no device is visible (dist.device: auto).
+bool install_backend_if_visible();
 // "CUDA" or "emulated CUDA".
 std::string backend_name();
 // Number of visible devices (0 without a driver or GPU).

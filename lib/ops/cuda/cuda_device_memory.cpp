@@ -44,6 +44,8 @@ class CudaDeviceMemory final : public core::DeviceMemory {
     DYNCP_CUDA_CHECK(cudaMemset(dst, 0, bytes));
   }
   std::string name() const override { return backend_name(); }
+  int visible_devices() const override { return cuda::visible_devices(); }
+  void select_device(int local_rank, int rank) override { cuda::select_device(local_rank, rank); }
 };
 
 }  // namespace

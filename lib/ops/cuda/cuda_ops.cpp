@@ -404,15 +404,23 @@ int select_device(int local_rank, int rank) {
 }
 
 void install_backend() {
-  static std::unique_ptr<CudaOps> ops;
-  if (ops) return;
+  // Lives until the process ends and is never destroyed: tearing down cuBLASLt handles and
+  // device buffers during exit races the CUDA runtime's own teardown.
+  static CudaOps* ops = nullptr;
+  if (ops != nullptr) return;
   if (visible_devices() == 0) {
     core::throw_runtime_error(backend_name() + ": no visible GPU (check the driver and "
                               "CUDA_VISIBLE_DEVICES)");
   }
   core::install_device_memory(&cuda_device_memory());
-  ops = std::make_unique<CudaOps>();
-  install_device_ops(ops.get());
+  ops = new CudaOps;
+  install_device_ops(ops);
+}
+
+bool install_backend_if_visible() {
+  if (visible_devices() == 0) return false;
+  install_backend();
+  return true;
 }
 
 }  // namespace dyncp::ops::cuda

@@ -1,0 +1,76 @@
+#include "train/training_device.hpp"
+
+#include <string>
+
+#include "core/device_memory.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace dyncp::train {
+namespace {
+
+// What the GPU path does not have yet, with the key that asks for it (docs/cuda.md).
+void refuse_unbuilt_gpu_features(const config::ConfigContainer& config, int world_size) {
+  const auto refuse = [](const std::string& key, const std::string& why) {
+    core::throw_config_error(key, why + " (dist.device: cuda; docs/cuda.md says what the GPU "
+                                        "path runs today), or train with dist.device: cpu");
+  };
+  if (world_size > 1)
+    refuse("dist.device", "multi-rank GPU training needs NCCL collectives on device tensors, "
+                          "which are not wired into the step yet: run one rank per job");
+  if (config.model.architecture.is_hybrid())
+    refuse("model.model_type", config.model.architecture.model_type +
+                                   ": the Gated DeltaNet ops have no CUDA kernels yet");
+  if (config.model.moe_router_load_balancing_type != config::LoadBalancingType::none)
+    refuse("model.moe_router_load_balancing_type",
+           "the MoE aux-loss ops have no CUDA kernels yet: set it to none");
+  if (config.ddp.use_distributed_optimizer)
+    refuse("ddp.use_distributed_optimizer", "the sharded optimizer state is host code so far");
+  if (config.optimizer.exp_avg_dtype == config::StateDType::bfloat16 ||
+      config.optimizer.exp_avg_sq_dtype == config::StateDType::bfloat16)
+    refuse("optimizer.exp_avg_dtype", "bf16 Adam moments have no CUDA kernel yet: keep fp32");
+}
+
+}  // namespace
+
+core::Device resolve_training_device(const config::ConfigContainer& config, int world_size,
+                                     int local_rank, int rank) {
+  const config::Device asked = config.dist.device;
+  if (asked == config::Device::cpu) return core::Device::cpu;
+  const bool backend = core::has_device_memory() && core::device_memory().visible_devices() > 0;
+  if (asked == config::Device::auto_detect && !backend) return core::Device::cpu;
+  if (!backend) {
+    core::throw_config_error("dist.device",
+                             "cuda: this binary has no CUDA backend or sees no GPU (built "
+                             "without CUDA, or no driver / CUDA_VISIBLE_DEVICES): use cpu");
+  }
+  refuse_unbuilt_gpu_features(config, world_size);
+  core::device_memory().select_device(local_rank, rank);
+  spdlog::info("device: {} device {} for local rank {}", core::device_memory().name(), local_rank,
+               local_rank);
+  return core::Device::cuda;
+}
+
+HostParameters::HostParameters(const model::Qwen3MoeParameters& parameters)
+    : parameters_(parameters) {}
+
+const model::Qwen3MoeParameters& HostParameters::staging() {
+  if (parameters_.device() == core::Device::cpu) return parameters_;
+  if (!host_) {
+    host_ = std::make_unique<model::Qwen3MoeParameters>(
+        parameters_.architecture(), parameters_.expert_range(), parameters_.all_values().dtype());
+  }
+  return *host_;
+}
+
+const model::Qwen3MoeParameters& HostParameters::download() {
+  const model::Qwen3MoeParameters& host = staging();
+  if (&host != &parameters_) host.copy_values_from(parameters_);
+  return host;
+}
+
+void HostParameters::upload() {
+  if (host_) parameters_.copy_values_from(*host_);
+}
+
+}  // namespace dyncp::train
