@@ -216,9 +216,10 @@ void append_runtime_keys(std::vector<KeySpec>& keys) {
                           {.rules = "must be false (dynamic CP groups come from the parallel "
                                     "state)"}));
   keys.push_back(make_key("dist.device", DYNCP_FIELD(dist.device),
-                          "Device of each rank; auto = cpu until the GPU training step exists",
-                          {.rules = "cuda is refused by training (exit 2) for now; --dry-run "
-                                    "accepts it"}));
+                          "Device of each rank: one GPU per rank by local rank; auto = cuda when "
+                          "the binary has a CUDA backend and sees a GPU, else cpu",
+                          {.rules = "cuda without a visible GPU, or with a feature the GPU path "
+                                    "lacks (docs/cuda.md), is refused by training (exit 2)"}));
   keys.push_back(make_key("dist.eager_dynamic_cp_groups", DYNCP_FIELD(dist.eager_dynamic_cp_groups),
                           "Create every dynamic CP communicator at start-up instead of on first "
                           "use"));
