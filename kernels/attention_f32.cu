@@ -66,10 +66,10 @@ __global__ void attention_f32_forward_kernel(AttentionShape shape, const float* 
 }
 
 // dq: overwrite or accumulate (the thread owns its row); dk / dv: atomically accumulated.
-__global__ void attention_f32_backward_kernel(AttentionShape shape, const float* q,
-                                              const float* k, const float* v, const float* dout,
-                                              const float* out, const float* lse, float* dq,
-                                              bool accumulate_dq, float* dk, float* dv) {
+__global__ void attention_f32_backward_kernel(AttentionShape shape, const float* q, const float* k,
+                                              const float* v, const float* dout, const float* out,
+                                              const float* lse, float* dq, bool accumulate_dq,
+                                              float* dk, float* dv) {
   const std::int64_t item = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
   if (item >= shape.q_tokens * shape.q_heads) return;
   const std::int64_t row = item / shape.q_heads;

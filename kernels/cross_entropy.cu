@@ -82,8 +82,8 @@ void fused_cross_entropy(Blas& blas, const CrossEntropyArgs& a, float* logits_sc
        a.per_token_loss, a.loss_sum, a.num_loss_tokens, a.bad_label);
       DYNCP_CUDA_CHECK_LAUNCH();
       if (!want_grad) continue;
-      linear_backward(blas, dlogits, hidden, weight, dhidden, false, a.dlm_weight, rows, h,
-                      a.vocab, stream);
+      linear_backward(blas, dlogits, hidden, weight, dhidden, false, a.dlm_weight, rows, h, a.vocab,
+                      stream);
       continue;
     }
     const bf16* hidden = static_cast<const bf16*>(a.hidden) + row0 * h;

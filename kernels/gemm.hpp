@@ -1,7 +1,8 @@
 #pragma once
 // Matrix products through cuBLASLt: bf16 (mixed precision) or fp32 inputs, fp32 accumulation and
-// scaling, fp32 or bf16 output. Row-major like lib/ops/gemm.hpp; the row-major product is handed to cuBLASLt as the
-// column-major product of the transposes (C^T = op(B)^T · op(A)^T), so no data moves.
+// scaling, fp32 or bf16 output. Row-major like lib/ops/gemm.hpp; the row-major product is handed to
+// cuBLASLt as the column-major product of the transposes (C^T = op(B)^T · op(A)^T), so no data
+// moves.
 
 #include <cublasLt.h>
 #include <cuda_bf16.h>

@@ -113,7 +113,7 @@ void* DeviceHeap::allocate(std::size_t bytes) {
     if (top_ + size > capacity_) return nullptr;
     top_ += size;
   }
-  live_.emplace(offset, size);
+  live_.emplace(offset, Allocation{size, bytes});
   const std::size_t needed = round_up(top_, kPage);
   if (needed > protected_) {
     // New pages start inaccessible unless a launch or copy has the heap open right now.
@@ -129,7 +129,7 @@ bool DeviceHeap::release(void* pointer) {
   if (!in_range(pointer)) return false;
   const auto it = live_.find(offset);
   if (it == live_.end()) return false;
-  std::size_t begin = it->first, size = it->second;
+  std::size_t begin = it->first, size = it->second.reserved;
   live_.erase(it);
   // Coalesce with the neighbours so long runs do not fragment the range.
   auto next = free_.lower_bound(begin);
@@ -164,9 +164,9 @@ bool DeviceHeap::find(const void* pointer, std::uintptr_t& base, std::size_t& si
   auto it = live_.upper_bound(offset);
   if (it == live_.begin()) return false;
   --it;
-  if (offset >= it->first + it->second) return false;
+  if (offset >= it->first + it->second.reserved) return false;
   base = reinterpret_cast<std::uintptr_t>(base_ + it->first);
-  size = it->second;
+  size = it->second.requested;
   return true;
 }
 
@@ -181,7 +181,7 @@ bool DeviceHeap::covers(const void* pointer, std::size_t bytes) const {
 std::size_t DeviceHeap::used_bytes() const {
   std::lock_guard lock(mutex_);
   std::size_t used = 0;
-  for (const auto& [offset, size] : live_) used += size;
+  for (const auto& [offset, allocation] : live_) used += allocation.reserved;
   return used;
 }
 

@@ -24,7 +24,7 @@ class DeviceHeap {
   bool in_range(const void* pointer) const;
   // True when [pointer, pointer + bytes) lies inside one live allocation.
   bool covers(const void* pointer, std::size_t bytes) const;
-  // Base and size of the live allocation holding `pointer` (false when none).
+  // Base and requested size of the live allocation holding `pointer` (false when none).
   bool find(const void* pointer, std::uintptr_t& base, std::size_t& size) const;
 
   std::size_t total_bytes() const { return capacity_; }
@@ -43,9 +43,13 @@ class DeviceHeap {
   std::byte* base_ = nullptr;
   std::size_t reserved_ = 0;
   std::size_t capacity_ = 0;
-  std::size_t top_ = 0;                      // bytes of the range ever handed out
-  std::size_t protected_ = 0;                // bytes whose protection open/close toggles
-  std::map<std::size_t, std::size_t> live_;  // offset -> bytes
+  std::size_t top_ = 0;        // bytes of the range ever handed out
+  std::size_t protected_ = 0;  // bytes whose protection open/close toggles
+  struct Allocation {
+    std::size_t reserved;   // rounded to the alignment
+    std::size_t requested;  // what cudaMalloc was asked for: copies must stay inside it
+  };
+  std::map<std::size_t, Allocation> live_;   // offset -> allocation
   std::map<std::size_t, std::size_t> free_;  // offset -> bytes, coalesced
   int open_depth_ = 0;
   mutable std::mutex mutex_;

@@ -1,10 +1,9 @@
 #include "core/tensor.hpp"
 
-#include "core/device_memory.hpp"
-
 #include <cstdlib>
 #include <cstring>
 
+#include "core/device_memory.hpp"
 #include "core/error.hpp"
 
 namespace dyncp::core {

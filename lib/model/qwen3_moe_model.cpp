@@ -65,9 +65,8 @@ Qwen3MoeModel::Qwen3MoeModel(const config::ModelArchitecture& architecture, Mode
       activations_("model.activations", core::Arena::kDefaultBlockBytes, options.device),
       scratch_("model.scratch", core::Arena::kDefaultBlockBytes, options.device),
       host_saves_("model.host_saves", std::size_t{1} << 20) {
-  layer_saves_ =
-      std::make_unique<core::Arena>("model.layer_saves", core::Arena::kDefaultBlockBytes,
-                                    options.device);
+  layer_saves_ = std::make_unique<core::Arena>("model.layer_saves", core::Arena::kDefaultBlockBytes,
+                                               options.device);
   layer_activations_ = std::make_unique<LayerActivations>();
   const auto layers = static_cast<std::size_t>(parameters_.architecture().num_hidden_layers);
   layer_activations_->layer_inputs.resize(layers + 1);
@@ -132,8 +131,7 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
   const LocalBinLayout layout{bin.cu_seqlens, bin.positions,
                               bin.host_positions.defined() ? bin.host_positions : bin.positions};
   seams.attention->begin_bin(bin_context, layout);
-  if (has_linear_attention)
-    seams.linear_attention->begin_bin(bin_context, layout);
+  if (has_linear_attention) seams.linear_attention->begin_bin(bin_context, layout);
 
   BinResult result;
   inputs[0] = activations_.allocate({tokens, hidden}, dtype);

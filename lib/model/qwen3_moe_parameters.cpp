@@ -274,8 +274,7 @@ void validate_qwen3_moe_architecture(const config::ModelArchitecture& a) {
 }
 
 Qwen3MoeParameters::Qwen3MoeParameters(const config::ModelArchitecture& architecture,
-                                       ExpertRange experts, core::DType dtype,
-                                       core::Device device)
+                                       ExpertRange experts, core::DType dtype, core::Device device)
     : architecture_(architecture), expert_range_(experts) {
   if (dtype != DType::f32 && dtype != DType::f64)
     core::throw_config_error("model.dtype", "parameters are f32 or f64");

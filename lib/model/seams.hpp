@@ -43,8 +43,8 @@ struct SeamContext {
 
 // What a rank holds of the current bin, as the attention sees it.
 struct LocalBinLayout {
-  Tensor cu_seqlens;  // i32 [S + 1]: local rows of sequence s are [cu[s], cu[s+1])
-  Tensor positions;   // i32 [T]: global position of each local row inside its sequence
+  Tensor cu_seqlens;      // i32 [S + 1]: local rows of sequence s are [cu[s], cu[s+1])
+  Tensor positions;       // i32 [T]: global position of each local row inside its sequence
   Tensor host_positions;  // the same on the host; undefined: `positions` is on the host
 };
 

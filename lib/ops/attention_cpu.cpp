@@ -313,15 +313,15 @@ void attention_backward(const OpContext& ctx, const Tensor& dout, const Tensor& 
                         const Tensor& dk, const Tensor& dv, AttentionGradModes modes) {
   constexpr std::string_view op = "attention_backward";
   detail::require_float_operands_on_any_device(op, ctx,
-                                 {{"dout", &dout},
-                                  {"q", &q},
-                                  {"k", &k},
-                                  {"v", &v},
-                                  {"out", &out},
-                                  {"saved.lse", &saved.lse},
-                                  {"dq", &dq},
-                                  {"dk", &dk},
-                                  {"dv", &dv}});
+                                               {{"dout", &dout},
+                                                {"q", &q},
+                                                {"k", &k},
+                                                {"v", &v},
+                                                {"out", &out},
+                                                {"saved.lse", &saved.lse},
+                                                {"dq", &dq},
+                                                {"dk", &dk},
+                                                {"dv", &dv}});
   const Dims dims = check_qkv(op, q, k, v);
   detail::require_shape(op, "dout", dout, q.shape());
   detail::require_shape(op, "out", out, q.shape());

@@ -138,11 +138,11 @@ CrossEntropyResult fused_cross_entropy(const OpContext& ctx, const Tensor& hidde
                                        const CrossEntropyOptions& options) {
   constexpr std::string_view op = "fused_cross_entropy";
   detail::require_float_operands_on_any_device(op, ctx,
-                                 {{"hidden", &hidden},
-                                  {"lm_weight", &lm_weight},
-                                  {"per_token_loss", &per_token_loss},
-                                  {"dhidden", &dhidden},
-                                  {"dlm_weight", &dlm_weight}});
+                                               {{"hidden", &hidden},
+                                                {"lm_weight", &lm_weight},
+                                                {"per_token_loss", &per_token_loss},
+                                                {"dhidden", &dhidden},
+                                                {"dlm_weight", &dlm_weight}});
   detail::require_rank(op, "hidden", hidden, 2);
   detail::require_rank(op, "lm_weight", lm_weight, 2);
   const Problem pb{hidden.size(0), hidden.size(1), lm_weight.size(0),

@@ -86,8 +86,8 @@ void DeviceOps::permute_forward(const OpContext&, const Tensor&, const PermutePl
                                 const Tensor&) {
   unsupported("permute_forward");
 }
-void DeviceOps::permute_backward(const OpContext&, const Tensor&, const PermutePlan&,
-                                 const Tensor&, GradMode) {
+void DeviceOps::permute_backward(const OpContext&, const Tensor&, const PermutePlan&, const Tensor&,
+                                 GradMode) {
   unsupported("permute_backward");
 }
 void DeviceOps::unpermute_forward(const OpContext&, const Tensor&, const PermutePlan&,

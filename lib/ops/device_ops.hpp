@@ -27,10 +27,10 @@ class DeviceOps {
  public:
   virtual ~DeviceOps() = default;
 
-  virtual void embedding_forward(const OpContext& ctx, const Tensor& token_ids,
-                                 const Tensor& table, const Tensor& out);
-  virtual void embedding_backward(const OpContext& ctx, const Tensor& token_ids,
-                                  const Tensor& dout, const Tensor& dtable);
+  virtual void embedding_forward(const OpContext& ctx, const Tensor& token_ids, const Tensor& table,
+                                 const Tensor& out);
+  virtual void embedding_backward(const OpContext& ctx, const Tensor& token_ids, const Tensor& dout,
+                                  const Tensor& dtable);
   virtual void rmsnorm_forward(const OpContext& ctx, const Tensor& x, const Tensor& weight,
                                double eps, RmsNormVariant variant, const Tensor& y,
                                RmsNormSaved& saved);
@@ -49,14 +49,14 @@ class DeviceOps {
   virtual void swiglu_fused_backward(const OpContext& ctx, const Tensor& dout,
                                      const Tensor& gate_up, const Tensor& dgate_up);
   virtual void router_forward(const OpContext& ctx, const Tensor& logits, int top_k,
-                              bool normalize_top_k, const Tensor& expert_ids,
-                              const Tensor& weights, RouterSaved& saved);
+                              bool normalize_top_k, const Tensor& expert_ids, const Tensor& weights,
+                              RouterSaved& saved);
   virtual void router_backward(const OpContext& ctx, const Tensor& dweights,
                                const Tensor& expert_ids, const Tensor& weights,
                                const RouterSaved& saved, bool normalize_top_k,
                                const Tensor& dlogits);
-  virtual void build_permute_plan(const OpContext& ctx, const Tensor& expert_ids,
-                                  int num_experts, PermutePlan& plan);
+  virtual void build_permute_plan(const OpContext& ctx, const Tensor& expert_ids, int num_experts,
+                                  PermutePlan& plan);
   virtual void permute_forward(const OpContext& ctx, const Tensor& x, const PermutePlan& plan,
                                const Tensor& x_perm);
   virtual void permute_backward(const OpContext& ctx, const Tensor& dx_perm,
@@ -83,8 +83,8 @@ class DeviceOps {
                                                  const Tensor& dhidden, const Tensor& dlm_weight,
                                                  const CrossEntropyOptions& options);
   virtual void attention_forward(const OpContext& ctx, const Tensor& q, const Tensor& k,
-                                 const Tensor& v, const VarlenAttentionLayout& layout,
-                                 double scale, const Tensor& out, AttentionSaved& saved);
+                                 const Tensor& v, const VarlenAttentionLayout& layout, double scale,
+                                 const Tensor& out, AttentionSaved& saved);
   virtual void attention_backward(const OpContext& ctx, const Tensor& dout, const Tensor& q,
                                   const Tensor& k, const Tensor& v, const Tensor& out,
                                   const AttentionSaved& saved, const VarlenAttentionLayout& layout,

@@ -1,8 +1,8 @@
 #include <string>
 
 #include "ops/blas.hpp"
-#include "ops/gemm.hpp"
 #include "ops/device_ops.hpp"
+#include "ops/gemm.hpp"
 #include "ops/op_checks.hpp"
 
 namespace dyncp::ops {
@@ -143,7 +143,8 @@ void check_grouped(std::string_view op, const Tensor& x, const Tensor& weight,
 void grouped_linear_forward(const OpContext& ctx, const Tensor& x, const Tensor& weight,
                             const Tensor& group_offsets, const Tensor& y) {
   constexpr std::string_view op = "grouped_linear_forward";
-  detail::require_float_operands_on_any_device(op, ctx, {{"x", &x}, {"weight", &weight}, {"y", &y}});
+  detail::require_float_operands_on_any_device(op, ctx,
+                                               {{"x", &x}, {"weight", &weight}, {"y", &y}});
   check_grouped(op, x, weight, group_offsets, y);
   if (ctx.device == Device::cuda)
     return detail::device_ops(op).grouped_linear_forward(ctx, x, weight, group_offsets, y);
@@ -175,7 +176,8 @@ void grouped_linear_backward(const OpContext& ctx, const Tensor& dy, const Tenso
     fail(op, "dx " + dx.describe() + " must match x " + x.describe());
   if (dweight.defined()) detail::require_shape(op, "dweight", dweight, weight.shape());
   if (ctx.device == Device::cuda)
-    return detail::device_ops(op).grouped_linear_backward(ctx, dy, x, weight, group_offsets, dx, dweight, dx_mode);
+    return detail::device_ops(op).grouped_linear_backward(ctx, dy, x, weight, group_offsets, dx,
+                                                          dweight, dx_mode);
   const auto* offsets = group_offsets.data<std::int64_t>();
   const std::int64_t experts = weight.size(0), out_dim = weight.size(1), in_dim = weight.size(2);
   detail::dispatch_float(op, x.dtype(), [&](auto zero) {

@@ -5,9 +5,9 @@
 #include <tuple>
 
 #include "ops/adamw.hpp"
+#include "ops/device_ops.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/grad_norm.hpp"
-#include "ops/device_ops.hpp"
 #include "ops/op_checks.hpp"
 
 namespace dyncp::ops {
@@ -107,8 +107,7 @@ double sum_of_squares(const OpContext& ctx, const Tensor& x) {
   constexpr std::string_view op = "sum_of_squares";
   detail::require_float_operands_on_any_device(op, ctx, {{"x", &x}});
   double total = 0;
-  if (ctx.device == Device::cuda)
-    return detail::device_ops(op).sum_of_squares(ctx, x);
+  if (ctx.device == Device::cuda) return detail::device_ops(op).sum_of_squares(ctx, x);
   detail::dispatch_float(op, x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* v = x.data<T>();
@@ -135,8 +134,7 @@ void add(const OpContext& ctx, const Tensor& a, const Tensor& b, const Tensor& o
   if (a.numel() != b.numel() || a.numel() != out.numel()) {
     detail::fail(op, a.describe() + " + " + b.describe() + " -> " + out.describe());
   }
-  if (ctx.device == Device::cuda)
-    return detail::device_ops(op).add(ctx, a, b, out);
+  if (ctx.device == Device::cuda) return detail::device_ops(op).add(ctx, a, b, out);
   detail::dispatch_float(op, a.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* x = a.data<T>();

@@ -129,7 +129,8 @@ void permute_backward(const OpContext& ctx, const Tensor& dx_perm, const Permute
 void unpermute_forward(const OpContext& ctx, const Tensor& y_perm, const PermutePlan& plan,
                        const Tensor& weights, const Tensor& y) {
   constexpr std::string_view op = "unpermute_forward";
-  detail::require_float_operands_on_any_device(op, ctx, {{"y_perm", &y_perm}, {"weights", &weights}, {"y", &y}});
+  detail::require_float_operands_on_any_device(
+      op, ctx, {{"y_perm", &y_perm}, {"weights", &weights}, {"y", &y}});
   detail::require_rank(op, "y", y, 2);
   const PlanDims dims = check_plan(op, plan, y.size(0));
   const std::int64_t hidden = y.size(1);
@@ -160,11 +161,11 @@ void unpermute_backward(const OpContext& ctx, const Tensor& dy, const Tensor& y_
                         const Tensor& dweights) {
   constexpr std::string_view op = "unpermute_backward";
   detail::require_float_operands_on_any_device(op, ctx,
-                                 {{"dy", &dy},
-                                  {"y_perm", &y_perm},
-                                  {"weights", &weights},
-                                  {"dy_perm", &dy_perm},
-                                  {"dweights", &dweights}});
+                                               {{"dy", &dy},
+                                                {"y_perm", &y_perm},
+                                                {"weights", &weights},
+                                                {"dy_perm", &dy_perm},
+                                                {"dweights", &dweights}});
   detail::require_rank(op, "dy", dy, 2);
   const PlanDims dims = check_plan(op, plan, dy.size(0));
   const std::int64_t hidden = dy.size(1);
@@ -174,7 +175,8 @@ void unpermute_backward(const OpContext& ctx, const Tensor& dy, const Tensor& y_
   detail::require_shape(op, "dweights", dweights, weights.shape());
   const std::int32_t* row_of = plan.assignment_row.data<std::int32_t>();
   if (ctx.device == Device::cuda)
-    return detail::device_ops(op).unpermute_backward(ctx, dy, y_perm, plan, weights, dy_perm, dweights);
+    return detail::device_ops(op).unpermute_backward(ctx, dy, y_perm, plan, weights, dy_perm,
+                                                     dweights);
   detail::dispatch_float(op, dy.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* g = dy.data<T>();

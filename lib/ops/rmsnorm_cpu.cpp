@@ -55,18 +55,19 @@ void rmsnorm_backward(const OpContext& ctx, const Tensor& dy, const Tensor& x, c
                       const Tensor& dweight, GradMode dx_mode) {
   constexpr std::string_view op = "rmsnorm_backward";
   detail::require_float_operands_on_any_device(op, ctx,
-                                 {{"dy", &dy},
-                                  {"x", &x},
-                                  {"weight", &weight},
-                                  {"saved.inv_rms", &saved.inv_rms},
-                                  {"dx", &dx},
-                                  {"dweight", &dweight}});
+                                               {{"dy", &dy},
+                                                {"x", &x},
+                                                {"weight", &weight},
+                                                {"saved.inv_rms", &saved.inv_rms},
+                                                {"dx", &dx},
+                                                {"dweight", &dweight}});
   const std::int64_t n = check_common(op, x, weight, saved.inv_rms);
   detail::require_shape(op, "dy", dy, x.shape());
   if (dx.defined()) detail::require_shape(op, "dx", dx, x.shape());
   if (dweight.defined()) detail::require_shape(op, "dweight", dweight, weight.shape());
   if (ctx.device == Device::cuda)
-    return detail::device_ops(op).rmsnorm_backward(ctx, dy, x, weight, variant, saved, dx, dweight, dx_mode);
+    return detail::device_ops(op).rmsnorm_backward(ctx, dy, x, weight, variant, saved, dx, dweight,
+                                                   dx_mode);
   const bool one_plus = variant == RmsNormVariant::one_plus_weight;
   const bool accumulate = dx_mode == GradMode::accumulate;
   detail::dispatch_float(op, x.dtype(), [&](auto zero) {

@@ -25,7 +25,8 @@ void router_forward(const OpContext& ctx, const Tensor& logits, int top_k, bool 
   detail::require_shape(op, "weights", weights, Shape{tokens, top_k});
   detail::require_shape(op, "saved.probs", saved.probs, logits.shape());
   if (ctx.device == Device::cuda)
-    return detail::device_ops(op).router_forward(ctx, logits, top_k, normalize_top_k, expert_ids, weights, saved);
+    return detail::device_ops(op).router_forward(ctx, logits, top_k, normalize_top_k, expert_ids,
+                                                 weights, saved);
   detail::dispatch_float(op, logits.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* l = logits.data<T>();
@@ -71,10 +72,10 @@ void router_backward(const OpContext& ctx, const Tensor& dweights, const Tensor&
                      const Tensor& dlogits) {
   constexpr std::string_view op = "router_backward";
   detail::require_float_operands_on_any_device(op, ctx,
-                                 {{"dweights", &dweights},
-                                  {"weights", &weights},
-                                  {"saved.probs", &saved.probs},
-                                  {"dlogits", &dlogits}});
+                                               {{"dweights", &dweights},
+                                                {"weights", &weights},
+                                                {"saved.probs", &saved.probs},
+                                                {"dlogits", &dlogits}});
   detail::require_rank(op, "saved.probs", saved.probs, 2);
   const std::int64_t tokens = saved.probs.size(0), experts = saved.probs.size(1);
   detail::require_rank(op, "weights", weights, 2);
@@ -85,7 +86,8 @@ void router_backward(const OpContext& ctx, const Tensor& dweights, const Tensor&
   detail::require_shape(op, "expert_ids", expert_ids, weights.shape());
   detail::require_shape(op, "dlogits", dlogits, saved.probs.shape());
   if (ctx.device == Device::cuda)
-    return detail::device_ops(op).router_backward(ctx, dweights, expert_ids, weights, saved, normalize_top_k, dlogits);
+    return detail::device_ops(op).router_backward(ctx, dweights, expert_ids, weights, saved,
+                                                  normalize_top_k, dlogits);
   detail::dispatch_float(op, dlogits.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* p = saved.probs.data<T>();

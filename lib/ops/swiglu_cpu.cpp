@@ -84,12 +84,12 @@ void run_backward(std::int64_t rows, std::int64_t width, const T* dout, const T*
 
 void swiglu_forward(const OpContext& ctx, const Tensor& gate, const Tensor& up, const Tensor& out) {
   constexpr std::string_view op = "swiglu_forward";
-  detail::require_float_operands_on_any_device(op, ctx, {{"gate", &gate}, {"up", &up}, {"out", &out}});
+  detail::require_float_operands_on_any_device(op, ctx,
+                                               {{"gate", &gate}, {"up", &up}, {"out", &out}});
   detail::require_shape(op, "up", up, gate.shape());
   detail::require_shape(op, "out", out, gate.shape());
   const std::int64_t width = gate.shape().last(), rows = width == 0 ? 0 : gate.numel() / width;
-  if (ctx.device == Device::cuda)
-    return detail::device_ops(op).swiglu_forward(ctx, gate, up, out);
+  if (ctx.device == Device::cuda) return detail::device_ops(op).swiglu_forward(ctx, gate, up, out);
   detail::dispatch_float(op, gate.dtype(), [&](auto zero) {
     using T = decltype(zero);
     run_forward<T>(rows, width, gate.data<T>(), up.data<T>(), width, out.data<T>());
@@ -134,8 +134,8 @@ void swiglu_fused_forward(const OpContext& ctx, const Tensor& gate_up, const Ten
 void swiglu_fused_backward(const OpContext& ctx, const Tensor& dout, const Tensor& gate_up,
                            const Tensor& dgate_up) {
   constexpr std::string_view op = "swiglu_fused_backward";
-  detail::require_float_operands_on_any_device(op, ctx,
-                                 {{"dout", &dout}, {"gate_up", &gate_up}, {"dgate_up", &dgate_up}});
+  detail::require_float_operands_on_any_device(
+      op, ctx, {{"dout", &dout}, {"gate_up", &gate_up}, {"dgate_up", &dgate_up}});
   detail::require_shape(op, "dgate_up", dgate_up, gate_up.shape());
   const Tensor gu = gate_up.as_matrix(), dm = dout.as_matrix();
   if (gu.size(1) != 2 * dm.size(1) || gu.size(0) != dm.size(0)) {

@@ -12,7 +12,8 @@ void GroupAttentionContext::count_bin(const model::LocalBinLayout& layout) {
   local_rows_ = layout.positions.numel();
   // Every position 0..p of a query's sequence is among its keys, over the group.
   attention_pairs_per_layer_ = 0;
-  const core::Tensor& host = layout.host_positions.defined() ? layout.host_positions : layout.positions;
+  const core::Tensor& host =
+      layout.host_positions.defined() ? layout.host_positions : layout.positions;
   const std::int32_t* positions = host.data<std::int32_t>();
   for (std::int64_t i = 0; i < local_rows_; ++i) attention_pairs_per_layer_ += positions[i] + 1;
 }

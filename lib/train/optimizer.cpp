@@ -45,10 +45,10 @@ AdamWOptimizer::AdamWOptimizer(const model::Qwen3MoeParameters& parameters,
       values_(parameters.all_values().data<float>()),
       full_shape_(parameters.all_values().shape()),
       device_(parameters.device()),
-      exp_avg_(Tensor::zeros(full_shape_, moment_dtype(settings.exp_avg_dtype, "exp_avg"),
-                             device_)),
-      exp_avg_sq_(Tensor::zeros(
-          full_shape_, moment_dtype(settings.exp_avg_sq_dtype, "exp_avg_sq"), device_)),
+      exp_avg_(
+          Tensor::zeros(full_shape_, moment_dtype(settings.exp_avg_dtype, "exp_avg"), device_)),
+      exp_avg_sq_(Tensor::zeros(full_shape_, moment_dtype(settings.exp_avg_sq_dtype, "exp_avg_sq"),
+                                device_)),
       owned_elements_(partition.dense_elements + partition.expert_elements) {
   for (const parallel::ParameterRange& range : partition.ranges)
     add_range(parameters, range, range.offset);

@@ -58,8 +58,8 @@ StepEngine::StepEngine(model::Qwen3MoeModel& model, dist::ParallelState& paralle
     gradient_sync_->set_device(model.parameters().device());
   }
   if (model.parameters().device() == core::Device::cuda) {
-    device_bin_arena_ = std::make_unique<core::Arena>("step.device_bin", std::size_t{1} << 20,
-                                                      core::Device::cuda);
+    device_bin_arena_ =
+        std::make_unique<core::Arena>("step.device_bin", std::size_t{1} << 20, core::Device::cuda);
   }
 }
 
@@ -247,9 +247,9 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
   outcome.loss_sum = local_sums[0];
   outcome.aux_loss = local_sums[1];
   outcome.loss = outcome.loss_sum * inverse_tokens;
-  outcome.host_device_bytes = static_cast<std::int64_t>(
-      traffic.host_to_device_bytes.load() + traffic.device_to_host_bytes.load() -
-      device_bytes_before);
+  outcome.host_device_bytes =
+      static_cast<std::int64_t>(traffic.host_to_device_bytes.load() +
+                                traffic.device_to_host_bytes.load() - device_bytes_before);
   return outcome;
 }
 

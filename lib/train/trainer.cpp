@@ -12,6 +12,7 @@
 #include "config/config_loader.hpp"
 #include "core/error.hpp"
 #include "data/sampler.hpp"
+#include "dist/launch_env.hpp"
 #include "dist/parallel_layout.hpp"
 #include "dist/parallel_state.hpp"
 #include "model/hf_checkpoint.hpp"
@@ -31,8 +32,6 @@
 #include "train/training_checkpoint.hpp"
 #include "train/training_data.hpp"
 #include "train/training_device.hpp"
-#include "dist/launch_env.hpp"
-#include "core/device_memory.hpp"
 
 namespace dyncp::train {
 
@@ -435,12 +434,12 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
   if (!config.checkpoint.export_hf.empty()) {
     const model::Qwen3MoeParameters& parameters = host_parameters.download();
     if (writer_group && world.rank() != 0) {
-      model::save_hf_checkpoint(config.checkpoint.export_hf, parameters,
-                                model::StoredDType::bf16, 0, &expert_gather, /*write=*/false);
+      model::save_hf_checkpoint(config.checkpoint.export_hf, parameters, model::StoredDType::bf16,
+                                0, &expert_gather, /*write=*/false);
     }
     if (world.rank() == 0) {
-      model::save_hf_checkpoint(config.checkpoint.export_hf, parameters,
-                                model::StoredDType::bf16, 0, &expert_gather);
+      model::save_hf_checkpoint(config.checkpoint.export_hf, parameters, model::StoredDType::bf16,
+                                0, &expert_gather);
       complete_hf_export(config.checkpoint.export_hf,
                          training_data.tokenizer ? tokenizer_directory(config) : fs::path(),
                          model::StoredDType::bf16, model_config.architecture);

@@ -12,12 +12,14 @@ namespace {
 // What the GPU path does not have yet, with the key that asks for it (docs/cuda.md).
 void refuse_unbuilt_gpu_features(const config::ConfigContainer& config, int world_size) {
   const auto refuse = [](const std::string& key, const std::string& why) {
-    core::throw_config_error(key, why + " (dist.device: cuda; docs/cuda.md says what the GPU "
-                                        "path runs today), or train with dist.device: cpu");
+    core::throw_config_error(key, why +
+                                      " (dist.device: cuda; docs/cuda.md says what the GPU "
+                                      "path runs today), or train with dist.device: cpu");
   };
   if (world_size > 1)
-    refuse("dist.device", "multi-rank GPU training needs NCCL collectives on device tensors, "
-                          "which are not wired into the step yet: run one rank per job");
+    refuse("dist.device",
+           "multi-rank GPU training needs NCCL collectives on device tensors, "
+           "which are not wired into the step yet: run one rank per job");
   if (config.model.architecture.is_hybrid())
     refuse("model.model_type", config.model.architecture.model_type +
                                    ": the Gated DeltaNet ops have no CUDA kernels yet");

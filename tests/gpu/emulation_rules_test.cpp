@@ -20,9 +20,10 @@ __global__ void write_index(int* out) {
   out[threadIdx.x] = static_cast<int>(threadIdx.x);
 }
 
-// Threads 0..31 wait at a warp shuffle while the others wait at __syncthreads: never meets.
+// Half a warp waits at a full-warp shuffle while the other half waits at __syncthreads: the
+// two barriers wait for each other (a hang on a GPU).
 __global__ void diverging_barriers(float* out) {
-  if (threadIdx.x < 32) {
+  if (threadIdx.x < 16) {
     out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
   } else {
     __syncthreads();
@@ -71,7 +72,8 @@ GPU_TEST(emulation_host_read_of_device_memory_aborts) {
 
 GPU_TEST(emulation_kernel_with_host_pointer_aborts) {
   std::vector<int> host(32);
-  expect(aborts_with([&] { DYNCP_LAUNCH(write_index, 1, 32, 0, nullptr)(host.data()); },
+  expect(aborts_with([&] { DYNCP_LAUNCH(write_index, 1, 32, 0, nullptr)
+                           (host.data()); },
                      "argument 0 is a host pointer"),
          "a kernel handed a host pointer aborts");
   DeviceBuffer<int> device(32);
@@ -82,9 +84,10 @@ GPU_TEST(emulation_kernel_with_host_pointer_aborts) {
 
 GPU_TEST(emulation_barrier_that_never_opens_aborts) {
   DeviceBuffer<float> out(64);
-  expect(aborts_with([&] { DYNCP_LAUNCH(diverging_barriers, 1, 64, 0, nullptr)(out.get()); },
+  expect(aborts_with([&] { DYNCP_LAUNCH(diverging_barriers, 1, 32, 0, nullptr)
+                           (out.get()); },
                      "can never continue"),
-         "threads split between a warp barrier and __syncthreads are reported as a hang");
+         "a warp split between a shuffle and __syncthreads is reported as a hang");
 }
 
 GPU_TEST(emulation_shared_memory_needs_opt_in) {

@@ -93,7 +93,7 @@ case $case_name in
       echo "refused: $pattern"
     }
     expect "model.moe_router_load_balancing_type: the MoE aux-loss ops have no CUDA kernels" \
-      model.moe_router_load_balancing_type=seq_aux_loss
+      model.moe_router_load_balancing_type=aux_loss
     expect "optimizer.exp_avg_dtype: bf16 Adam moments have no CUDA kernel" \
       optimizer.use_precision_aware_optimizer=true optimizer.exp_avg_dtype=bfloat16
     DYNCP_EMULATED_GPUS=0 expect "dist.device: cuda: this binary has no CUDA backend or sees no GPU"

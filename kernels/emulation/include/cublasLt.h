@@ -1,6 +1,6 @@
 #pragma once
-// Emulated cuBLASLt: the matmul subset kernels/gemm.cu uses (column-major layouts, bf16 or fp32 A/B,
-// fp32 or bf16 C/D, fp32 compute), evaluated on the host with the CPU BLAS on fp32 copies of
+// Emulated cuBLASLt: the matmul subset kernels/gemm.cu uses (column-major layouts, bf16 or fp32
+// A/B, fp32 or bf16 C/D, fp32 compute), evaluated on the host with the CPU BLAS on fp32 copies of
 // the operands, inside the emulated device's memory.
 
 #include <cstddef>

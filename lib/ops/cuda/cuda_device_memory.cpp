@@ -1,4 +1,6 @@
 // core::DeviceMemory over the CUDA runtime: plain cudaMalloc blocks (never managed memory).
+#include "ops/cuda/cuda_device_memory.hpp"
+
 #include <cuda_runtime_api.h>
 
 #include <string>
@@ -7,7 +9,6 @@
 #include "core/error.hpp"
 #include "cuda_check.hpp"
 #include "ops/cuda/cuda_backend.hpp"
-#include "ops/cuda/cuda_device_memory.hpp"
 
 namespace dyncp::ops::cuda {
 namespace {
@@ -30,8 +31,8 @@ class CudaDeviceMemory final : public core::DeviceMemory {
       cudaMemGetInfo(&free_bytes, &total_bytes);
       core::throw_runtime_error("out of GPU memory allocating " + std::to_string(bytes >> 20) +
                                 " MiB (" + std::to_string(free_bytes >> 20) + " of " +
-                                std::to_string(total_bytes >> 20) + " MiB free): " +
-                                cudaGetErrorString(status));
+                                std::to_string(total_bytes >> 20) +
+                                " MiB free): " + cudaGetErrorString(status));
     }
     return pointer;
   }

@@ -111,7 +111,8 @@ class CudaOps final : public DeviceOps {
   void rmsnorm_backward(const OpContext& ctx, const Tensor& dy, const Tensor& x,
                         const Tensor& weight, RmsNormVariant variant, const RmsNormSaved& saved,
                         const Tensor& dx, const Tensor& dweight, GradMode dx_mode) override {
-    if (!dx.defined()) DeviceOps::rmsnorm_backward(ctx, dy, x, weight, variant, saved, dx, dweight, dx_mode);
+    if (!dx.defined())
+      DeviceOps::rmsnorm_backward(ctx, dy, x, weight, variant, saved, dx, dweight, dx_mode);
     const std::int64_t n = x.shape().last();
     kernels::rmsnorm_backward(f32(dy), f32(x), f32(weight), f32(saved.inv_rms), f32(dx),
                               f32(dweight), x.numel() / n, n,
@@ -208,15 +209,15 @@ class CudaOps final : public DeviceOps {
                         const Tensor& dx, GradMode dx_mode) override {
     const std::int64_t tokens = dx.size(0);
     kernels::permute_backward(f32(dx_perm), i32(plan.assignment_row), f32(dx), tokens,
-                              top_k_of(plan, tokens), dx.size(1),
-                              dx_mode == GradMode::accumulate, stream_of(ctx));
+                              top_k_of(plan, tokens), dx.size(1), dx_mode == GradMode::accumulate,
+                              stream_of(ctx));
   }
 
   void unpermute_forward(const OpContext& ctx, const Tensor& y_perm, const PermutePlan& plan,
                          const Tensor& weights, const Tensor& y) override {
     const std::int64_t tokens = y.size(0);
-    kernels::unpermute_forward(f32(y_perm), i32(plan.assignment_row), f32(weights), f32(y),
-                               tokens, top_k_of(plan, tokens), y.size(1), stream_of(ctx));
+    kernels::unpermute_forward(f32(y_perm), i32(plan.assignment_row), f32(weights), f32(y), tokens,
+                               top_k_of(plan, tokens), y.size(1), stream_of(ctx));
   }
 
   void unpermute_backward(const OpContext& ctx, const Tensor& dy, const Tensor& y_perm,
@@ -237,14 +238,13 @@ class CudaOps final : public DeviceOps {
     const Tensor am = a.as_matrix(), bm = b.as_matrix(), cm = c.as_matrix();
     const bool ta = transpose_a == Transpose::yes, tb = transpose_b == Transpose::yes;
     const std::int64_t m = cm.size(0), n = cm.size(1), k = ta ? am.size(0) : am.size(1);
-    blas_.gemm(ta, tb, m, n, k, static_cast<float>(alpha), f32(am), am.size(1), f32(bm),
-               bm.size(1), accumulate ? 1.0f : 0.0f, f32(cm), n, stream_of(ctx));
+    blas_.gemm(ta, tb, m, n, k, static_cast<float>(alpha), f32(am), am.size(1), f32(bm), bm.size(1),
+               accumulate ? 1.0f : 0.0f, f32(cm), n, stream_of(ctx));
   }
 
   void grouped_linear_forward(const OpContext& ctx, const Tensor& x, const Tensor& weight,
                               const Tensor& host_offsets, const Tensor& y) override {
-    kernels::grouped_linear_forward(blas_, f32(x), f32(weight),
-                                    host_offsets.data<std::int64_t>(),
+    kernels::grouped_linear_forward(blas_, f32(x), f32(weight), host_offsets.data<std::int64_t>(),
                                     static_cast<int>(weight.size(0)), f32(y), weight.size(2),
                                     weight.size(1), stream_of(ctx));
   }
@@ -252,11 +252,10 @@ class CudaOps final : public DeviceOps {
   void grouped_linear_backward(const OpContext& ctx, const Tensor& dy, const Tensor& x,
                                const Tensor& weight, const Tensor& host_offsets, const Tensor& dx,
                                const Tensor& dweight, GradMode dx_mode) override {
-    kernels::grouped_linear_backward(blas_, f32(dy), f32(x), f32(weight),
-                                     host_offsets.data<std::int64_t>(),
-                                     static_cast<int>(weight.size(0)), f32(dx),
-                                     dx_mode == GradMode::accumulate, f32(dweight), weight.size(2),
-                                     weight.size(1), stream_of(ctx));
+    kernels::grouped_linear_backward(
+        blas_, f32(dy), f32(x), f32(weight), host_offsets.data<std::int64_t>(),
+        static_cast<int>(weight.size(0)), f32(dx), dx_mode == GradMode::accumulate, f32(dweight),
+        weight.size(2), weight.size(1), stream_of(ctx));
   }
 
   CrossEntropyResult fused_cross_entropy(const OpContext& ctx, const Tensor& hidden,
@@ -409,7 +408,8 @@ void install_backend() {
   static CudaOps* ops = nullptr;
   if (ops != nullptr) return;
   if (visible_devices() == 0) {
-    core::throw_runtime_error(backend_name() + ": no visible GPU (check the driver and "
+    core::throw_runtime_error(backend_name() +
+                              ": no visible GPU (check the driver and "
                               "CUDA_VISIBLE_DEVICES)");
   }
   core::install_device_memory(&cuda_device_memory());
