@@ -33,17 +33,31 @@ __device__ inline float dot(const float* a, const float* b, int n) {
   return sum;
 }
 
+// What one thread of the kernels below works on: one (query row, query head) item.
+struct QueryItem {
+  std::int64_t item, row;
+  int kv_head, seq, q_pos;
+};
+
+__device__ inline bool locate(const AttentionShape& shape, QueryItem& at) {
+  at.item = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
+  if (at.item >= shape.q_tokens * shape.q_heads) return false;
+  at.row = at.item / shape.q_heads;
+  const int head = static_cast<int>(at.item % shape.q_heads);
+  at.kv_head = head / (shape.q_heads / shape.kv_heads);
+  at.seq = sequence_of(shape.q_cu_seqlens, shape.num_seqs, at.row);
+  at.q_pos = shape.q_positions[at.row];
+  return true;
+}
+
 __global__ void attention_f32_forward_kernel(AttentionShape shape, const float* q, const float* k,
                                              const float* v, float* out, float* lse) {
-  const std::int64_t item = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
-  if (item >= shape.q_tokens * shape.q_heads) return;
-  const std::int64_t row = item / shape.q_heads;
-  const int head = static_cast<int>(item % shape.q_heads);
-  const int kv_head = head / (shape.q_heads / shape.kv_heads), d = shape.head_dim;
-  const int seq = sequence_of(shape.q_cu_seqlens, shape.num_seqs, row);
+  QueryItem at;
+  if (!locate(shape, at)) return;
+  const std::int64_t item = at.item;
+  const int kv_head = at.kv_head, seq = at.seq, q_pos = at.q_pos, d = shape.head_dim;
   const float* qi = q + item * d;
   float* oi = out + item * d;
-  const int q_pos = shape.q_positions[row];
   for (int c = 0; c < d; ++c) oi[c] = 0.0f;
   float running_max = -INFINITY, running_sum = 0.0f;
   for (int j = shape.kv_cu_seqlens[seq]; j < shape.kv_cu_seqlens[seq + 1]; ++j) {
@@ -70,12 +84,10 @@ __global__ void attention_f32_backward_kernel(AttentionShape shape, const float*
                                               const float* v, const float* dout, const float* out,
                                               const float* lse, float* dq, bool accumulate_dq,
                                               float* dk, float* dv) {
-  const std::int64_t item = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
-  if (item >= shape.q_tokens * shape.q_heads) return;
-  const std::int64_t row = item / shape.q_heads;
-  const int head = static_cast<int>(item % shape.q_heads);
-  const int kv_head = head / (shape.q_heads / shape.kv_heads), d = shape.head_dim;
-  const int seq = sequence_of(shape.q_cu_seqlens, shape.num_seqs, row);
+  QueryItem at;
+  if (!locate(shape, at)) return;
+  const std::int64_t item = at.item;
+  const int kv_head = at.kv_head, seq = at.seq, q_pos = at.q_pos, d = shape.head_dim;
   const float* qi = q + item * d;
   const float* gi = dout + item * d;
   float* dqi = dq + item * d;
@@ -84,7 +96,6 @@ __global__ void attention_f32_backward_kernel(AttentionShape shape, const float*
   const float row_lse = lse[item];
   if (row_lse == -INFINITY) return;
   const float delta = dot(gi, out + item * d, d);
-  const int q_pos = shape.q_positions[row];
   for (int j = shape.kv_cu_seqlens[seq]; j < shape.kv_cu_seqlens[seq + 1]; ++j) {
     if (shape.kv_positions[j] > q_pos) continue;
     const std::int64_t kv = std::int64_t(j) * shape.kv_heads + kv_head;

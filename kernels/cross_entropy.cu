@@ -63,41 +63,50 @@ __global__ void softmax_nll_kernel(const float* logits, std::int64_t vocab,
 
 }  // namespace
 
-void fused_cross_entropy(Blas& blas, const CrossEntropyArgs& a, float* logits_scratch,
-                         void* dlogits_scratch, cudaStream_t stream) {
-  if (a.token_chunk < 1) core::throw_runtime_error("kernels::fused_cross_entropy: token_chunk < 1");
+namespace {
+
+// The chunk's logits in fp32 from either operand type.
+void chunk_logits(Blas& blas, const float* hidden, const float* weight, float* logits,
+                  std::int64_t rows, std::int64_t h, std::int64_t vocab, cudaStream_t stream) {
+  linear_forward(blas, hidden, weight, logits, rows, h, vocab, stream);
+}
+void chunk_logits(Blas& blas, const bf16* hidden, const bf16* weight, float* logits,
+                  std::int64_t rows, std::int64_t h, std::int64_t vocab, cudaStream_t stream) {
+  linear_forward(blas, hidden, weight, logits, OutType::f32, rows, h, vocab, stream);
+}
+
+// T: the operand and dlogits element type (fp32, or bf16 under mixed precision).
+template <typename T>
+void cross_entropy_chunks(Blas& blas, const CrossEntropyArgs& a, float* logits_scratch, T* dlogits,
+                          cudaStream_t stream) {
   const bool want_grad = a.dhidden != nullptr || a.dlm_weight != nullptr;
   const std::int64_t h = a.hidden_size;
+  const auto* weight = static_cast<const T*>(a.lm_weight);
   for (std::int64_t row0 = 0; row0 < a.tokens; row0 += a.token_chunk) {
     const std::int64_t rows = std::min(a.token_chunk, a.tokens - row0);
-    float* dhidden = a.dhidden == nullptr ? nullptr : a.dhidden + row0 * h;
-    if (a.fp32) {
-      const float* hidden = static_cast<const float*>(a.hidden) + row0 * h;
-      const auto* weight = static_cast<const float*>(a.lm_weight);
-      auto* dlogits = static_cast<float*>(dlogits_scratch);
-      linear_forward(blas, hidden, weight, logits_scratch, rows, h, a.vocab, stream);
-      DYNCP_LAUNCH(softmax_nll_kernel<float>, static_cast<unsigned>(rows), detail::kBlock, 0,
-                   stream)
-      (logits_scratch, a.vocab, a.labels, a.loss_mask, row0, a.grad_scale, want_grad, dlogits,
-       a.per_token_loss, a.loss_sum, a.num_loss_tokens, a.bad_label);
-      DYNCP_CUDA_CHECK_LAUNCH();
-      if (!want_grad) continue;
-      linear_backward(blas, dlogits, hidden, weight, dhidden, false, a.dlm_weight, rows, h, a.vocab,
-                      stream);
-      continue;
-    }
-    const bf16* hidden = static_cast<const bf16*>(a.hidden) + row0 * h;
-    const auto* weight = static_cast<const bf16*>(a.lm_weight);
-    auto* dlogits = static_cast<bf16*>(dlogits_scratch);
-    linear_forward(blas, hidden, weight, logits_scratch, OutType::f32, rows, h, a.vocab, stream);
-    DYNCP_LAUNCH(softmax_nll_kernel<bf16>, static_cast<unsigned>(rows), detail::kBlock, 0, stream)
+    const T* hidden = static_cast<const T*>(a.hidden) + row0 * h;
+    chunk_logits(blas, hidden, weight, logits_scratch, rows, h, a.vocab, stream);
+    DYNCP_LAUNCH(softmax_nll_kernel<T>, static_cast<unsigned>(rows), detail::kBlock, 0, stream)
     (logits_scratch, a.vocab, a.labels, a.loss_mask, row0, a.grad_scale, want_grad, dlogits,
      a.per_token_loss, a.loss_sum, a.num_loss_tokens, a.bad_label);
     DYNCP_CUDA_CHECK_LAUNCH();
     if (!want_grad) continue;
     // dhidden = dlogits · W (overwrite); dW += dlogits^T · hidden.
-    linear_backward(blas, dlogits, hidden, weight, dhidden, false, a.dlm_weight, rows, h, a.vocab,
-                    stream);
+    linear_backward(blas, dlogits, hidden, weight,
+                    a.dhidden == nullptr ? nullptr : a.dhidden + row0 * h, false, a.dlm_weight,
+                    rows, h, a.vocab, stream);
+  }
+}
+
+}  // namespace
+
+void fused_cross_entropy(Blas& blas, const CrossEntropyArgs& a, float* logits_scratch,
+                         void* dlogits_scratch, cudaStream_t stream) {
+  if (a.token_chunk < 1) core::throw_runtime_error("kernels::fused_cross_entropy: token_chunk < 1");
+  if (a.fp32) {
+    cross_entropy_chunks(blas, a, logits_scratch, static_cast<float*>(dlogits_scratch), stream);
+  } else {
+    cross_entropy_chunks(blas, a, logits_scratch, static_cast<bf16*>(dlogits_scratch), stream);
   }
 }
 

@@ -129,6 +129,24 @@ void linear_backward(Blas& blas, const float* dy, const float* x, const float* w
   }
 }
 
+namespace {
+
+// Both operand types: one linear_backward per non-empty group (its rows, its weight).
+template <typename T>
+void grouped_backward(Blas& blas, const T* dy, const T* x, const T* w, const std::int64_t* offsets,
+                      int experts, float* dx, bool accumulate_dx, float* dw, std::int64_t in,
+                      std::int64_t out, cudaStream_t stream) {
+  for (int e = 0; e < experts; ++e) {
+    const std::int64_t begin = offsets[e], rows = offsets[e + 1] - begin;
+    if (rows <= 0) continue;
+    linear_backward(blas, dy + begin * out, x + begin * in, w + e * out * in,
+                    dx == nullptr ? nullptr : dx + begin * in, accumulate_dx,
+                    dw == nullptr ? nullptr : dw + e * out * in, rows, in, out, stream);
+  }
+}
+
+}  // namespace
+
 void grouped_linear_forward(Blas& blas, const bf16* x, const bf16* w, const std::int64_t* offsets,
                             int experts, void* y, OutType y_type, std::int64_t in, std::int64_t out,
                             cudaStream_t stream) {
@@ -146,13 +164,7 @@ void grouped_linear_backward(Blas& blas, const bf16* dy, const bf16* x, const bf
                              const std::int64_t* offsets, int experts, float* dx,
                              bool accumulate_dx, float* dw, std::int64_t in, std::int64_t out,
                              cudaStream_t stream) {
-  for (int e = 0; e < experts; ++e) {
-    const std::int64_t begin = offsets[e], rows = offsets[e + 1] - begin;
-    if (rows <= 0) continue;
-    linear_backward(blas, dy + begin * out, x + begin * in, w + e * out * in,
-                    dx == nullptr ? nullptr : dx + begin * in, accumulate_dx,
-                    dw == nullptr ? nullptr : dw + e * out * in, rows, in, out, stream);
-  }
+  grouped_backward(blas, dy, x, w, offsets, experts, dx, accumulate_dx, dw, in, out, stream);
 }
 
 void grouped_linear_forward(Blas& blas, const float* x, const float* w, const std::int64_t* offsets,
@@ -169,13 +181,7 @@ void grouped_linear_backward(Blas& blas, const float* dy, const float* x, const 
                              const std::int64_t* offsets, int experts, float* dx,
                              bool accumulate_dx, float* dw, std::int64_t in, std::int64_t out,
                              cudaStream_t stream) {
-  for (int e = 0; e < experts; ++e) {
-    const std::int64_t begin = offsets[e], rows = offsets[e + 1] - begin;
-    if (rows <= 0) continue;
-    linear_backward(blas, dy + begin * out, x + begin * in, w + e * out * in,
-                    dx == nullptr ? nullptr : dx + begin * in, accumulate_dx,
-                    dw == nullptr ? nullptr : dw + e * out * in, rows, in, out, stream);
-  }
+  grouped_backward(blas, dy, x, w, offsets, experts, dx, accumulate_dx, dw, in, out, stream);
 }
 
 }  // namespace dyncp::kernels
