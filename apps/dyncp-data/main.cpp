@@ -59,7 +59,7 @@ int run_tokenize(const TokenizeArgs& args) {
 }
 
 struct RenderArgs {
-  std::string tokenizer_dir, sample, file;
+  std::string tokenizer_dir, sample, file, template_kwargs;
   std::int64_t line = 1;
   bool json = false;
 };
@@ -77,14 +77,19 @@ std::string jsonl_line(const std::string& path, std::int64_t line) {
 
 int run_render(const RenderArgs& args) {
   const data::Tokenizer tokenizer = data::Tokenizer::from_directory(args.tokenizer_dir);
-  data::require_supported_chat_template(tokenizer, args.tokenizer_dir);
+  const data::ChatTemplate chat_template =
+      data::ChatTemplate::from_tokenizer(tokenizer, args.tokenizer_dir);
   const std::string where =
       args.file.empty() ? "--sample" : args.file + ":" + std::to_string(args.line);
-  const std::string sample = args.file.empty() ? args.sample : jsonl_line(args.file, args.line);
-  const data::Conversation conversation = data::parse_chat_sample(sample, where);
-  const data::TokenizedChat chat = data::tokenize_chat(tokenizer, conversation, where);
+  const std::string sample_text =
+      args.file.empty() ? args.sample : jsonl_line(args.file, args.line);
+  const data::ChatTemplateKwargs kwargs =
+      data::parse_template_kwargs(args.template_kwargs, "--template-kwargs");
+  const data::ChatSample sample = data::parse_chat_sample(sample_text, where);
+  const data::TokenizedChat chat =
+      data::tokenize_chat(tokenizer, chat_template, sample, kwargs, where);
   if (args.json) {
-    const auto rendered = data::render_qwen3_chat(conversation, where);
+    const auto rendered = chat_template.render(sample, kwargs, where);
     std::cout << nlohmann::json(
                      {{"text", rendered.text}, {"ids", chat.tokens}, {"loss_mask", chat.loss_mask}})
                      .dump()
@@ -234,6 +239,9 @@ int main(int argc, char** argv) {
   render_command->add_option("--line", render.line, "Line of --file (1-based)")
       ->check(CLI::PositiveNumber);
   render_command->add_flag("--json", render.json, "Print text, ids and loss mask as JSON");
+  render_command->add_option("--template-kwargs", render.template_kwargs,
+                             "Extra chat-template variables as a JSON object, e.g. "
+                             "'{\"enable_thinking\": false}'");
 
   PrepareArgs prepare;
   auto* prepare_command = app.add_subcommand("prepare", "Tokenize datasets into a prepared cache");

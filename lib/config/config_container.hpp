@@ -61,6 +61,12 @@ struct DatasetConfig {
   std::int64_t num_workers = 2;
   std::string mock_length_distribution = "lognormal(min=64,max=4096,mean=1024,sigma=1.0)";
   std::int64_t mock_num_samples = 4096;
+  // chat_jsonl: extra chat-template variables (a JSON object) and the sample layout.
+  std::string chat_template_kwargs;  // e.g. {"enable_thinking": false}; empty: none
+  std::string chat_messages_key;     // empty: "messages", else ShareGPT "conversations"
+  std::string chat_role_key;         // empty: "role" ("from" for conversations)
+  std::string chat_content_key;      // empty: "content" ("value" for conversations)
+  std::string chat_role_names;       // "name=role,..." e.g. "customer=user,agent=assistant"
 };
 
 struct TokenizerConfig {

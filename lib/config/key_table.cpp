@@ -130,6 +130,23 @@ void append_data_keys(std::vector<KeySpec>& keys) {
                {.rules = "max <= seq_length"}));
   keys.push_back(make_key("dataset.mock_num_samples", DYNCP_FIELD(dataset.mock_num_samples),
                           "Number of mock_varlen samples"));
+  keys.push_back(make_key("dataset.chat_template_kwargs", DYNCP_FIELD(dataset.chat_template_kwargs),
+                          "chat_jsonl: extra chat-template variables as a JSON object, e.g. "
+                          "{\"enable_thinking\": false} (apply_chat_template's **kwargs)",
+                          {.rules = "a JSON object"}));
+  keys.push_back(make_key("dataset.chat_messages_key", DYNCP_FIELD(dataset.chat_messages_key),
+                          "chat_jsonl: key of a sample's message list; empty: messages, else "
+                          "ShareGPT conversations"));
+  keys.push_back(make_key("dataset.chat_role_key", DYNCP_FIELD(dataset.chat_role_key),
+                          "chat_jsonl: key of a message's role; empty: role (from for "
+                          "conversations)"));
+  keys.push_back(make_key("dataset.chat_content_key", DYNCP_FIELD(dataset.chat_content_key),
+                          "chat_jsonl: key of a message's text; empty: content (value for "
+                          "conversations)"));
+  keys.push_back(make_key("dataset.chat_role_names", DYNCP_FIELD(dataset.chat_role_names),
+                          "chat_jsonl: extra role names, name=role pairs separated by commas "
+                          "(roles: system, user, assistant, tool)",
+                          {.rules = "name=role pairs"}));
   keys.push_back(make_key("tokenizer.tokenizer_type", DYNCP_FIELD(tokenizer.tokenizer_type),
                           "HuggingFaceTokenizer reads tokenizer.json; NullTokenizer for "
                           "pre-tokenized or mock data",
@@ -138,7 +155,9 @@ void append_data_keys(std::vector<KeySpec>& keys) {
                           "tokenizer.json or a folder holding it; empty: model.hf_model_path",
                           {.rules = "chat_jsonl needs it or model.hf_model_path"}));
   keys.push_back(make_key("tokenizer.chat_template", DYNCP_FIELD(tokenizer.chat_template),
-                          "Chat template for chat_jsonl (assistant tokens carry the loss)"));
+                          "Chat template for chat_jsonl: qwen_chatml renders with the tokenizer's "
+                          "own template (tokenizer_config.json or chat_template.jinja, any HF "
+                          "template); assistant tokens carry the loss"));
 }
 
 void append_training_keys(std::vector<KeySpec>& keys) {

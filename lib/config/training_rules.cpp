@@ -1,7 +1,9 @@
 // Rules for the data source, tokenizer, optimizer, LR schedule, recomputation, checkpointing
 // and the packing cost model; fills the LR-schedule defaults.
 
+#include <algorithm>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "config/key_table.hpp"
@@ -44,6 +46,32 @@ void check_data(ConfigContainer& config, ProblemList& problems) {
     problems.add("dataset.data_path", "\"\"",
                  "dataset.type=" + to_string(dataset.type) +
                      " reads a data file; set dataset.data_path (or use dataset.type=mock_varlen)");
+  }
+  if (!dataset.chat_template_kwargs.empty()) {
+    const auto kwargs = nlohmann::json::parse(dataset.chat_template_kwargs, nullptr, false);
+    if (kwargs.is_discarded() || !kwargs.is_object()) {
+      problems.add(
+          "dataset.chat_template_kwargs", dataset.chat_template_kwargs,
+          "must be a JSON object of template variables, e.g. {\"enable_thinking\": false}");
+    }
+  }
+  if (!dataset.chat_role_names.empty()) {
+    std::size_t start = 0;
+    while (start <= dataset.chat_role_names.size()) {
+      const std::size_t comma =
+          std::min(dataset.chat_role_names.find(',', start), dataset.chat_role_names.size());
+      const std::string pair = dataset.chat_role_names.substr(start, comma - start);
+      const std::size_t equals = pair.find('=');
+      const std::string role = equals == std::string::npos ? "" : pair.substr(equals + 1);
+      if (equals == 0 ||
+          (role != "system" && role != "user" && role != "assistant" && role != "tool")) {
+        problems.add(
+            "dataset.chat_role_names", dataset.chat_role_names,
+            "'" + pair + "' is not name=role with role one of system, user, assistant, tool");
+        break;
+      }
+      start = comma + 1;
+    }
   }
   if (dataset.type == DatasetType::chat_jsonl) {
     if (config.tokenizer.tokenizer_type != TokenizerType::HuggingFaceTokenizer) {

@@ -1,25 +1,24 @@
 #pragma once
-// Qwen3 ChatML rendering with assistant-only loss. This is not a Jinja engine: it implements the
-// one template shipped in Qwen3's tokenizer_config.json (hybrid thinking), and renders text that
-// is character-for-character what that template produces with add_generation_prompt=false.
+// Chat samples rendered with the tokenizer's own chat template (tokenizer_config.json's
+// `chat_template` or chat_template.jinja) by the Jinja interpreter (jinja_template.hpp), exactly
+// as transformers' apply_chat_template renders them, and the assistant-only loss mask.
 //
-// Supported (everything the Qwen3 template reads):
-//   - roles system, user, assistant, tool; a system message first is the system turn, a later
-//     one is rendered like a user turn with role "system"
-//   - tools (top-level "tools" list): the "# Tools" system block, each tool as tojson
-//   - assistant reasoning: `reasoning_content`, or the text inside <think>...</think> of content;
-//     a think block is rendered for assistant turns after the last real user query when the turn
-//     is the last message or has non-empty reasoning; elsewhere reasoning is dropped
-//   - tool_calls (with or without a "function" wrapper): arguments given as a string are copied,
-//     others serialised like Python json.dumps(ensure_ascii=False) (the template's tojson)
-//   - consecutive tool messages share one user turn of <tool_response> blocks
-// Rejected (the template would fail or silently drop them): content that is not a string,
-// unknown roles, an empty conversation, a conversation without an assistant turn, tool_calls
-// without a name.
+// The template sees what transformers passes: `messages` (each message's reasoning copied to
+// `reasoning_content` and `thinking` from whichever of reasoning_content / thinking / reasoning
+// is set, as transformers does), `tools` and `documents` (None when the sample has none),
+// `add_generation_prompt` (default false), the tokenizer's named special tokens (bos_token,
+// eos_token, ...), and the template kwargs from the dataset config, which override them.
 //
-// Loss: every assistant turn from the first byte after "<|im_start|>assistant\n" through its
-// closing "<|im_end|>" (think block and tool calls included); never the "\n" after <|im_end|>,
-// role headers, system/user/tool turns.
+// Loss:
+//   - a template with {% generation %} blocks: every token that overlaps a generation block
+//     (transformers' return_assistant_tokens_mask);
+//   - otherwise, per assistant message, the text its iteration of the template's message loop
+//     wrote, minus the assistant header and the whitespace after the turn's end. The header is
+//     what add_generation_prompt appends after the conversation before that message (for Qwen3
+//     "<|im_start|>assistant\n"); a turn that starts with only part of it (a Qwen3.5 turn before
+//     the last query has no "<think>\n") loses the longest part that ends at a newline or a
+//     special token. A token has loss when its first byte lies in such a range. For Qwen3 this
+//     is everything from after "<|im_start|>assistant\n" through the closing <|im_end|>.
 
 #include <cstdint>
 #include <optional>
@@ -27,34 +26,28 @@
 #include <utility>
 #include <vector>
 
+#include "data/jinja_template.hpp"
 #include "data/tokenizer.hpp"
 
 namespace dyncp::data {
 
-enum class ChatRole { system, user, assistant, tool };
-
-struct ToolCall {
-  std::string name;
-  // Rendered form of the arguments (a string argument verbatim, else its tojson text).
-  std::string arguments;
+// One chat sample as the template sees it.
+struct ChatSample {
+  jinja::Value messages;   // list of message dicts
+  jinja::Value tools;      // list, or None
+  jinja::Value documents;  // list, or None
 };
 
-struct ChatMessage {
-  ChatRole role = ChatRole::user;
-  std::string content;
-  std::optional<std::string> reasoning_content;
-  std::vector<ToolCall> tool_calls;
-};
-
-struct Conversation {
-  std::vector<ChatMessage> messages;
-  std::vector<std::string> tools;  // each tool schema already as tojson text
-};
+// Extra template variables (enable_thinking, add_generation_prompt, date_string, ...).
+using ChatTemplateKwargs = std::vector<std::pair<std::string, jinja::Value>>;
 
 struct RenderedChat {
   std::string text;
   // Byte ranges [begin, end) of `text` that carry loss, in order.
   std::vector<std::pair<std::size_t, std::size_t>> loss_ranges;
+  // True when the ranges are generation blocks: then every token overlapping a range has loss,
+  // else the tokens whose first byte lies in one.
+  bool from_generation_blocks = false;
 };
 
 struct TokenizedChat {
@@ -62,20 +55,37 @@ struct TokenizedChat {
   std::vector<std::uint8_t> loss_mask;  // 1 where the token is a training target
 };
 
-// Throws a data error naming `where` for conversations the template cannot render faithfully.
-RenderedChat render_qwen3_chat(const Conversation& conversation, const std::string& where);
+class ChatTemplate {
+ public:
+  // The tokenizer's chat template; a data error naming `where` when the tokenizer has none or
+  // the template uses syntax the interpreter does not support (naming the template line).
+  static ChatTemplate from_tokenizer(const Tokenizer& tokenizer, const std::string& where);
+  static ChatTemplate from_source(const std::string& source, const Tokenizer& tokenizer,
+                                  const std::string& where);
 
-// Renders and tokenizes; a token gets loss when its first byte lies in a loss range. Text is
-// NFC-normalized span by span first so that offsets are exact.
-TokenizedChat tokenize_chat(const Tokenizer& tokenizer, const Conversation& conversation,
+  // The rendered text, byte-exact with apply_chat_template(tokenize=False, **kwargs), and its
+  // loss ranges. Template errors (raise_exception included) are data errors naming `where`.
+  RenderedChat render(const ChatSample& sample, const ChatTemplateKwargs& kwargs,
+                      const std::string& where) const;
+
+ private:
+  jinja::Template template_;
+  // The "tool_use" template of a tokenizer with named templates, for samples with tools.
+  std::optional<jinja::Template> tool_use_template_;
+  std::vector<std::pair<std::string, std::string>> special_tokens_;
+  std::vector<std::string> added_tokens_;
+
+  jinja::RenderedTemplate render_raw(const jinja::Value& messages, const ChatSample& sample,
+                                     const ChatTemplateKwargs& kwargs, bool generation_prompt,
+                                     const std::string& where) const;
+  std::string assistant_header(const ChatSample& sample, const ChatTemplateKwargs& kwargs,
+                               const std::string& where) const;
+};
+
+// Renders and tokenizes the whole text at once (so ids equal HF's for the rendered string:
+// special tokens are matched before NFC, as HF does) and applies the loss rule above.
+TokenizedChat tokenize_chat(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
+                            const ChatSample& sample, const ChatTemplateKwargs& kwargs,
                             const std::string& where);
-
-// Whether `chat_template` is the Qwen3 template this renderer reproduces.
-bool is_supported_chat_template(const std::string& chat_template);
-
-// Throws a data error naming `where` when the tokenizer's chat template is not supported.
-void require_supported_chat_template(const Tokenizer& tokenizer, const std::string& where);
-
-const char* to_string(ChatRole role);
 
 }  // namespace dyncp::data

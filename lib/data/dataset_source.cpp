@@ -82,6 +82,20 @@ RawRecord parse_token_record(std::string_view line, const std::string& where,
   return record;
 }
 
+ChatTemplateKwargs parse_template_kwargs(const std::string& json_text, const std::string& where) {
+  ChatTemplateKwargs kwargs;
+  if (json_text.empty()) return kwargs;
+  jinja::Value root;
+  try {
+    root = jinja::parse_json_value(json_text);
+  } catch (const std::invalid_argument& error) {
+    core::throw_data_error(where, std::string("invalid JSON: ") + error.what());
+  }
+  if (!root.is_dict()) core::throw_data_error(where, "template kwargs must be a JSON object");
+  for (const auto& [name, value] : root.dict_ptr()->entries) kwargs.emplace_back(name, value);
+  return kwargs;
+}
+
 void for_each_jsonl_line(const std::filesystem::path& path,
                          const std::function<void(std::string_view, std::int64_t)>& on_line) {
   std::ifstream in(path, std::ios::binary);
@@ -101,14 +115,17 @@ void read_dataset_input(const DatasetInput& input, const Tokenizer& tokenizer,
                         const std::function<void(const std::exception&)>& on_bad) {
   const std::string file = input.path.string();
   switch (input.format) {
-    case DatasetFormat::chat_jsonl:
-      require_supported_chat_template(tokenizer, file);
+    case DatasetFormat::chat_jsonl: {
+      const ChatTemplate chat_template = ChatTemplate::from_tokenizer(tokenizer, file);
+      const ChatTemplateKwargs kwargs =
+          parse_template_kwargs(input.chat.template_kwargs_json, file + " (chat template kwargs)");
       for_each_jsonl_line(input.path, [&](std::string_view line, std::int64_t line_number) {
         RawRecord record;
         record.where = file + ":" + std::to_string(line_number);
         try {
-          const Conversation conversation = parse_chat_sample(line, record.where);
-          TokenizedChat chat = tokenize_chat(tokenizer, conversation, record.where);
+          const ChatSample sample = parse_chat_sample(line, record.where, input.chat.fields);
+          TokenizedChat chat =
+              tokenize_chat(tokenizer, chat_template, sample, kwargs, record.where);
           record.tokens = std::move(chat.tokens);
           record.target_mask = std::move(chat.loss_mask);
         } catch (const core::Error& error) {
@@ -119,6 +136,7 @@ void read_dataset_input(const DatasetInput& input, const Tokenizer& tokenizer,
         on_record(record);
       });
       break;
+    }
     case DatasetFormat::tokens_jsonl:
       for_each_jsonl_line(input.path, [&](std::string_view line, std::int64_t line_number) {
         RawRecord record;

@@ -1,6 +1,7 @@
 #pragma once
 // Input datasets and how their records become (tokens, target mask) pairs.
-//   chat_jsonl    one chat sample per line (chat_json.hpp), rendered with the Qwen3 template
+//   chat_jsonl    one chat sample per line (chat_json.hpp), rendered with the tokenizer's chat
+//                 template (chat_template.hpp)
 //   tokens_jsonl  one {"input_ids": [...], "loss_mask"?: [...]} per line; loss_mask is aligned
 //                 with input_ids (1 = this token is a training target) and defaults to all ones
 //   indexed       a Megatron .bin/.idx pair (give the path prefix); every token is a target
@@ -13,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "data/chat_json.hpp"
 #include "data/tokenizer.hpp"
 
 namespace dyncp::data {
@@ -23,10 +25,22 @@ enum class DatasetFormat { chat_jsonl, tokens_jsonl, indexed };
 DatasetFormat parse_dataset_format(std::string_view name, const std::string& key_path);
 const char* to_string(DatasetFormat format);
 
+// How chat_jsonl records are read and rendered.
+struct ChatDataOptions {
+  // A JSON object of extra chat-template variables (e.g. {"enable_thinking": false}); empty:
+  // none.
+  std::string template_kwargs_json;
+  ChatFieldMapping fields;
+};
+
 struct DatasetInput {
   std::filesystem::path path;  // a file, or the .bin/.idx prefix for `indexed`
   DatasetFormat format = DatasetFormat::chat_jsonl;
+  ChatDataOptions chat;
 };
+
+// The template variables of `json_text` (a JSON object); a data error naming `where` otherwise.
+ChatTemplateKwargs parse_template_kwargs(const std::string& json_text, const std::string& where);
 
 struct RawRecord {
   std::vector<std::int32_t> tokens;

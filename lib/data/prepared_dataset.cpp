@@ -15,7 +15,7 @@ namespace dyncp::data {
 namespace {
 
 constexpr char cache_magic[8] = {'D', 'Y', 'N', 'C', 'P', 'P', 'R', 'P'};
-constexpr std::uint32_t cache_version = 1;
+constexpr std::uint32_t cache_version = 2;  // 2: chat text rendered by the Jinja interpreter
 constexpr std::size_t header_size = 128;
 
 struct CacheHeader {
@@ -48,6 +48,16 @@ std::uint64_t cache_key(const PrepareOptions& options, const Tokenizer& tokenize
           .update(hash_file(input.path.string() + ".bin"));
     } else {
       hasher.update(hash_file(input.path));
+    }
+    if (input.format == DatasetFormat::chat_jsonl) {
+      const ChatFieldMapping& fields = input.chat.fields;
+      hasher.update_field(input.chat.template_kwargs_json)
+          .update_field(fields.messages_key)
+          .update_field(fields.role_key)
+          .update_field(fields.content_key)
+          .update_field(fields.tools_key)
+          .update_field(fields.documents_key);
+      for (const auto& [from, to] : fields.role_names) hasher.update_field(from).update_field(to);
     }
   }
   return hasher.digest();

@@ -109,6 +109,18 @@ Tokenizer Tokenizer::from_directory(const std::filesystem::path& directory) {
   return tokenizer;
 }
 
+Tokenizer Tokenizer::null_tokenizer(std::int32_t vocab_size) {
+  if (vocab_size <= 0) core::throw_data_error("NullTokenizer", "vocab_size must be positive");
+  Tokenizer tokenizer;
+  tokenizer.vocab_size_ = vocab_size;
+  tokenizer.pad_token_id_ = 0;
+  tokenizer.content_hash_ = ContentHasher()
+                                .update_field("NullTokenizer")
+                                .update(static_cast<std::uint64_t>(vocab_size))
+                                .digest();
+  return tokenizer;
+}
+
 Tokenizer Tokenizer::from_json(const std::string& tokenizer_json, const std::string& config_json,
                                const std::string& where) {
   TokenizerFile file = read_tokenizer_file(tokenizer_json, where);
@@ -191,6 +203,11 @@ Tokenizer Tokenizer::from_json(const std::string& tokenizer_json, const std::str
   const auto pad_id = tokenizer.token_id(pad);
   if (!pad_id) core::throw_data_error(where, "pad token " + pad + " is not in the vocabulary");
   tokenizer.pad_token_id_ = *pad_id;
+  for (const char* name : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
+                           "cls_token", "mask_token"}) {
+    if (const auto token = config_token(config, name))
+      tokenizer.named_special_tokens_.emplace_back(name, *token);
+  }
   if (const auto eos = config_token(config, "eos_token"))
     tokenizer.eos_token_id_ = tokenizer.token_id(*eos);
   if (config.contains("chat_template")) {
@@ -201,6 +218,8 @@ Tokenizer Tokenizer::from_json(const std::string& tokenizer_json, const std::str
       for (const json& named : chat_template) {
         if (named.value("name", "") == "default")
           tokenizer.chat_template_ = named.value("template", "");
+        if (named.value("name", "") == "tool_use")
+          tokenizer.tool_use_chat_template_ = named.value("template", "");
       }
     }
   }
@@ -211,7 +230,7 @@ std::optional<std::int32_t> Tokenizer::token_id(std::string_view token) const {
   for (const AddedToken& added : added_tokens_) {
     if (added.content == token) return added.id;
   }
-  return model_->token_id(token);
+  return model_ ? model_->token_id(token) : std::nullopt;
 }
 
 std::int32_t Tokenizer::require_token_id(std::string_view token) const {
@@ -254,18 +273,62 @@ std::string Tokenizer::normalize(std::string_view text) const {
   return result;
 }
 
+namespace {
+
+// Where the pieces of a segment went under NFC: splitting before an ASCII character never
+// changes the normalization (an ASCII character is a starter that composes with nothing before
+// it), so each run "ASCII character + following non-ASCII characters" normalizes on its own.
+struct NormalizedChunk {
+  std::size_t normalized_begin = 0;
+  std::size_t original_begin = 0;
+  bool changed = false;
+};
+
+}  // namespace
+
 void Tokenizer::encode_segment(std::string_view segment, std::size_t base_offset, Encoding& out,
                                bool want_offsets) const {
   if (segment.empty()) return;
+  if (model_ == nullptr)
+    core::throw_data_error("NullTokenizer", "cannot tokenize text: it reads token ids only");
   const std::string normalized = normalize(segment);
+  std::vector<NormalizedChunk> chunks;
+  if (want_offsets && normalized != segment) {
+    std::string rebuilt;
+    std::size_t begin = 0;
+    while (begin < segment.size()) {
+      std::size_t end = begin + 1;
+      while (end < segment.size() && (static_cast<unsigned char>(segment[end]) & 0x80) != 0) ++end;
+      const std::string_view piece = segment.substr(begin, end - begin);
+      const std::string piece_normalized = end - begin == 1 ? std::string(piece) : normalize(piece);
+      const bool changed = piece_normalized != piece;
+      if (changed || chunks.empty() || chunks.back().changed) {
+        chunks.push_back({rebuilt.size(), begin, changed});
+      }
+      rebuilt += piece_normalized;
+      begin = end;
+    }
+    // Should the chunked form ever differ, every token maps to the segment's start.
+    if (rebuilt != normalized) chunks.assign(1, {0, 0, true});
+  }
+  // A token's first byte in `segment`: exact outside chunks NFC changed, else the chunk start.
+  const auto original_offset = [&](std::size_t normalized_offset) {
+    if (chunks.empty()) return base_offset + normalized_offset;
+    auto chunk = std::upper_bound(
+        chunks.begin(), chunks.end(), normalized_offset,
+        [](std::size_t offset, const NormalizedChunk& c) { return offset < c.normalized_begin; });
+    --chunk;
+    const std::size_t inside = chunk->changed ? 0 : normalized_offset - chunk->normalized_begin;
+    return base_offset + chunk->original_begin + inside;
+  };
   splitter_->split(normalized, [&](std::size_t offset, std::size_t length) {
     const std::size_t before = out.ids.size();
     model_->encode_piece(std::string_view(normalized).substr(offset, length), out.ids);
     if (want_offsets) {
       // Every token of a piece starts at or after the piece; record exact starts.
-      std::size_t position = base_offset + offset;
+      std::size_t position = offset;
       for (std::size_t k = before; k < out.ids.size(); ++k) {
-        out.offsets.push_back(position);
+        out.offsets.push_back(original_offset(position));
         position += decoded_bytes_[static_cast<std::size_t>(out.ids[k])].size();
       }
     }
@@ -315,6 +378,8 @@ std::string Tokenizer::decode(std::span<const std::int32_t> ids, bool skip_speci
                                                                " is outside the vocabulary [0, " +
                                                                std::to_string(vocab_size_) + ")");
     }
+    if (model_ == nullptr)
+      core::throw_data_error("NullTokenizer", "cannot decode ids to text: it has no vocabulary");
     if (skip_special_tokens && is_special_[static_cast<std::size_t>(id)]) continue;
     text += decoded_bytes_[static_cast<std::size_t>(id)];
   }

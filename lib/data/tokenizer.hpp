@@ -17,6 +17,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace dyncp::data {
@@ -32,8 +33,8 @@ struct AddedToken {
 
 struct Encoding {
   std::vector<std::int32_t> ids;
-  // Byte offset in the input where each token starts (in the NFC form of a segment that
-  // normalization changed, which keeps order but may shift later offsets inside that segment).
+  // Byte offset in the input text where each token starts. Inside a run of characters that NFC
+  // rewrote (an ASCII character and the non-ASCII ones after it), tokens report the run's start.
   std::vector<std::size_t> offsets;
 };
 
@@ -44,6 +45,12 @@ class Tokenizer {
   // `tokenizer_json` is the file's text; `config_json` may be empty. `where` names the source.
   static Tokenizer from_json(const std::string& tokenizer_json, const std::string& config_json,
                              const std::string& where);
+
+  // Megatron's NullTokenizer: no vocabulary file, for data that is already token ids. Ids are
+  // [0, vocab_size), the pad token is 0 (pad rows carry no labels); encoding or decoding text
+  // is a data error.
+  static Tokenizer null_tokenizer(std::int32_t vocab_size);
+  bool is_null() const { return model_ == nullptr; }
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
@@ -69,6 +76,15 @@ class Tokenizer {
   std::int32_t pad_token_id() const { return pad_token_id_; }
   std::optional<std::int32_t> eos_token_id() const { return eos_token_id_; }
   const std::string& chat_template() const { return chat_template_; }
+  // The template named "tool_use" when tokenizer_config.json lists named templates (transformers
+  // renders samples with tools with it); empty otherwise.
+  const std::string& tool_use_chat_template() const { return tool_use_chat_template_; }
+  // The named special tokens tokenizer_config.json sets (bos_token, eos_token, unk_token,
+  // sep_token, pad_token, cls_token, mask_token), in that order: what transformers passes to
+  // chat templates.
+  const std::vector<std::pair<std::string, std::string>>& named_special_tokens() const {
+    return named_special_tokens_;
+  }
   // Hash of tokenizer.json and tokenizer_config.json contents (part of cache keys).
   std::uint64_t content_hash() const { return content_hash_; }
 
@@ -92,6 +108,8 @@ class Tokenizer {
   std::int32_t pad_token_id_ = 0;
   std::optional<std::int32_t> eos_token_id_;
   std::string chat_template_;
+  std::string tool_use_chat_template_;
+  std::vector<std::pair<std::string, std::string>> named_special_tokens_;
   std::uint64_t content_hash_ = 0;
 };
 

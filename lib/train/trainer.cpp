@@ -441,7 +441,9 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
       model::save_hf_checkpoint(config.checkpoint.export_hf, parameters, model::StoredDType::bf16,
                                 0, &expert_gather);
       complete_hf_export(config.checkpoint.export_hf,
-                         training_data.tokenizer ? tokenizer_directory(config) : fs::path(),
+                         training_data.tokenizer && !training_data.tokenizer->is_null()
+                             ? tokenizer_directory(config)
+                             : fs::path(),
                          model::StoredDType::bf16, model_config.architecture);
       spdlog::info("HF weights exported to {}", config.checkpoint.export_hf);
     }

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "core/error.hpp"
 #include "data/mock_dataset.hpp"
 #include "data/prepared_dataset.hpp"
@@ -11,6 +13,11 @@ namespace dyncp::train {
 namespace fs = std::filesystem;
 
 std::unique_ptr<data::Tokenizer> load_tokenizer(const config::ConfigContainer& config) {
+  if (config.tokenizer.tokenizer_type == config::TokenizerType::NullTokenizer) {
+    // Token-id data needs no vocabulary file: ids are checked against model.vocab_size.
+    return std::make_unique<data::Tokenizer>(data::Tokenizer::null_tokenizer(
+        static_cast<std::int32_t>(config.model.architecture.vocab_size)));
+  }
   auto tokenizer = std::make_unique<data::Tokenizer>(
       data::Tokenizer::from_directory(tokenizer_directory(config)));
   if (tokenizer->vocab_size() > config.model.architecture.vocab_size) {
@@ -28,7 +35,22 @@ data::PrepareOptions prepare_options(const config::ConfigContainer& config) {
   data::DatasetFormat format = data::DatasetFormat::chat_jsonl;
   if (dataset.type == config::DatasetType::token_jsonl) format = data::DatasetFormat::tokens_jsonl;
   if (dataset.type == config::DatasetType::megatron_indexed) format = data::DatasetFormat::indexed;
-  prepare.inputs.push_back({dataset.data_path, format});
+  data::DatasetInput input{dataset.data_path, format, {}};
+  input.chat.template_kwargs_json = dataset.chat_template_kwargs;
+  input.chat.fields.messages_key = dataset.chat_messages_key;
+  input.chat.fields.role_key = dataset.chat_role_key;
+  input.chat.fields.content_key = dataset.chat_content_key;
+  // "name=role,..." (checked by the config rules).
+  for (std::size_t start = 0; start < dataset.chat_role_names.size();) {
+    const std::size_t comma =
+        std::min(dataset.chat_role_names.find(',', start), dataset.chat_role_names.size());
+    const std::string pair = dataset.chat_role_names.substr(start, comma - start);
+    const std::size_t equals = pair.find('=');
+    if (equals != std::string::npos)
+      input.chat.fields.role_names.emplace_back(pair.substr(0, equals), pair.substr(equals + 1));
+    start = comma + 1;
+  }
+  prepare.inputs.push_back(std::move(input));
   prepare.cache_dir = dataset.cache_dir;
   prepare.seq_length = dataset.seq_length.value_or(config.model.seq_length);
   prepare.truncation = static_cast<data::Truncation>(static_cast<int>(dataset.truncation));
@@ -108,8 +130,10 @@ TrainingData open_preview_data(const config::ConfigContainer& config, std::int64
                       "dataset.type=mock_varlen to preview on synthetic lengths";
     return out;
   }
-  const fs::path tokenizer_dir = tokenizer_directory(config);
-  if (!fs::exists(tokenizer_dir / "tokenizer.json")) {
+  const bool null_tokenizer =
+      config.tokenizer.tokenizer_type == config::TokenizerType::NullTokenizer;
+  const fs::path tokenizer_dir = null_tokenizer ? fs::path() : tokenizer_directory(config);
+  if (!null_tokenizer && !fs::exists(tokenizer_dir / "tokenizer.json")) {
     out.description = "no tokenizer.json in '" + tokenizer_dir.string() +
                       "' (tokenizer.tokenizer_model / model.hf_model_path); the data cannot be "
                       "tokenized here";

@@ -115,3 +115,15 @@ TEST_CASE("demo tokenizer is token-exact with HF tokenizers and fits a 512-token
     CHECK(tokenizer.decode(ids) == tokenizer.normalize(text));
   }
 }
+
+TEST_CASE("NullTokenizer reads token ids only", "[data][tokenizer]") {
+  const Tokenizer tokenizer = Tokenizer::null_tokenizer(100);
+  CHECK(tokenizer.is_null());
+  CHECK(tokenizer.vocab_size() == 100);
+  CHECK(tokenizer.pad_token_id() == 0);
+  CHECK_FALSE(tokenizer.token_id("<|im_end|>").has_value());
+  CHECK_THROWS_WITH(tokenizer.encode("text"), Catch::Contains("NullTokenizer"));
+  const std::vector<std::int32_t> ids = {1, 2};
+  CHECK_THROWS_WITH(tokenizer.decode(ids), Catch::Contains("NullTokenizer"));
+  CHECK(Tokenizer::null_tokenizer(101).content_hash() != tokenizer.content_hash());
+}

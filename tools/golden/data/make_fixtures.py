@@ -164,12 +164,24 @@ def main():
                   out, ensure_ascii=False, indent=1)
 
     auto = AutoTokenizer.from_pretrained(tokenizer_dir)
+    # "loss_mask" of each case is the mask of the hand-written Qwen3 renderer the Jinja interpreter
+    # replaced; it is kept from the existing file (the C++ test holds the interpreter's rule to it).
+    chat_path = os.path.join(args.out, "qwen3_chat_cases.json")
+    previous = {}
+    if os.path.exists(chat_path):
+        for case in json.load(open(chat_path, encoding="utf-8"))["cases"]:
+            if "loss_mask" in case:
+                previous[json.dumps(case["sample"], sort_keys=True)] = case["loss_mask"]
     chats = []
     for sample in conversations():
         text = auto.apply_chat_template(sample["messages"], tools=sample.get("tools"),
                                         tokenize=False, add_generation_prompt=False)
         ids = hf.encode(text, add_special_tokens=False).ids
-        chats.append({"sample": sample, "text": text, "ids": ids})
+        case = {"sample": sample, "text": text, "ids": ids}
+        mask = previous.get(json.dumps(sample, sort_keys=True))
+        if mask is not None:
+            case["loss_mask"] = mask
+        chats.append(case)
     with open(os.path.join(args.out, "qwen3_chat_cases.json"), "w", encoding="utf-8") as out:
         json.dump({"source": "transformers " + __import__("transformers").__version__, "cases": chats},
                   out, ensure_ascii=False, indent=1)

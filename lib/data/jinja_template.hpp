@@ -1,0 +1,59 @@
+#pragma once
+// A Jinja interpreter for Hugging Face chat templates: parses a template once and renders it
+// with the semantics of transformers' apply_chat_template (Jinja 3 in an
+// ImmutableSandboxedEnvironment with trim_blocks and lstrip_blocks, loop controls, the
+// `generation` extension, `tojson` as json.dumps(ensure_ascii=False), raise_exception,
+// strftime_now, namespace, dict).
+//
+// Supported: statements if/elif/else, for (loop.*, `if` filter, else, break/continue), set
+// (names, tuples, namespace attributes, blocks), macro, call blocks, filter blocks, with,
+// generation; the expression grammar with Python's operators; the string, list and dict
+// methods and the filters and tests in jinja_builtins.cpp. Anything else (include, import,
+// extends, block, raw, recursive loops, unknown filters or tests) is refused when the template
+// is parsed, naming its line.
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "data/jinja_value.hpp"
+
+namespace dyncp::data::jinja {
+
+struct Program;
+
+struct RenderedTemplate {
+  std::string text;
+  // Byte ranges of `text` produced inside {% generation %} blocks, in order (transformers'
+  // generation indices, in bytes rather than characters).
+  std::vector<std::pair<std::size_t, std::size_t>> generation_spans;
+  // For every for-loop iteration whose item is a dict and whose output went straight to the
+  // rendered text: the dict and the byte range written while the iteration ran.
+  struct ItemSpan {
+    const Dict* item = nullptr;
+    std::size_t begin = 0;
+    std::size_t end = 0;
+  };
+  std::vector<ItemSpan> loop_item_spans;
+};
+
+class Template {
+ public:
+  // Throws a data error "<where>: chat template line N: ..." for syntax the interpreter does
+  // not support.
+  static Template parse(const std::string& source, const std::string& where);
+
+  bool has_generation_blocks() const;
+
+  // Renders with `variables` as the template's context. Errors (including the template's own
+  // raise_exception) are data errors naming `where` and the template line.
+  RenderedTemplate render(const Dict& variables, const std::string& where) const;
+
+ private:
+  std::shared_ptr<const Program> program_;
+  std::string source_where_;
+};
+
+}  // namespace dyncp::data::jinja

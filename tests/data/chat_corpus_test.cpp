@@ -1,0 +1,119 @@
+// The golden corpus (tools/golden/data/make_chat_corpus.py): real chat templates rendered and
+// tokenized by transformers; text, ids and (for {% generation %} templates) the assistant mask
+// must come out exactly, and conversations a template refuses must be refused here too.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "data/chat_json.hpp"
+#include "data/chat_template.hpp"
+#include "data/dataset_source.hpp"
+#include "test_paths.hpp"
+
+using namespace dyncp::data;
+using dyncp::data::test::fixture_path;
+using dyncp::data::test::read_file;
+
+namespace {
+
+std::string supervised(const Tokenizer& tokenizer, const TokenizedChat& chat) {
+  std::vector<std::int32_t> ids;
+  for (std::size_t i = 0; i < chat.tokens.size(); ++i) {
+    if (chat.loss_mask[i]) ids.push_back(chat.tokens[i]);
+  }
+  return tokenizer.decode(ids);
+}
+
+void check_corpus(const std::string& name) {
+  const auto directory = fixture_path("chat_corpus") / name;
+  const Tokenizer tokenizer = Tokenizer::from_directory(directory);
+  const ChatTemplate chat_template = ChatTemplate::from_tokenizer(tokenizer, name);
+  const auto fixture = nlohmann::json::parse(read_file(directory / "cases.json"));
+  std::size_t rendered = 0;
+  std::size_t index = 0;
+  for (const auto& test_case : fixture["cases"]) {
+    const std::string where = name + " case " + std::to_string(index++);
+    const std::string sample_text = test_case["sample"].get<std::string>();
+    INFO(where << ": " << sample_text << " kwargs " << test_case["kwargs"].dump());
+    const ChatTemplateKwargs kwargs = parse_template_kwargs(test_case["kwargs"].dump(), where);
+    if (test_case.contains("error")) {
+      try {
+        const ChatSample sample = parse_chat_sample(sample_text, where);
+        chat_template.render(sample, kwargs, where);
+        FAIL("transformers refused this conversation: " << test_case["error"].get<std::string>());
+      } catch (const dyncp::core::Error& error) {
+        CHECK(error.exit_code() == 2);
+      }
+      continue;
+    }
+    const ChatSample sample = parse_chat_sample(sample_text, where);
+    const RenderedChat text = chat_template.render(sample, kwargs, where);
+    CHECK(text.text == test_case["text"].get<std::string>());
+    const TokenizedChat chat = tokenize_chat(tokenizer, chat_template, sample, kwargs, where);
+    CHECK(chat.tokens == test_case["ids"].get<std::vector<std::int32_t>>());
+    if (test_case.contains("assistant_mask")) {
+      CHECK(chat.loss_mask == test_case["assistant_mask"].get<std::vector<std::uint8_t>>());
+    }
+    ++rendered;
+  }
+  CHECK(rendered >= 30);
+}
+
+TokenizedChat tokenize_line(const std::string& name, const std::string& line) {
+  const auto directory = fixture_path("chat_corpus") / name;
+  const Tokenizer tokenizer = Tokenizer::from_directory(directory);
+  const ChatTemplate chat_template = ChatTemplate::from_tokenizer(tokenizer, name);
+  return tokenize_chat(tokenizer, chat_template, parse_chat_sample(line, name), {}, name);
+}
+
+std::string supervised_line(const std::string& name, const std::string& line) {
+  const auto directory = fixture_path("chat_corpus") / name;
+  const Tokenizer tokenizer = Tokenizer::from_directory(directory);
+  return supervised(tokenizer, tokenize_line(name, line));
+}
+
+const char* const two_turns =
+    R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"},
+        {"role": "user", "content": "Bye"}, {"role": "assistant", "content": "Ciao"}]})";
+
+}  // namespace
+
+TEST_CASE("golden corpus: Qwen3", "[data][chat][corpus]") {
+  check_corpus("qwen3");
+}
+TEST_CASE("golden corpus: Qwen2.5", "[data][chat][corpus]") {
+  check_corpus("qwen2_5");
+}
+TEST_CASE("golden corpus: Qwen3.5 MoE", "[data][chat][corpus]") {
+  check_corpus("qwen3_5_moe");
+}
+TEST_CASE("golden corpus: Llama 3.2", "[data][chat][corpus]") {
+  check_corpus("llama3_2");
+}
+TEST_CASE("golden corpus: Mistral Nemo", "[data][chat][corpus]") {
+  check_corpus("mistral_nemo");
+}
+TEST_CASE("golden corpus: DeepSeek-R1", "[data][chat][corpus]") {
+  check_corpus("deepseek_r1");
+}
+TEST_CASE("golden corpus: Gemma", "[data][chat][corpus]") {
+  check_corpus("gemma");
+}
+TEST_CASE("golden corpus: generation blocks give transformers' assistant mask",
+          "[data][chat][corpus]") {
+  check_corpus("chatml_generation");
+}
+
+TEST_CASE("without generation blocks the loss is each assistant turn after its header",
+          "[data][chat][corpus]") {
+  CHECK(supervised_line("llama3_2", two_turns) == "Hello<|eot_id|>Ciao<|eot_id|>");
+  CHECK(supervised_line("gemma", two_turns) == "Hello<end_of_turn>Ciao<end_of_turn>");
+  CHECK(supervised_line("mistral_nemo", two_turns) == "Hello</s>Ciao</s>");
+  CHECK(supervised_line("deepseek_r1", two_turns) ==
+        "Hello<｜end▁of▁sentence｜>Ciao<｜end▁of▁sentence｜>");
+  CHECK(supervised_line("qwen2_5", two_turns) == "Hello<|im_end|>Ciao<|im_end|>");
+  // Qwen3.5 prompts with "<think>\n": the reasoning of the last turn is trained, the
+  // opening tag is not; the earlier turn keeps only its answer. (The empty reasoning's "\n"
+  // shares a "\n\n" token with the header's, so that token stays prompt.)
+  CHECK(supervised_line("qwen3_5_moe", two_turns) == "Hello<|im_end|></think>\n\nCiao<|im_end|>");
+}

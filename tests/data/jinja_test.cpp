@@ -1,0 +1,86 @@
+// The Jinja interpreter construct by construct against the reference environment transformers
+// renders chat templates with (fixture by tools/golden/data/make_jinja_cases.py), plus the
+// Python number and JSON spellings templates print.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "data/jinja_template.hpp"
+#include "test_paths.hpp"
+
+using namespace dyncp::data::jinja;
+using dyncp::data::test::fixture_path;
+using dyncp::data::test::read_file;
+
+TEST_CASE("each construct renders as transformers' Jinja environment does", "[data][jinja]") {
+  const auto fixture = nlohmann::json::parse(read_file(fixture_path("jinja_cases.json")));
+  REQUIRE(fixture["cases"].size() >= 60);
+  for (const auto& test_case : fixture["cases"]) {
+    const std::string source = test_case["template"].get<std::string>();
+    const Value context = parse_json_value(test_case["context"].get<std::string>());
+    INFO("template: " << source);
+    if (test_case.contains("error")) {
+      INFO("reference error: " << test_case["error"].get<std::string>());
+      try {
+        const Template parsed = Template::parse(source, "case");
+        parsed.render(*context.dict_ptr(), "case");
+        FAIL("expected an error");
+      } catch (const dyncp::core::Error& error) {
+        CHECK(error.exit_code() == 2);
+      }
+      continue;
+    }
+    const Template parsed = Template::parse(source, "case");
+    CHECK(parsed.render(*context.dict_ptr(), "case").text ==
+          test_case["output"].get<std::string>());
+  }
+}
+
+TEST_CASE("template errors name the template line and raise_exception's message", "[data][jinja]") {
+  const Value context = Value::new_dict();
+  try {
+    Template::parse("one\ntwo\n{{ 'x' + 1 }}", "tpl").render(*context.dict_ptr(), "sample.jsonl:3");
+    FAIL("expected an error");
+  } catch (const dyncp::core::Error& error) {
+    CHECK_THAT(error.what(), Catch::Contains("sample.jsonl:3") &&
+                                 Catch::Contains("tpl: chat template line 3") &&
+                                 Catch::Contains("can only concatenate str"));
+  }
+  try {
+    Template::parse("{% if true %}\n{{ raise_exception('roles must alternate') }}{% endif %}",
+                    "tpl")
+        .render(*context.dict_ptr(), "sample.jsonl:9");
+    FAIL("expected an error");
+  } catch (const dyncp::core::Error& error) {
+    CHECK_THAT(error.what(), Catch::Contains("sample.jsonl:9") &&
+                                 Catch::Contains("roles must alternate") &&
+                                 Catch::Contains("line 2"));
+  }
+  CHECK_THROWS_WITH(Template::parse("{% for x in y %}no end", "tpl"), Catch::Contains("endfor"));
+  CHECK_THROWS_WITH(Template::parse("a\n{% raw %}{% endraw %}", "tpl"),
+                    Catch::Contains("line 2") && Catch::Contains("unsupported statement"));
+  CHECK_THROWS_WITH(Template::parse("{{ x is frobnicated }}", "tpl"),
+                    Catch::Contains("unsupported test"));
+}
+
+TEST_CASE("Python float repr and json.dumps numbers", "[data][jinja]") {
+  CHECK(python_float_repr(1e15) == "1000000000000000.0");
+  CHECK(python_float_repr(1234567890123456.0) == "1234567890123456.0");
+  CHECK(python_float_repr(1e16) == "1e+16");
+  CHECK(python_float_repr(1.5e-7) == "1.5e-07");
+  CHECK(python_float_repr(0.0001) == "0.0001");
+  CHECK(python_float_repr(0.00001) == "1e-05");
+  CHECK(python_float_repr(-0.0) == "-0.0");
+  CHECK(python_float_repr(0.1) == "0.1");
+  CHECK(python_float_repr(1e100) == "1e+100");
+  CHECK(python_float_repr(123.456e5) == "12345600.0");
+  CHECK(python_json_dumps(Value::floating(std::nan(""))) == "NaN");
+  // Integers beyond 64 bits keep every digit, as Python's json does.
+  const Value parsed =
+      parse_json_value(R"({"a": 123456789012345678901234567890, "b": 18446744073709551616,
+                                            "c": -98765432109876543210, "d": 9007199254740993, "e": 2.50})");
+  CHECK(
+      python_json_dumps(parsed) ==
+      R"({"a": 123456789012345678901234567890, "b": 18446744073709551616, "c": -98765432109876543210, "d": 9007199254740993, "e": 2.5})");
+}
