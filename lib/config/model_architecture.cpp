@@ -1,11 +1,15 @@
 #include "config/model_architecture.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "config/hf_config_fields.hpp"
 #include "core/error.hpp"
 
 namespace dyncp::config {
@@ -24,6 +28,91 @@ void read_field(const json& object, const char* name, T& out, const std::string&
     core::throw_data_error(file,
                            std::string("field '") + name + "' has the wrong type: " + it->dump());
   }
+}
+
+// Values no supported checkpoint comes near, so a typo or a corrupted file is refused before it
+// ends in a null loss or an out-of-memory failure.
+constexpr std::int64_t max_width = std::int64_t{1} << 20;
+constexpr std::int64_t max_layers = 4096;
+constexpr std::int64_t max_vocab = std::int64_t{1} << 26;
+constexpr std::int64_t max_heads = 4096;
+constexpr std::int64_t max_experts = 1 << 16;
+
+void require_range(std::int64_t value, std::int64_t low, std::int64_t high, const char* field,
+                   const std::string& file) {
+  if (value < low || value > high) {
+    core::throw_data_error(file, std::string("config.json field ") + field + " = " +
+                                     std::to_string(value) + " is out of range [" +
+                                     std::to_string(low) + ", " + std::to_string(high) + "]");
+  }
+}
+
+// Range checks of a loaded config; every failure names the field, its value and the bounds.
+void check_ranges(const ModelArchitecture& a, const std::string& file) {
+  require_range(a.vocab_size, 1, max_vocab, "vocab_size", file);
+  require_range(a.hidden_size, 1, max_width, "hidden_size", file);
+  require_range(a.num_hidden_layers, 1, max_layers, "num_hidden_layers", file);
+  require_range(a.num_attention_heads, 1, max_heads, "num_attention_heads", file);
+  require_range(a.num_key_value_heads, 1, a.num_attention_heads, "num_key_value_heads", file);
+  if (a.num_attention_heads % a.num_key_value_heads != 0) {
+    core::throw_data_error(
+        file,
+        "config.json: num_attention_heads = " + std::to_string(a.num_attention_heads) +
+            " is not a multiple of num_key_value_heads = " + std::to_string(a.num_key_value_heads));
+  }
+  require_range(a.head_dim, 1, max_width, "head_dim", file);
+  require_range(a.max_position_embeddings, 1, std::int64_t{1} << 32, "max_position_embeddings",
+                file);
+  if (!(a.rms_norm_eps > 0.0 && a.rms_norm_eps < 1.0)) {
+    core::throw_data_error(file, "config.json field rms_norm_eps = " +
+                                     std::to_string(a.rms_norm_eps) + " must lie in (0, 1)");
+  }
+  if (!(a.rope_theta > 0.0) || !std::isfinite(a.rope_theta)) {
+    core::throw_data_error(file, "config.json field rope_theta = " + std::to_string(a.rope_theta) +
+                                     " must be positive");
+  }
+  if (!(a.partial_rotary_factor > 0.0 && a.partial_rotary_factor <= 1.0)) {
+    core::throw_data_error(file, "config.json field partial_rotary_factor = " +
+                                     std::to_string(a.partial_rotary_factor) +
+                                     " must lie in (0, 1]");
+  }
+  const auto rotary =
+      static_cast<std::int64_t>(static_cast<double>(a.head_dim) * a.partial_rotary_factor);
+  if (rotary % 2 != 0 || rotary < 2) {
+    core::throw_data_error(
+        file, "config.json: head_dim * partial_rotary_factor = " + std::to_string(rotary) +
+                  " rotary dims: only an even rotary dimension of at least 2 is "
+                  "supported (transformers rotates odd ones to the next even "
+                  "width, which is not implemented)");
+  }
+  if (!(a.router_aux_loss_coef >= 0.0) || !std::isfinite(a.router_aux_loss_coef)) {
+    core::throw_data_error(file, "config.json field router_aux_loss_coef = " +
+                                     std::to_string(a.router_aux_loss_coef) + " must be >= 0");
+  }
+  if (a.num_experts > 0) {
+    require_range(a.num_experts, 1, max_experts, "num_experts", file);
+    require_range(a.num_experts_per_tok, 1, a.num_experts, "num_experts_per_tok", file);
+    require_range(a.moe_intermediate_size, 1, max_width, "moe_intermediate_size", file);
+  }
+  require_range(a.intermediate_size, 0, max_width, "intermediate_size", file);
+  require_range(a.shared_expert_intermediate_size, 0, max_width, "shared_expert_intermediate_size",
+                file);
+  require_range(a.decoder_sparse_step, 1, max_layers, "decoder_sparse_step", file);
+  if (a.is_hybrid()) {
+    require_range(a.linear_num_key_heads, 1, max_heads, "linear_num_key_heads", file);
+    require_range(a.linear_num_value_heads, 1, max_heads, "linear_num_value_heads", file);
+    require_range(a.linear_key_head_dim, 1, max_width, "linear_key_head_dim", file);
+    require_range(a.linear_value_head_dim, 1, max_width, "linear_value_head_dim", file);
+    require_range(a.linear_conv_kernel_dim, 1, 64, "linear_conv_kernel_dim", file);
+    if (a.linear_num_value_heads % a.linear_num_key_heads != 0) {
+      core::throw_data_error(file, "config.json: linear_num_value_heads = " +
+                                       std::to_string(a.linear_num_value_heads) +
+                                       " is not a multiple of linear_num_key_heads = " +
+                                       std::to_string(a.linear_num_key_heads));
+    }
+  }
+  for (const std::int64_t layer : a.mlp_only_layers)
+    require_range(layer, 0, a.num_hidden_layers - 1, "mlp_only_layers[]", file);
 }
 
 const std::vector<std::string> known_model_types = {"qwen3_moe", "qwen3_next", "qwen3_5_moe",
@@ -102,6 +191,19 @@ ModelArchitecture load_hf_model_config(const std::string& path) {
                                      "qwen3_5_moe, qwen3_5_moe_text");
   }
   const json& f = *fields;
+  std::vector<std::string> unknown = check_hf_config_fields(root, "", name);
+  if (fields != &root) {
+    const auto inner = check_hf_config_fields(*fields, "text_config", name);
+    unknown.insert(unknown.end(), inner.begin(), inner.end());
+  }
+  if (!unknown.empty()) {
+    std::string list;
+    for (const std::string& field : unknown) list += (list.empty() ? "" : ", ") + field;
+    spdlog::warn(
+        "{}: fields transformers' config classes do not define (transformers ignores "
+        "them, so does dyncp-train): {}",
+        name, list);
+  }
   read_field(f, "vocab_size", arch.vocab_size, name);
   read_field(f, "hidden_size", arch.hidden_size, name);
   read_field(f, "intermediate_size", arch.intermediate_size, name);
@@ -118,25 +220,17 @@ ModelArchitecture load_hf_model_config(const std::string& path) {
     arch.shared_expert_intermediate_size = 512;
   }
   read_field(f, "partial_rotary_factor", arch.partial_rotary_factor, name);
-  // RoPE scaling (YaRN, linear, dynamic NTK) changes every position's rotation; it is not built,
-  // so a checkpoint that asks for it is refused rather than trained with plain RoPE.
-  if (f.contains("rope_scaling") && !f["rope_scaling"].is_null()) {
-    core::throw_data_error(name, "rope_scaling " + f["rope_scaling"].dump() +
-                                     ": RoPE scaling (YaRN, linear, dynamic) is not built; use a "
-                                     "checkpoint config without it");
-  }
+  // Non-default RoPE (rope_scaling, rope_parameters.rope_type) was refused by
+  // check_hf_config_fields above.
   if (f.contains("rope_parameters") && f["rope_parameters"].is_object()) {
-    const json& rope = f["rope_parameters"];
-    if (rope.contains("rope_type") && rope["rope_type"] != "default") {
-      core::throw_data_error(name, "rope_parameters.rope_type " + rope["rope_type"].dump() +
-                                       ": only default RoPE is built (no YaRN or other scaling)");
-    }
     read_field(f["rope_parameters"], "rope_theta", arch.rope_theta, name);
     read_field(f["rope_parameters"], "partial_rotary_factor", arch.partial_rotary_factor, name);
   }
   read_field(f, "attention_bias", arch.attention_bias, name);
-  read_field(root, "tie_word_embeddings", arch.tie_word_embeddings, name);
+  // A nested (vision-language) Qwen3.5 config ties by its top-level flag, as transformers does;
+  // save_pretrained writes text_config.tie_word_embeddings false next to a top-level true.
   read_field(f, "tie_word_embeddings", arch.tie_word_embeddings, name);
+  if (fields != &root) read_field(root, "tie_word_embeddings", arch.tie_word_embeddings, name);
   read_field(f, "hidden_act", arch.hidden_act, name);
   read_field(f, "num_experts", arch.num_experts, name);
   read_field(f, "num_local_experts", arch.num_experts, name);
@@ -176,6 +270,7 @@ ModelArchitecture load_hf_model_config(const std::string& path) {
                                      " entries but num_hidden_layers is " +
                                      std::to_string(arch.num_hidden_layers));
   }
+  check_ranges(arch, name);
   return arch;
 }
 
