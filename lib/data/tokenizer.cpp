@@ -114,6 +114,7 @@ Tokenizer Tokenizer::null_tokenizer(std::int32_t vocab_size) {
   Tokenizer tokenizer;
   tokenizer.vocab_size_ = vocab_size;
   tokenizer.pad_token_id_ = 0;
+  tokenizer.added_by_first_byte_.assign(256, {});
   tokenizer.content_hash_ = ContentHasher()
                                 .update_field("NullTokenizer")
                                 .update(static_cast<std::uint64_t>(vocab_size))
