@@ -23,6 +23,12 @@ find_library(UTF8PROC_LIBRARY utf8proc REQUIRED)
 add_library(dyncp_utf8proc INTERFACE)
 target_include_directories(dyncp_utf8proc SYSTEM INTERFACE ${UTF8PROC_INCLUDE_DIR})
 target_link_libraries(dyncp_utf8proc INTERFACE ${UTF8PROC_LIBRARY})
+# xxHash (libxxhash-dev): the checkpoint manifest's per-file checksums.
+find_path(XXHASH_INCLUDE_DIR xxhash.h REQUIRED)
+find_library(XXHASH_LIBRARY xxhash REQUIRED)
+add_library(dyncp_xxhash INTERFACE)
+target_include_directories(dyncp_xxhash SYSTEM INTERFACE ${XXHASH_INCLUDE_DIR})
+target_link_libraries(dyncp_xxhash INTERFACE ${XXHASH_LIBRARY})
 
 include(Cuda)
 message(STATUS "dyncp: CUDA=${DYNCP_HAVE_CUDA} MPI=${MPI_C_FOUND} build=${CMAKE_BUILD_TYPE}")

@@ -7,7 +7,8 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config python3 python3-venv
   libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev catch2 nlohmann-json3-dev
   libopenblas-dev openmpi-bin libopenmpi-dev
-  libpcre2-dev libutf8proc-dev libboost-context-dev
+  libpcre2-dev libutf8proc-dev libboost-context-dev libxxhash-dev
+  clang libclang-rt-dev
 )
 # Slurm pieces are needed only by the one-node Slurm launch test.
 if [[ "${DYNCP_WITH_SLURM:-1}" == 1 ]]; then

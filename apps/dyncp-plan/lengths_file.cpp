@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/input_file.hpp"
+#include "core/json_text_check.hpp"
 
 namespace dyncp::plan {
 namespace {
@@ -31,6 +33,7 @@ std::string trim(const std::string& text) {
 }
 
 LengthsFile read_json(const std::string& path, const std::string& content) {
+  core::check_json_text(content, path);
   nlohmann::json root;
   try {
     root = nlohmann::json::parse(content);
@@ -59,11 +62,8 @@ LengthsFile read_json(const std::string& path, const std::string& content) {
 }  // namespace
 
 LengthsFile read_lengths_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) core::throw_data_error(path, "cannot open the lengths file");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string content = buffer.str();
+  // A million lengths take about 8 MB; 256 MiB is far past any real lengths file.
+  const std::string content = core::read_bounded_file(path, 256 << 20, "the lengths file");
   const auto first = content.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && (content[first] == '[' || content[first] == '{')) {
     LengthsFile file = read_json(path, content);

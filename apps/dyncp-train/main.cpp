@@ -21,6 +21,7 @@
 #include "dist/launch_env.hpp"
 #include "dist/mpi_comm.hpp"
 #include "train/dry_run.hpp"
+#include "train/signal_flag.hpp"
 #include "train/trainer.hpp"
 
 namespace {
@@ -38,6 +39,9 @@ struct Options {
 
 int run(const Options& options) {
   using namespace dyncp;
+  // First, before any slow start-up work: a SIGTERM or SIGUSR1 during start-up then stops the
+  // run cleanly (exit 0) at the first step boundary instead of killing it with status 143.
+  train::install_stop_signal_handlers();
   if (options.print_config_reference) {
     std::cout << config::generate_config_reference();
     return 0;

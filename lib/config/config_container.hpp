@@ -127,9 +127,11 @@ struct DistConfig {
 };
 
 struct CheckpointConfig {
-  std::string pretrained_checkpoint;          // HF safetensors folder with the initial weights
-  std::string save;                           // folder for training checkpoints; empty: no saving
-  std::string load;                           // folder to resume from; empty: start fresh
+  std::string pretrained_checkpoint;      // HF safetensors folder with the initial weights
+  std::string save;                       // folder for training checkpoints; empty: no saving
+  std::string load;                       // folder to resume from; empty: `save` if it holds one
+  std::optional<std::int64_t> ckpt_step;  // resume from exactly this iteration
+  bool overwrite = false;                 // let a run write into a `save` holding checkpoints
   std::optional<std::int64_t> save_interval;  // unset: save at the end only
   std::int64_t most_recent_k = -1;            // -1: keep every checkpoint
   std::string export_hf;                      // folder for an HF export at the end

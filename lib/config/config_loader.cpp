@@ -9,6 +9,7 @@
 #include "config/assignment.hpp"
 #include "config/key_table.hpp"
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 
 namespace dyncp::config {
 
@@ -164,16 +165,16 @@ ConfigContainer load_config_text(const std::string& yaml_text,
 
 ConfigContainer load_config_file(const std::string& path,
                                  const std::vector<std::string>& overrides) {
-  std::ifstream in(path);
-  if (!in || std::filesystem::is_directory(path)) {
+  // Not opened before it is known to be a regular file: opening a FIFO blocks.
+  std::error_code error;
+  if (!std::filesystem::exists(path, error) || std::filesystem::is_directory(path, error)) {
     core::throw_config_error(path,
                              "cannot read the recipe (missing or unreadable file; check "
                              "the --config path)");
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  if (in.bad()) core::throw_config_error(path, "cannot read the recipe (I/O error)");
-  return load_config_text(text.str(), overrides, path);
+  // A FIFO or a device (/dev/zero) is refused before reading; the size bound is the YAML
+  // reader's (4 MiB), checked before the text is allocated.
+  return load_config_text(core::read_bounded_file(path, 4 << 20, "the recipe"), overrides, path);
 }
 
 }  // namespace dyncp::config

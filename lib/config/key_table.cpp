@@ -120,9 +120,12 @@ void append_data_keys(std::vector<KeySpec>& keys) {
   keys.push_back(make_key("dataset.on_bad_sample", DYNCP_FIELD(dataset.on_bad_sample),
                           "A malformed sample is an error, or skipped with a warning"));
   keys.push_back(make_key("dataset.shuffle", DYNCP_FIELD(dataset.shuffle),
-                          "Shuffle samples each epoch (seeded by rng.seed)"));
+                          "Shuffle samples each epoch (seeded by rng.seed, resumable), whatever the "
+                          "loader type; false: file order",
+                          {.rules = "false needs dataloader_type single"}));
   keys.push_back(make_key("dataset.num_workers", DYNCP_FIELD(dataset.num_workers),
-                          "Data preparation threads", {.min = 0, .max = 1024}));
+                          "Megatron loader workers: accepted, no effect (warned when set)",
+                          {.min = 0, .max = 1024}));
   keys.push_back(
       make_key("dataset.mock_length_distribution", DYNCP_FIELD(dataset.mock_length_distribution),
                "mock_varlen lengths: lognormal(min=,max=,mean=,sigma=), uniform(min=,max=) or "
@@ -252,7 +255,14 @@ void append_runtime_keys(std::vector<KeySpec>& keys) {
                           "Folder for training checkpoints; empty: none"));
   keys.push_back(
       make_key("checkpoint.load", DYNCP_FIELD(checkpoint.load),
-               "Checkpoint folder to resume from (its newest checkpoint); empty: start fresh"));
+               "Checkpoint folder to resume from (its newest verified checkpoint); empty: "
+               "checkpoint.save when it holds checkpoints, else start fresh"));
+  keys.push_back(make_key("checkpoint.ckpt_step", DYNCP_FIELD(checkpoint.ckpt_step),
+                          "Resume from exactly this iteration's checkpoint; unset: the newest",
+                          {.min = 0, .rules = "needs a checkpoint folder to load from"}));
+  keys.push_back(make_key("checkpoint.overwrite", DYNCP_FIELD(checkpoint.overwrite),
+                          "Let a run that does not resume from checkpoint.save write into it "
+                          "although it holds checkpoints (newer ones are kept, latest moves)"));
   keys.push_back(make_key("checkpoint.save_interval", DYNCP_FIELD(checkpoint.save_interval),
                           "Save every this many steps; unset: at the end only (when save is set)"));
   keys.push_back(make_key("checkpoint.most_recent_k", DYNCP_FIELD(checkpoint.most_recent_k),

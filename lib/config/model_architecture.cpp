@@ -6,11 +6,15 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <type_traits>
 
 #include "config/hf_config_fields.hpp"
 #include "core/error.hpp"
+#include "core/input_file.hpp"
+#include "core/json_text_check.hpp"
 
 namespace dyncp::config {
 
@@ -22,6 +26,14 @@ template <typename T>
 void read_field(const json& object, const char* name, T& out, const std::string& file) {
   const auto it = object.find(name);
   if (it == object.end() || it->is_null()) return;
+  // nlohmann converts 4.5 to 4 and 2^64-1 to -1: a count must be a JSON integer that fits.
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    if (!it->is_number_integer() ||
+        (it->is_number_unsigned() && it->template get<std::uint64_t>() >
+                                         static_cast<std::uint64_t>(std::numeric_limits<T>::max())))
+      core::throw_data_error(file, std::string("field '") + name + "' = " + it->dump() +
+                                       " is not an integer this program can hold");
+  }
   try {
     out = it->get<T>();
   } catch (const json::exception&) {
@@ -164,12 +176,14 @@ ModelArchitecture load_hf_model_config(const std::string& path) {
   std::filesystem::path file = path;
   if (std::filesystem::is_directory(file)) file /= "config.json";
   const std::string name = file.string();
-  std::ifstream in(file);
-  if (!in)
+  if (!std::filesystem::exists(file))
     core::throw_data_error(name, "cannot open the model config (expected an HF config.json)");
+  // HF configs are a few KiB; a FIFO, a device or a huge file is refused before reading.
+  const std::string text = core::read_bounded_file(file, 16 << 20, "the model config");
+  core::check_json_text(text, name);
   json root;
   try {
-    root = json::parse(in);
+    root = json::parse(text);
   } catch (const json::parse_error& error) {
     core::throw_data_error(name, std::string("invalid JSON: ") + error.what());
   }

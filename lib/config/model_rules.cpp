@@ -2,6 +2,7 @@
 // dims (head_dim, layer_types) are filled.
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
 
 #include "config/key_table.hpp"
@@ -17,12 +18,89 @@ std::string str(std::int64_t value) {
 std::string num(double value) {
   return format_value(KeyValue{value});
 }
+std::string fmt_parameters(double parameters) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.3g parameters", parameters);
+  return text;
+}
+
+// Sizes far past any real model (about 10x the largest Qwen MoE), refused before anything is
+// derived from them: resolve() builds per-layer tables, and the memory estimate multiplies them.
+bool check_architecture_sizes(const ModelArchitecture& arch, ProblemList& problems) {
+  struct Cap {
+    const char* key;
+    std::int64_t value;
+    std::int64_t max;
+  };
+  const Cap caps[] = {
+      {"model.num_hidden_layers", arch.num_hidden_layers, 1024},
+      {"model.hidden_size", arch.hidden_size, 1 << 16},
+      {"model.intermediate_size", arch.intermediate_size, 1 << 20},
+      {"model.moe_intermediate_size", arch.moe_intermediate_size, 1 << 20},
+      {"model.shared_expert_intermediate_size", arch.shared_expert_intermediate_size, 1 << 20},
+      {"model.vocab_size", arch.vocab_size, 1 << 24},
+      {"model.num_attention_heads", arch.num_attention_heads, 1024},
+      {"model.num_key_value_heads", arch.num_key_value_heads, 1024},
+      {"model.head_dim", arch.head_dim, 4096},
+      {"model.num_experts", arch.num_experts, 4096},
+      {"model.num_experts_per_tok", arch.num_experts_per_tok, 4096},
+      {"model.linear_num_key_heads", arch.linear_num_key_heads, 1024},
+      {"model.linear_num_value_heads", arch.linear_num_value_heads, 1024},
+      {"model.linear_key_head_dim", arch.linear_key_head_dim, 4096},
+      {"model.linear_value_head_dim", arch.linear_value_head_dim, 4096},
+      {"model.linear_conv_kernel_dim", arch.linear_conv_kernel_dim, 1024},
+      {"model.max_position_embeddings", arch.max_position_embeddings, std::int64_t{1} << 32},
+  };
+  bool fits = true;
+  for (const Cap& cap : caps) {
+    if (cap.value > cap.max) {
+      problems.add(cap.key, str(cap.value),
+                   "exceeds " + str(cap.max) +
+                       ", far past any real model; check the value (or "
+                       "the config.json it came from)");
+      fits = false;
+    }
+  }
+  if (!fits) return false;
+  // Parameters, in double so that no product overflows: embeddings and head, attention,
+  // experts and dense MLPs per layer.
+  const double hidden = static_cast<double>(arch.hidden_size);
+  const double head_dim = static_cast<double>(
+      arch.head_dim > 0 ? arch.head_dim
+                        : arch.hidden_size / std::max<std::int64_t>(1, arch.num_attention_heads));
+  const double attention = hidden * head_dim * 2.0 *
+                           static_cast<double>(arch.num_attention_heads + arch.num_key_value_heads);
+  const double mlp =
+      3.0 * hidden *
+      (static_cast<double>(arch.num_experts) * static_cast<double>(arch.moe_intermediate_size) +
+       static_cast<double>(arch.intermediate_size) +
+       static_cast<double>(arch.shared_expert_intermediate_size));
+  const double linear_width =
+      static_cast<double>(arch.linear_num_key_heads * arch.linear_key_head_dim +
+                          arch.linear_num_value_heads * arch.linear_value_head_dim);
+  const double deltanet = arch.is_hybrid() ? 4.0 * hidden * linear_width : 0.0;
+  const double parameters =
+      2.0 * static_cast<double>(arch.vocab_size) * hidden +
+      static_cast<double>(arch.num_hidden_layers) * (attention + mlp + deltanet);
+  // fp32 weights, gradients and two Adam moments: 16 bytes a parameter, over the whole job.
+  constexpr double max_state_bytes = 1125899906842624.0;  // 1 PiB
+  if (parameters * 16.0 > max_state_bytes) {
+    problems.add("model", fmt_parameters(parameters),
+                 "the weights, gradients and optimizer state would take more than 1 PiB; no "
+                 "job of this program holds that. Check the model sizes");
+    return false;
+  }
+  return true;
+}
 
 }  // namespace
 
 void check_model_architecture(ConfigContainer& config, ProblemList& problems) {
   auto& arch = config.model.architecture;
   const std::size_t problems_before = problems.lines().size();
+  // Nothing else is checked or derived from sizes like these: report them (and what came
+  // before) now.
+  if (!check_architecture_sizes(arch, problems)) problems.throw_if_any();
 
   if (arch.head_dim == 0 && arch.hidden_size % arch.num_attention_heads != 0) {
     problems.add("model.head_dim", "0",

@@ -23,6 +23,11 @@ std::string num(double value) {
 
 void check_data(ConfigContainer& config, ProblemList& problems) {
   const auto& dataset = config.dataset;
+  if (!dataset.shuffle && dataset.dataloader_type == DataloaderType::cyclic) {
+    problems.add("dataset.shuffle", "false",
+                 "dataset.dataloader_type cyclic always shuffles (Megatron's random sampler); "
+                 "use dataloader_type single for file order, or shuffle true");
+  }
   if (config.validation.eval_interval && dataset.type != DatasetType::mock_varlen &&
       dataset.validation_data_path.empty()) {
     problems.add("validation.eval_interval", str(*config.validation.eval_interval),
@@ -171,6 +176,17 @@ void check_recompute(ModelConfig& model, ProblemList& problems) {
 }
 
 void check_runtime(ConfigContainer& config, ProblemList& problems) {
+  if (config.checkpoint.ckpt_step && config.checkpoint.load.empty() &&
+      config.checkpoint.save.empty()) {
+    problems.add("checkpoint.ckpt_step", str(*config.checkpoint.ckpt_step),
+                 "picks a checkpoint to resume from: set checkpoint.load (or checkpoint.save)");
+  }
+  if (config.checkpoint.ckpt_step && config.checkpoint.overwrite &&
+      config.checkpoint.load.empty()) {
+    problems.add("checkpoint.ckpt_step", str(*config.checkpoint.ckpt_step),
+                 "with checkpoint.overwrite=true and no checkpoint.load nothing is resumed; "
+                 "set checkpoint.load");
+  }
   // A folder that is there but holds no HF weights (a Megatron torch_dist checkpoint, an empty
   // download) would otherwise surface only when training starts.
   const auto& pretrained = config.checkpoint.pretrained_checkpoint;

@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "core/error.hpp"
+#include "core/json_text_check.hpp"
 #include "data/utf8.hpp"
 
 namespace dyncp::data {
@@ -154,6 +155,7 @@ Value checked_message(const Value& entry, const std::string& role_key,
 ChatSample parse_chat_sample(std::string_view json_text, const std::string& where,
                              const ChatFieldMapping& mapping) {
   require_valid_utf8(json_text, where);
+  core::check_json_text(json_text, where, 0);
   const Value root = parse_json(json_text, where);
   if (!root.is_dict()) core::throw_data_error(where, "a chat sample must be a JSON object");
   const Dict& fields = *root.dict_ptr();

@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/input_file.hpp"
+#include "core/json_text_check.hpp"
 #include "data/chat_json.hpp"
 #include "data/chat_template.hpp"
 #include "data/indexed_dataset.hpp"
@@ -36,6 +38,7 @@ const char* to_string(DatasetFormat format) {
 
 RawRecord parse_token_record(std::string_view line, const std::string& where,
                              std::int32_t vocab_size) {
+  core::check_json_text(line, where, 0);
   nlohmann::json root;
   try {
     root = nlohmann::json::parse(line);
@@ -98,6 +101,7 @@ ChatTemplateKwargs parse_template_kwargs(const std::string& json_text, const std
 
 void for_each_jsonl_line(const std::filesystem::path& path,
                          const std::function<void(std::string_view, std::int64_t)>& on_line) {
+  core::require_regular_file(path, "the dataset file");
   std::ifstream in(path, std::ios::binary);
   if (!in) core::throw_data_error(path.string(), "cannot open dataset file");
   std::string line;
@@ -157,7 +161,13 @@ void read_dataset_input(const DatasetInput& input, const Tokenizer& tokenizer,
       for (std::int64_t document = 0; document < dataset.num_documents(); ++document) {
         RawRecord record;
         record.where = file + "#" + std::to_string(document);
-        dataset.read_document(document, record.tokens);
+        try {
+          dataset.read_document(document, record.tokens);
+        } catch (const core::Error& error) {
+          if (error.kind() != core::ErrorKind::data) throw;
+          on_bad(error);
+          continue;
+        }
         bool in_vocabulary = true;
         for (std::size_t i = 0; i < record.tokens.size(); ++i) {
           if (record.tokens[i] < 0 || record.tokens[i] >= tokenizer.vocab_size()) {

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <limits>
 
 #include "core/error.hpp"
 
@@ -93,15 +94,17 @@ IndexedDataset::IndexedDataset(const std::filesystem::path& prefix) {
           index_name, "document_indices are not non-decreasing at entry " + std::to_string(k));
     }
   }
+  const auto bin_size = static_cast<std::int64_t>(bin_file_.size());
   for (std::size_t s = 0; s < sequence_count; ++s) {
-    const std::int64_t end =
-        pointers[s] + static_cast<std::int64_t>(sequence_lengths_[s]) * dtype_size_;
-    if (sequence_lengths_[s] < 0 || pointers[s] < 0 ||
-        end > static_cast<std::int64_t>(bin_file_.size())) {
+    // Compared without forming pointer + length, which overflows for a pointer near 2^63.
+    const std::int64_t bytes = static_cast<std::int64_t>(sequence_lengths_[s]) * dtype_size_;
+    if (sequence_lengths_[s] < 0 || pointers[s] < 0 || pointers[s] > bin_size ||
+        bytes > bin_size - pointers[s]) {
       core::throw_data_error(bin_name_, "truncated data file: sequence " + std::to_string(s) +
-                                            " ends at byte " + std::to_string(end) +
-                                            " but the file has " +
-                                            std::to_string(bin_file_.size()));
+                                            " (" + std::to_string(sequence_lengths_[s]) +
+                                            " tokens at byte " + std::to_string(pointers[s]) +
+                                            ") does not lie inside the file's " +
+                                            std::to_string(bin_size) + " bytes");
     }
   }
   sequence_pointers_ = std::move(pointers);
@@ -143,6 +146,14 @@ void IndexedDataset::read_document(std::int64_t index, std::vector<std::int32_t>
           break;
         default:
           break;
+      }
+      // Token ids are int32 everywhere downstream: a wider id is refused, never truncated
+      // (4294967301 would become 5, a valid id).
+      if (id < 0 || id > std::numeric_limits<std::int32_t>::max()) {
+        core::throw_data_error(bin_name_ + "#" + std::to_string(index),
+                               "token id " + std::to_string(id) + " at position " +
+                                   std::to_string(tokens.size()) +
+                                   " is not a 32-bit token id (refused, not truncated)");
       }
       tokens.push_back(static_cast<std::int32_t>(id));
     }

@@ -11,10 +11,13 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 
 namespace dyncp::data {
 
 MappedFile::MappedFile(const std::filesystem::path& path) {
+  // Before open(): opening a FIFO blocks, and a device's size says nothing about its content.
+  core::require_regular_file(path, "the data file");
   const int descriptor = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (descriptor < 0) {
     core::throw_data_error(path.string(), std::string("cannot open: ") + std::strerror(errno));

@@ -8,6 +8,8 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/input_file.hpp"
+#include "core/json_text_check.hpp"
 #include "data/bpe_model.hpp"
 #include "data/content_hash.hpp"
 #include "data/pre_tokenizer.hpp"
@@ -21,6 +23,7 @@ namespace {
 using nlohmann::json;
 
 std::string read_text_file(const std::filesystem::path& path) {
+  core::require_regular_file(path, "the tokenizer file");
   std::ifstream in(path, std::ios::binary);
   if (!in) core::throw_data_error(path.string(), "cannot open file for reading");
   std::ostringstream text;
@@ -29,6 +32,7 @@ std::string read_text_file(const std::filesystem::path& path) {
 }
 
 json parse_json(const std::string& text, const std::string& where) {
+  core::check_json_text(text, where);
   try {
     return json::parse(text);
   } catch (const json::exception& error) {

@@ -7,9 +7,12 @@
 #include <mpi.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "core/error.hpp"
@@ -354,12 +357,113 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv, const MpiRuntimeOptions& options
   set_abort_rank(world_rank_, world_size_);
   set_job_abort_function(&mpi_job_abort);
   watchdog_ = std::make_shared<CollectiveWatchdog>(options.collective_timeout_seconds);
+  if (provided == MPI_THREAD_MULTIPLE && world_size_ > 1 && options.collective_timeout_seconds > 0)
+    install_peer_status();
   spdlog::debug("MPI up: rank {} of {}, thread support {}, collective timeout {} s", world_rank_,
                 world_size_, thread_support_, options.collective_timeout_seconds);
 }
 
+namespace {
+
+constexpr int status_query_tag = 1;
+constexpr int status_answer_tag = 2;
+constexpr std::size_t max_status_text = 256;
+// One MpiRuntime per process, so one status communicator.
+MPI_Comm status_comm_ = MPI_COMM_NULL;
+
+}  // namespace
+
+void MpiRuntime::install_peer_status() {
+  if (MPI_Comm_dup(MPI_COMM_WORLD, &status_comm_) != MPI_SUCCESS) {
+    status_comm_ = MPI_COMM_NULL;
+    return;
+  }
+  const MPI_Comm comm = status_comm_;
+  const int me = world_rank_;
+  const int size = world_size_;
+  std::weak_ptr<CollectiveWatchdog> weak = watchdog_;
+  CollectiveWatchdog::PeerHooks hooks;
+  // Every poll period: answer each pending query with what this rank is doing.
+  const auto answer_queries = [comm, weak] {
+    const auto watchdog = weak.lock();
+    if (!watchdog) return;
+    for (int pending = 1; pending != 0;) {
+      MPI_Status status;
+      MPI_Iprobe(MPI_ANY_SOURCE, status_query_tag, comm, &pending, &status);
+      if (pending == 0) break;
+      int query = 0;
+      MPI_Recv(&query, 1, MPI_INT, status.MPI_SOURCE, status_query_tag, comm, MPI_STATUS_IGNORE);
+      std::string text = watchdog->describe_self();
+      text.resize(std::min(text.size(), max_status_text));
+      MPI_Send(text.data(), static_cast<int>(text.size()), MPI_CHAR, status.MPI_SOURCE,
+               status_answer_tag, comm);
+    }
+  };
+  hooks.answer_queries = answer_queries;
+  // On an expiry: ask every other rank, wait a few poll periods for the answers (answering
+  // theirs meanwhile: the ranks waiting with this one ask at the same moment), and name those
+  // not waiting in a collective and those that do not answer.
+  hooks.describe_peers = [comm, me, size, answer_queries]() -> std::string {
+    static const int query = 1;  // static: the sends may complete after this returns
+    std::vector<MPI_Request> sends(static_cast<std::size_t>(size), MPI_REQUEST_NULL);
+    for (int peer = 0; peer < size; ++peer) {
+      if (peer != me)
+        MPI_Isend(&query, 1, MPI_INT, peer, status_query_tag, comm,
+                  &sends[static_cast<std::size_t>(peer)]);
+    }
+    std::vector<std::string> answers(static_cast<std::size_t>(size));
+    std::vector<bool> answered(static_cast<std::size_t>(size), false);
+    int missing = size - 1;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    while (missing > 0 && std::chrono::steady_clock::now() < deadline) {
+      int pending = 0;
+      MPI_Status status;
+      MPI_Iprobe(MPI_ANY_SOURCE, status_answer_tag, comm, &pending, &status);
+      if (pending == 0) {
+        answer_queries();
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        continue;
+      }
+      int count = 0;
+      MPI_Get_count(&status, MPI_CHAR, &count);
+      std::string text(static_cast<std::size_t>(std::max(count, 0)), '\0');
+      MPI_Recv(text.data(), count, MPI_CHAR, status.MPI_SOURCE, status_answer_tag, comm,
+               MPI_STATUS_IGNORE);
+      const auto peer = static_cast<std::size_t>(status.MPI_SOURCE);
+      if (!answered[peer]) --missing;
+      answered[peer] = true;
+      answers[peer] = std::move(text);
+    }
+    for (MPI_Request& send : sends) {
+      if (send != MPI_REQUEST_NULL) MPI_Request_free(&send);
+    }
+    std::string culprits;
+    std::string waiting;
+    for (int peer = 0; peer < size; ++peer) {
+      const auto k = static_cast<std::size_t>(peer);
+      if (peer == me) continue;
+      if (!answered[k]) {
+        culprits += fmt::format("; rank {} does not answer (stopped, dead or hung hard)", peer);
+      } else if (answers[k].rfind("in no collective", 0) == 0) {
+        culprits += fmt::format("; rank {} is {}", peer, answers[k]);
+      } else {
+        waiting += (waiting.empty() ? "" : ", ") + std::to_string(peer);
+      }
+    }
+    if (culprits.empty()) culprits = "; every rank answers and waits in a collective (a mismatch)";
+    return culprits + (waiting.empty() ? "" : "; waiting too: ranks " + waiting);
+  };
+  watchdog_->set_peer_hooks(std::move(hooks));
+}
+
 MpiRuntime::~MpiRuntime() {
+  if (watchdog_) watchdog_->set_peer_hooks({});
   watchdog_.reset();
+  if (status_comm_ != MPI_COMM_NULL) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&status_comm_);
+  }
   set_job_abort_function(nullptr);
   int finalized = 0;
   MPI_Finalized(&finalized);

@@ -58,6 +58,10 @@ class MpiRuntime {
   std::unique_ptr<Comm> world(std::string name = "world");
 
  private:
+  // The watchdog threads' status exchange (dist/watchdog.hpp), over a duplicate of
+  // MPI_COMM_WORLD that only they use; needs MPI_THREAD_MULTIPLE and more than one rank.
+  void install_peer_status();
+
   int world_rank_ = 0;
   int world_size_ = 1;
   std::string thread_support_;

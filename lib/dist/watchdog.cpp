@@ -31,6 +31,22 @@ CollectiveWatchdog::~CollectiveWatchdog() {
   if (thread_.joinable()) thread_.join();
 }
 
+void CollectiveWatchdog::set_peer_hooks(PeerHooks hooks) {
+  const std::lock_guard lock(mutex_);
+  peer_hooks_ = std::move(hooks);
+}
+
+std::string CollectiveWatchdog::describe_self() const {
+  const std::lock_guard lock(mutex_);
+  const auto now = std::chrono::steady_clock::now();
+  for (const auto& slot : slots_) {
+    if (!slot.armed) continue;
+    return fmt::format("in {} on '{}' for {:.1f} s", slot.operation, slot.comm_name,
+                       std::chrono::duration<double>(now - slot.start).count());
+  }
+  return "in no collective (computing, or stuck outside the communicator)";
+}
+
 int CollectiveWatchdog::expiries() const {
   const std::lock_guard lock(mutex_);
   return expiries_;
@@ -63,6 +79,12 @@ void CollectiveWatchdog::run() {
   while (!stopping_) {
     wake_.wait_for(lock, period);
     if (stopping_) break;
+    if (peer_hooks_.answer_queries) {
+      const auto answer = peer_hooks_.answer_queries;
+      lock.unlock();
+      answer();
+      lock.lock();
+    }
     const auto now = steady_clock::now();
     for (auto& slot : slots_) {
       if (!slot.armed || slot.reported || now - slot.start < timeout) continue;
@@ -73,8 +95,9 @@ void CollectiveWatchdog::run() {
           "{} on communicator '{}' (rank {} of {}) did not complete within {:g} s (waited "
           "{:.1f} s): another rank has failed, hung or called a different collective",
           slot.operation, slot.comm_name, slot.comm_rank, slot.comm_size, timeout_seconds_, waited);
+      const auto describe_peers = peer_hooks_.describe_peers;
       lock.unlock();
-      on_expiry_(message);
+      on_expiry_(describe_peers ? message + describe_peers() : message);
       lock.lock();
       break;  // slots may have changed while unlocked; look again next period
     }

@@ -6,6 +6,12 @@
 // matching call therefore turns into a prompt, explained abort instead of a hang.
 //
 // Arming is a mutex and a steady_clock read; no allocation after construction.
+//
+// Naming the culprit: the rank that times out knows only that it is waiting. With peer hooks
+// (MpiRuntime installs them) every watchdog thread also answers status queries from other
+// ranks, and the expiring rank asks every rank what it is doing before it aborts, so the abort
+// message names the rank that is not in the collective (busy or stuck elsewhere) or does not
+// answer at all (stopped or dead).
 
 #include <chrono>
 #include <condition_variable>
@@ -30,6 +36,19 @@ class CollectiveWatchdog {
   CollectiveWatchdog& operator=(const CollectiveWatchdog&) = delete;
 
   double timeout_seconds() const { return timeout_seconds_; }
+
+  // Hooks for naming the culprit, called on the watchdog thread without its lock held:
+  // `answer_queries` every poll period, `describe_peers` on an expiry (its text is appended to
+  // the abort message). Set before any collective runs.
+  struct PeerHooks {
+    std::function<void()> answer_queries;
+    std::function<std::string()> describe_peers;
+  };
+  void set_peer_hooks(PeerHooks hooks);
+
+  // What this rank is doing, for a peer's query: "in barrier on 'world' for 3.1 s" or
+  // "in no collective".
+  std::string describe_self() const;
 
   // RAII: armed from construction to destruction. `operation` and `comm_name` must outlive it.
   class Guard {
@@ -66,6 +85,7 @@ class CollectiveWatchdog {
 
   double timeout_seconds_;
   ExpiryHandler on_expiry_;
+  PeerHooks peer_hooks_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::vector<Slot> slots_;

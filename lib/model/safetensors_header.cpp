@@ -6,6 +6,7 @@
 
 #include "core/dtype.hpp"
 #include "core/error.hpp"
+#include "core/json_text_check.hpp"
 #include "model/safetensors.hpp"
 
 namespace dyncp::model {
@@ -161,6 +162,7 @@ SafetensorsHeader parse_safetensors_header(std::span<const std::uint8_t> bytes,
                                           " (truncated or corrupt)");
   header.data_bytes = bytes.size() - 8 - header.header_bytes;
   const auto* text = reinterpret_cast<const char*>(bytes.data() + 8);
+  core::check_json_text(std::string_view(text, header.header_bytes), file_name + " header");
   const json root = json::parse(text, text + header.header_bytes, nullptr, false);
   if (root.is_discarded()) core::throw_data_error(file_name, "header is not valid JSON");
   if (!root.is_object()) core::throw_data_error(file_name, "header is not a JSON object");

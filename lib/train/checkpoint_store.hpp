@@ -1,13 +1,21 @@
 #pragma once
 // Where checkpoints live on disk and how they get there safely.
 //
-//   <save_dir>/iter_0000042/...      one folder per saved iteration
+//   <save_dir>/iter_0000042/...      one folder per saved iteration, with its manifest.json
 //   <save_dir>/latest                text file holding the newest complete folder's name
 //
-// A save writes into a hidden temporary folder, fsyncs, then renames it into place and only
-// then updates `latest` (itself written to a temporary file and renamed). A crash or a full
-// disk at any point leaves the previous checkpoint complete and `latest` pointing at it.
-// Older folders beyond `keep_last` are removed after a successful save.
+// A save writes into a hidden temporary folder, fsyncs, writes the manifest (sizes and
+// checksums of every file, train/checkpoint_manifest.hpp) last, then renames the folder into
+// place and only then updates `latest` (itself written to a temporary file and renamed). A
+// crash or a full disk at any point leaves the previous checkpoint complete and `latest`
+// pointing at it. After a successful save, pruning keeps the newest `keep_last` folders among
+// those not newer than the one just written: the new checkpoint and anything newer (left by an
+// earlier run in the same folder) are never removed.
+//
+// Choosing a checkpoint to load (select): `latest` must hold the plain name of a sibling
+// iter_* folder whose manifest verifies; otherwise (missing, empty, pointing elsewhere, or the
+// folder fails verification) the newest iter_* folder that verifies is used, with a warning;
+// if iter_* folders or `latest` exist but none verifies, that is a data error (exit 2).
 //
 // Fault injection for tests: when DYNCP_FAULT_ENOSPC_AFTER_BYTES=N is set, writes made
 // through `CheckpointFile` fail with ENOSPC once N bytes have been written in this process.
@@ -39,6 +47,12 @@ class CheckpointFile {
   std::FILE* file_ = nullptr;
 };
 
+// A verified checkpoint folder and its iteration.
+struct CheckpointChoice {
+  std::filesystem::path folder;
+  std::int64_t iteration = 0;
+};
+
 class CheckpointStore {
  public:
   CheckpointStore(std::filesystem::path save_dir, int keep_last);
@@ -50,13 +64,19 @@ class CheckpointStore {
   // Drop a failed save's temporary folder (never touches published checkpoints).
   void abandon(std::int64_t iteration) noexcept;
 
-  // Newest complete checkpoint under `dir` (by `latest`), or nullopt when there is none.
-  static std::optional<std::filesystem::path> find_latest(const std::filesystem::path& dir);
+  // The checkpoint to resume from under `dir` by the rules above, or exactly iteration `step`
+  // when given (which must exist and verify); nullopt when `dir` holds no checkpoint at all.
+  static std::optional<CheckpointChoice> select(const std::filesystem::path& dir,
+                                                std::optional<std::int64_t> step = std::nullopt);
+  // Whether `dir` holds anything a run could resume from or overwrite: `latest` or iter_*.
+  static bool holds_checkpoints(const std::filesystem::path& dir);
+  // Iterations of the iter_* folders under `dir`, ascending.
+  static std::vector<std::int64_t> saved_iterations(const std::filesystem::path& dir);
   static std::string folder_name(std::int64_t iteration);
 
  private:
   std::filesystem::path temporary_folder(std::int64_t iteration) const;
-  void prune() const;
+  void prune(std::int64_t written_iteration) const;
 
   std::filesystem::path save_dir_;
   int keep_last_;

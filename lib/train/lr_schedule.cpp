@@ -1,5 +1,7 @@
 #include "train/lr_schedule.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <cmath>
 #include <numbers>
 
@@ -16,6 +18,29 @@ double LrSchedule::lr_at(std::int64_t iteration) const {
   const double span = max_lr - min_lr;
   if (style == LrDecayStyle::linear) return min_lr + span * (1.0 - ratio);
   return min_lr + span * 0.5 * (1.0 + std::cos(std::numbers::pi * ratio));
+}
+
+std::string describe(const LrSchedule& schedule) {
+  return fmt::format("max_lr {}, min_lr {}, warmup {}, decay {} steps, {}", schedule.max_lr,
+                     schedule.min_lr, schedule.warmup_iters, schedule.decay_iters,
+                     config::to_string(schedule.style));
+}
+
+LrSchedule resumed_lr_schedule(const LrSchedule& saved, const LrSchedule& configured,
+                               bool override_saved) {
+  if (saved == configured) return saved;
+  if (override_saved) {
+    spdlog::warn(
+        "scheduler.override_opt_param_scheduler: the LR schedule is this config's ({}), "
+        "not the checkpoint's ({})",
+        describe(configured), describe(saved));
+    return configured;
+  }
+  spdlog::warn(
+      "LR schedule: continuing the checkpoint's ({}); this config's differs ({}). Set "
+      "scheduler.override_opt_param_scheduler=true to use this config's",
+      describe(saved), describe(configured));
+  return saved;
 }
 
 }  // namespace dyncp::train

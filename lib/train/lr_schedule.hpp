@@ -10,6 +10,7 @@
 // first step of a warmup uses lr = 0 exactly as Megatron does.
 
 #include <cstdint>
+#include <string>
 
 #include "config/enums.hpp"
 
@@ -25,6 +26,17 @@ struct LrSchedule {
   LrDecayStyle style = LrDecayStyle::constant;
 
   double lr_at(std::int64_t iteration) const;
+  bool operator==(const LrSchedule&) const = default;
 };
+
+// "max_lr 0.001, min_lr 0, warmup 0, decay 6 steps, cosine"
+std::string describe(const LrSchedule& schedule);
+
+// The schedule a resumed run follows: the checkpoint's, so that resuming with another
+// train.train_iters (the default decay length) keeps the learning rate the saved run would have
+// used at every step; with scheduler.override_opt_param_scheduler, this config's. A difference
+// is logged either way, naming both.
+LrSchedule resumed_lr_schedule(const LrSchedule& saved, const LrSchedule& configured,
+                               bool override_saved);
 
 }  // namespace dyncp::train

@@ -1,10 +1,13 @@
 #include "train/step_metrics.hpp"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -111,7 +114,7 @@ std::string make_run_id() {
                      utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec, salt & 0xffffff);
 }
 
-MetricsWriter::MetricsWriter(const std::string& path) {
+MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
   if (path.empty()) return;
   const auto parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent);
@@ -120,10 +123,16 @@ MetricsWriter::MetricsWriter(const std::string& path) {
     core::throw_config_error("logger.metrics_path", "cannot open '" + path + "' for writing");
 }
 
-void MetricsWriter::write(const StepMetrics& metrics) {
-  if (!out_.is_open()) return;
+bool MetricsWriter::write(const StepMetrics& metrics) {
+  if (!out_.is_open()) return true;
+  errno = 0;
   out_ << to_json_line(metrics) << '\n';
   out_.flush();
+  if (out_) return true;
+  spdlog::warn("logger.metrics_path: writing iteration {} to '{}' failed ({}); that line is lost",
+               metrics.iteration, path_, errno != 0 ? std::strerror(errno) : "write error");
+  out_.clear();
+  return false;
 }
 
 }  // namespace dyncp::train

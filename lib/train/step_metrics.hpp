@@ -88,9 +88,12 @@ std::string make_run_id();
 class MetricsWriter {
  public:
   explicit MetricsWriter(const std::string& path);  // empty path: writes nothing
-  void write(const StepMetrics& metrics);
+  // Appends one line and flushes. A failed write (a full disk) is a warning each time, never
+  // silent, and returns false; the next step tries again.
+  bool write(const StepMetrics& metrics);
 
  private:
+  std::string path_;
   std::ofstream out_;
 };
 

@@ -19,11 +19,13 @@
 #include "ops/grad_norm.hpp"
 #include "packing/alignment.hpp"
 #include "parallel/expert_gather.hpp"
+#include "train/checkpoint_resume.hpp"
 #include "train/checkpoint_store.hpp"
 #include "train/hf_export.hpp"
 #include "train/lr_schedule.hpp"
 #include "train/memory_estimate.hpp"
 #include "train/optimizer.hpp"
+#include "train/output_folders.hpp"
 #include "train/progress_bar.hpp"
 #include "train/signal_flag.hpp"
 #include "train/step_engine.hpp"
@@ -102,6 +104,10 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
                        config.packing.alignment == config::PackingAlignment::per_group
                    ? std::string("per group (2 x group size)")
                    : "multiple " + std::to_string(config.layout.alignment_multiple));
+
+  // Before any slow start-up work: an unwritable output folder fails now, not at the first save.
+  if (world.rank() == 0) require_writable_outputs(config);
+  world.barrier();
 
   TrainingData training_data = open_training_data(config);
 
@@ -232,24 +238,21 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
   lr_schedule.decay_iters = config.scheduler.lr_decay_iters.value_or(config.train.train_iters);
   lr_schedule.style = config.scheduler.lr_decay_style;
 
-  // Resume.
+  // Resume (train/checkpoint_resume.hpp): rank 0 picks and verifies, every rank loads.
   LoopState state;
   state.seed = config.rng.seed;
-  if (!config.checkpoint.load.empty()) {
-    const auto latest = CheckpointStore::find_latest(config.checkpoint.load);
-    if (latest) {
-      const AdamWOptimizer::FullSizeMoments moments = optimizer.full_size_moments();
-      state = read_training_checkpoint(*latest, host_parameters.staging(), moments.exp_avg,
-                                       moments.exp_avg_sq);
-      host_parameters.upload();
-      optimizer.load_full_size_moments(moments);
-      spdlog::info("resumed from {} at iteration {} ({} samples consumed)", latest->string(),
-                   state.iteration, state.consumed_samples);
-    } else {
-      spdlog::warn("checkpoint.load: no checkpoint in '{}' yet; starting from the beginning",
-                   config.checkpoint.load);
-    }
+  if (const auto resume = agree_on_resume_checkpoint(config.checkpoint, world)) {
+    const AdamWOptimizer::FullSizeMoments moments = optimizer.full_size_moments();
+    state = read_training_checkpoint(resume->folder, resume->iteration, host_parameters.staging(),
+                                     moments.exp_avg, moments.exp_avg_sq);
+    host_parameters.upload();
+    optimizer.load_full_size_moments(moments);
+    spdlog::info("resumed from {} at iteration {} ({} samples consumed)", resume->folder.string(),
+                 state.iteration, state.consumed_samples);
+    lr_schedule = resumed_lr_schedule(state.lr_schedule, lr_schedule,
+                                      config.scheduler.override_opt_param_scheduler);
   }
+  state.lr_schedule = lr_schedule;
   const data::SamplerOptions sampler_options = train::sampler_options(config);
   data::Sampler sampler(sampler_options, training_data.source->size(),
                         {state.epoch, state.index_in_epoch, state.consumed_samples});
@@ -267,8 +270,10 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
                                                 dist::ReduceOp::max);
     return writer != 0;
   }();
-  const auto save_checkpoint = [&] {
-    if (!store) return;
+  // Returns whether the checkpoint was saved (the same answer on every rank). A failure is
+  // logged and training goes on; the caller decides whether it ends the run with exit 1.
+  const auto save_checkpoint = [&]() -> bool {
+    if (!store) return false;
     // The checkpoint holds every moment whatever the layout: the distributed optimizer's pieces
     // are gathered into temporary buffers the size of this rank's parameters first, and the
     // experts of other EP ranks come through the gather while rank 0 writes.
@@ -279,22 +284,66 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
       write_training_checkpoint({}, parameters, moments.exp_avg, moments.exp_avg_sq, state,
                                 &expert_gather, /*write=*/false);
     }
+    std::int32_t failed = 0;
     if (world.rank() == 0) {
-      const fs::path folder = store->begin(state.iteration);
+      std::string failure;
+      fs::path folder;
       try {
-        write_training_checkpoint(folder, parameters, moments.exp_avg, moments.exp_avg_sq, state,
-                                  &expert_gather);
-        spdlog::info("checkpoint saved: {}", store->commit(state.iteration).string());
+        folder = store->begin(state.iteration);
       } catch (const core::Error& error) {
+        failure = error.what();
+      }
+      try {
+        // Even when begin() failed: the other ranks of the EP group are gathering.
+        write_training_checkpoint(folder, parameters, moments.exp_avg, moments.exp_avg_sq, state,
+                                  &expert_gather, /*write=*/failure.empty());
+        if (failure.empty())
+          spdlog::info("checkpoint saved: {}", store->commit(state.iteration).string());
+      } catch (const core::Error& error) {
+        if (failure.empty()) failure = error.what();
+      }
+      if (!failure.empty()) {
         store->abandon(state.iteration);
         spdlog::error("checkpoint at iteration {} failed, the previous one is kept: {}",
-                      state.iteration, error.what());
+                      state.iteration, failure);
+        failed = 1;
       }
     }
-    world.barrier();
+    world.all_reduce(&failed, &failed, 1, core::DType::i32, dist::ReduceOp::max);
+    return failed == 0;
+  };
+  // Ends the run with exit 1 when the checkpoint that closes it could not be written.
+  const auto require_final_save = [&](bool saved) {
+    if (!saved) {
+      core::throw_runtime_error("the final checkpoint (iteration " +
+                                std::to_string(state.iteration) + ") could not be written to " +
+                                config.checkpoint.save +
+                                "; the trained steps since the last good checkpoint are lost "
+                                "(see the error above)");
+    }
+  };
+  const auto stop_without_save_note = [&] {
+    spdlog::warn(
+        "stop signal {} received at iteration {}: checkpoint.save is not set, so "
+        "nothing is saved; exiting",
+        stop_signal(), state.iteration);
   };
 
+  // Handlers were installed at start-up by main(); a signal that arrived during start-up
+  // stops the run here, before the first step (there is nothing new to save).
   install_stop_signal_handlers();
+  {
+    std::int32_t stop = stop_requested() ? 1 : 0;
+    world.all_reduce(&stop, &stop, 1, core::DType::i32, dist::ReduceOp::max);
+    if (stop != 0) {
+      spdlog::warn(
+          "stop signal received during start-up: exiting before the first step at "
+          "iteration {} (nothing to save)",
+          state.iteration);
+      report.stopped_by_signal = true;
+      return report;
+    }
+  }
   MetricsWriter metrics_writer(world.rank() == 0 ? config.logger.metrics_path : std::string());
   const std::string run_id = world.rank() == 0 ? make_run_id() : std::string();
   if (world.rank() == 0) log_run_start(config, run_id);
@@ -302,6 +351,7 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
   if (!tensorboard.path().empty()) spdlog::info("TensorBoard events: {}", tensorboard.path());
   const auto run_start = std::chrono::steady_clock::now();
   const std::int64_t first_iteration = state.iteration;
+  bool last_save_ok = true;
   ProgressBar progress(world.rank() == 0, config.train.train_iters);
   LogInterval log_interval;
   while (state.iteration < config.train.train_iters) {
@@ -400,13 +450,17 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
     const bool due =
         config.checkpoint.save_interval && state.iteration % *config.checkpoint.save_interval == 0;
     if (stop != 0) {
+      report.stopped_by_signal = true;
+      if (!store) {
+        stop_without_save_note();
+        return report;
+      }
       spdlog::warn("stop signal received: saving a checkpoint at iteration {} and exiting",
                    state.iteration);
-      save_checkpoint();
-      report.stopped_by_signal = true;
+      require_final_save(save_checkpoint());
       return report;
     }
-    if (due && store) save_checkpoint();
+    if (due && store) last_save_ok = save_checkpoint();
   }
   progress.clear();
   const double total_seconds = seconds_since(run_start);
@@ -430,7 +484,11 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
   }
   const bool saved_last =
       config.checkpoint.save_interval && state.iteration % *config.checkpoint.save_interval == 0;
-  if (store && !saved_last && report.iterations > 0) save_checkpoint();
+  bool final_save_ok = true;
+  if (store && report.iterations > 0) {
+    // A run whose last periodic save failed saves again: the run's end must be on disk.
+    if (!saved_last || !last_save_ok) final_save_ok = save_checkpoint();
+  }
   if (!config.checkpoint.export_hf.empty()) {
     const model::Qwen3MoeParameters& parameters = host_parameters.download();
     if (writer_group && world.rank() != 0) {
@@ -449,6 +507,7 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
     }
     world.barrier();
   }
+  require_final_save(final_save_ok);  // after the export, which may still have worked
   return report;
 }
 

@@ -1,12 +1,17 @@
 #include "train/training_checkpoint.hpp"
 
+#include <algorithm>
+#include <climits>
+#include <cmath>
 #include <exception>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/json_text_check.hpp"
 #include "model/hf_checkpoint.hpp"
 #include "model/safetensors.hpp"
 #include "train/checkpoint_store.hpp"
@@ -17,7 +22,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int checkpoint_format = 1;
+constexpr std::uintmax_t max_state_bytes = 64 * 1024;
 
 // The moment tensor of an HF tensor, as a view into a flat moment buffer (storage order).
 core::Tensor moment_view(const model::Qwen3MoeParameters& parameters, const core::Tensor& flat,
@@ -58,48 +63,25 @@ void write_training_checkpoint(const fs::path& folder, const model::Qwen3MoePara
   if (failure) std::rethrow_exception(failure);
   if (!write) return;
 
-  const nlohmann::json json = {{"format", checkpoint_format},
-                               {"iteration", state.iteration},
-                               {"consumed_samples", state.consumed_samples},
-                               {"epoch", state.epoch},
-                               {"index_in_epoch", state.index_in_epoch},
-                               {"skipped_steps", state.skipped_steps},
-                               {"seed", state.seed}};
   // Written last and through CheckpointFile, so a full disk shows up as a failed save.
   CheckpointFile file(folder / "state.json");
-  const std::string text = json.dump(2) + "\n";
+  const std::string text = loop_state_json(state);
   file.write(text.data(), text.size());
   file.close();
 }
 
-LoopState read_training_checkpoint(const fs::path& folder,
+LoopState read_training_checkpoint(const fs::path& folder, std::int64_t iteration,
                                    const model::Qwen3MoeParameters& parameters,
                                    const core::Tensor& exp_avg, const core::Tensor& exp_avg_sq) {
   const fs::path state_path = folder / "state.json";
-  std::ifstream in(state_path);
-  if (!in) core::throw_data_error(state_path.string(), "missing: not a training checkpoint folder");
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& error) {
-    core::throw_data_error(state_path.string(), std::string("invalid JSON: ") + error.what());
-  }
-  LoopState state;
-  try {
-    if (json.at("format").get<int>() != checkpoint_format) {
-      core::throw_data_error(state_path.string(), "checkpoint format " + json.at("format").dump() +
-                                                      " is not the supported format " +
-                                                      std::to_string(checkpoint_format));
-    }
-    state.iteration = json.at("iteration").get<std::int64_t>();
-    state.consumed_samples = json.at("consumed_samples").get<std::int64_t>();
-    state.epoch = json.at("epoch").get<std::int64_t>();
-    state.index_in_epoch = json.at("index_in_epoch").get<std::int64_t>();
-    state.skipped_steps = json.at("skipped_steps").get<std::int64_t>();
-    state.seed = json.at("seed").get<std::int64_t>();
-  } catch (const nlohmann::json::exception& error) {
-    core::throw_data_error(state_path.string(), std::string("malformed state: ") + error.what());
-  }
+  std::error_code error;
+  if (!fs::is_regular_file(state_path, error))
+    core::throw_data_error(state_path.string(), "missing: not a training checkpoint folder");
+  if (fs::file_size(state_path, error) > max_state_bytes)
+    core::throw_data_error(state_path.string(), "larger than 64 KiB: not a loop state");
+  std::ifstream in(state_path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const LoopState state = parse_loop_state(text, state_path.string(), iteration);
 
   // Only the tensors these parameters hold: under EP, this rank's experts.
   model::load_hf_weights((folder / "model").string(), parameters);

@@ -9,8 +9,16 @@
 //
 //   <save>/iter_0000040/model/{config.json, model.safetensors}
 //   <save>/iter_0000040/optimizer.safetensors
-//   <save>/iter_0000040/state.json      {"iteration", "consumed_samples", "epoch",
-//                                        "index_in_epoch", "skipped_steps", "seed", "format"}
+//   <save>/iter_0000040/state.json      {"format", "iteration", "consumed_samples", "epoch",
+//                                        "index_in_epoch", "skipped_steps", "seed",
+//                                        "lr_scheduler": {"max_lr", "min_lr",
+//                                          "lr_warmup_steps", "lr_decay_steps",
+//                                          "lr_decay_style", "num_steps"}}
+//   <save>/iter_0000040/manifest.json   sizes and checksums of the above (written last)
+//
+// state.json is schema-checked on load: exactly these keys, integers where counts are
+// (20.5 is refused, not truncated), no negative counter, skipped_steps <= iteration, an LR
+// schedule that LrSchedule accepts, and the iteration of the folder it sits in.
 
 #include <cstdint>
 #include <filesystem>
@@ -18,17 +26,9 @@
 #include "core/tensor.hpp"
 #include "model/qwen3_moe_parameters.hpp"
 #include "model/whole_model_tensors.hpp"
+#include "train/loop_state.hpp"
 
 namespace dyncp::train {
-
-struct LoopState {
-  std::int64_t iteration = 0;  // optimizer steps taken
-  std::int64_t consumed_samples = 0;
-  std::int64_t epoch = 0;
-  std::int64_t index_in_epoch = 0;
-  std::int64_t skipped_steps = 0;
-  std::int64_t seed = 0;
-};
 
 // Writes the three parts into `folder` (which exists and is empty). The moments are laid out
 // like parameters.all_values(). With an expert slice every rank of the expert-parallel group
@@ -40,9 +40,10 @@ void write_training_checkpoint(const std::filesystem::path& folder,
                                const LoopState& state, model::ExpertGather* gather = nullptr,
                                bool write = true);
 
-// Reads a checkpoint folder into the parameters and moments; returns the loop state. Data
-// errors name the file for anything missing or malformed.
-LoopState read_training_checkpoint(const std::filesystem::path& folder,
+// Reads a verified checkpoint folder (CheckpointStore::select) of `iteration` into the
+// parameters and moments; returns the loop state. Data errors name the file for anything
+// missing or malformed.
+LoopState read_training_checkpoint(const std::filesystem::path& folder, std::int64_t iteration,
                                    const model::Qwen3MoeParameters& parameters,
                                    const core::Tensor& exp_avg, const core::Tensor& exp_avg_sq);
 

@@ -156,9 +156,13 @@ TrainingData open_preview_data(const config::ConfigContainer& config, std::int64
 
 data::SamplerOptions sampler_options(const config::ConfigContainer& config) {
   data::SamplerOptions options;
-  options.type = config.dataset.dataloader_type == config::DataloaderType::cyclic
-                     ? data::SamplerType::cyclic
-                     : data::SamplerType::single;
+  // dataset.shuffle decides the order for every loader type: a seeded permutation per epoch
+  // (resumable: it depends only on rng.seed and the epoch), or file order. `cyclic` is
+  // Megatron's random sampler, which always shuffles (shuffle=false with it is refused).
+  options.type =
+      config.dataset.shuffle || config.dataset.dataloader_type == config::DataloaderType::cyclic
+          ? data::SamplerType::cyclic
+          : data::SamplerType::single;
   options.seed = static_cast<std::uint64_t>(config.rng.seed);
   options.global_batch_size = config.train.global_batch_size;
   return options;

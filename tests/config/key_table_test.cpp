@@ -121,6 +121,8 @@ const std::vector<std::string> frozen_keys = {
     "checkpoint.pretrained_checkpoint",
     "checkpoint.save",
     "checkpoint.load",
+    "checkpoint.ckpt_step",
+    "checkpoint.overwrite",
     "checkpoint.save_interval",
     "checkpoint.most_recent_k",
     "checkpoint.export_hf",

@@ -59,9 +59,7 @@ TEST_CASE("dry-run preview: the smoke recipe's first step passes the schedule ch
   // Token counts: the first batch of the same sampler; each sequence padded for its group
   // (per_group, the default) pays less than Megatron's pool multiple, which the pool rule
   // reproduces exactly.
-  data::Sampler sampler({data::SamplerType::single, static_cast<std::uint64_t>(config.rng.seed),
-                         config.train.global_batch_size},
-                        data.source->size());
+  data::Sampler sampler(train::sampler_options(config), data.source->size());
   std::int64_t real = 0, padded = 0;
   for (const auto id : sampler.next_global_batch()) {
     real += data.source->length(id);

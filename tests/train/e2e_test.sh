@@ -2,8 +2,8 @@
 # End-to-end checks of dyncp-train on the mock smoke recipe, run by ctest:
 #   e2e_test.sh DYNCP_TRAIN SOURCE_DIR CASE
 # CASE: smoke | resume | relayout | relayout_distopt | relayout_ep | sigterm | sigusr1 | enospc |
-# nan | learns | learns_hybrid | ring | hybrid | bf16_moments. Each prints what it compares and exits non-zero
-# on any mismatch.
+# nan | learns | learns_hybrid | ring | hybrid | bf16_moments | auto_resume | lr_resume |
+# sigusr1_nosave | sigterm_early. Each prints what it compares and exits non-zero on any mismatch.
 set -euo pipefail
 train=$1
 source_dir=$2
@@ -138,16 +138,118 @@ PY
     [[ -s "$work/ckpt/latest" ]] || { echo "no checkpoint after $case_name"; exit 1; }
     echo "$case_name: exit 0 with checkpoint $(cat "$work/ckpt/latest")"
     ;;
+  sigusr1_nosave)
+    # Without checkpoint.save a stop signal says that nothing is saved, and the run exits 0.
+    mpirun -np 4 "$train" --config "$recipe" train.train_iters=100000 \
+      logger.metrics_path="$work/m.jsonl" >"$work/log" 2>&1 &
+    launcher=$!
+    for _ in $(seq 1 600); do [[ -s "$work/m.jsonl" ]] && break; sleep 0.1; done
+    kill -USR1 "$launcher"
+    status=0
+    wait "$launcher" || status=$?
+    [[ $status -eq 0 ]] || { echo "exit status $status"; tail -20 "$work/log"; exit 1; }
+    grep -q "checkpoint.save is not set, so nothing is saved" "$work/log" \
+      || { echo "no honest message"; tail -5 "$work/log"; exit 1; }
+    ! grep -q "saving a checkpoint" "$work/log" || { echo "claims to save a checkpoint"; exit 1; }
+    echo "sigusr1_nosave: exit 0, says nothing is saved"
+    ;;
+  sigterm_early)
+    # SIGTERM during start-up: the handlers are installed first thing in main, so a signal in
+    # the first half second (here: long before the 8M-sample mock data is generated) ends the
+    # run cleanly with exit 0 before the first step, not by the signal (status 143).
+    "$train" --config "$recipe" model.dynamic_context_parallel=false model.context_parallel_size=1 \
+      model.expert_model_parallel_size=1 model.max_seqlen_per_dp_cp_rank=256 \
+      dataset.mock_num_samples=8000000 train.train_iters=100000 >"$work/log" 2>&1 &
+    pid=$!
+    # Signal as soon as the process catches SIGTERM (bit 14 of SigCgt), at most 0.5 s after start.
+    for _ in $(seq 1 50); do
+      mask=$(awk '/^SigCgt/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
+      [[ -n $mask ]] && (( (0x$mask >> 14) & 1 )) && break
+      sleep 0.01
+    done
+    kill -TERM "$pid"
+    status=0
+    wait "$pid" || status=$?
+    [[ $status -eq 0 ]] || { echo "SIGTERM during start-up: exit status $status"; tail -5 "$work/log"; exit 1; }
+    grep -q "stop signal received during start-up" "$work/log" || { echo "no stop message"; exit 1; }
+    echo "sigterm_early: SIGTERM during start-up exits 0 before the first step"
+    ;;
   enospc)
     run train.train_iters=2 checkpoint.save="$work/ckpt" checkpoint.save_interval=1 >"$work/a.log" 2>&1
     first=$(cat "$work/ckpt/latest")
-    DYNCP_FAULT_ENOSPC_AFTER_BYTES=0 run train.train_iters=3 checkpoint.load="$work/ckpt" \
-      checkpoint.save="$work/ckpt" checkpoint.save_interval=1 >"$work/b.log" 2>&1
+    # Resumes from iteration 2 (load unset: save's own checkpoints); every save of the run
+    # fails, so the final one does too: exit 1, not 0.
+    status=0
+    DYNCP_FAULT_ENOSPC_AFTER_BYTES=0 run train.train_iters=4 checkpoint.save="$work/ckpt" \
+      checkpoint.save_interval=1 >"$work/b.log" 2>&1 || status=$?
     grep -q "No space left on device" "$work/b.log" || { echo "no ENOSPC reported"; exit 1; }
+    [[ $status -eq 1 ]] || { echo "a failed final save exited $status, not 1"; exit 1; }
+    grep -q "the final checkpoint (iteration 4) could not be written" "$work/b.log" \
+      || { echo "no message about the lost final checkpoint"; exit 1; }
+    [[ $(grep -c "checkpoint at iteration 3 failed" "$work/b.log") -ge 1 ]] \
+      || { echo "the failed periodic save was not reported"; exit 1; }
     [[ "$(cat "$work/ckpt/latest")" == "$first" ]] || { echo "latest moved to a failed save"; exit 1; }
     # The kept checkpoint still resumes.
     run train.train_iters=3 checkpoint.load="$work/ckpt" >"$work/c.log" 2>&1
-    echo "enospc: failed save reported, $first kept and loadable"
+    grep -q "resumed from $work/ckpt/$first" "$work/c.log" || { echo "did not resume $first"; exit 1; }
+    echo "enospc: failed saves reported, exit 1 for the lost final save, $first kept and loadable"
+    ;;
+  auto_resume)
+    # Re-running with the same checkpoint.save and no load resumes (Megatron's load == save),
+    # with bitwise the losses of an uninterrupted run; another load folder is refused with
+    # exit 2 unless checkpoint.overwrite=true.
+    run train.train_iters=6 scheduler.lr_decay_iters=6 logger.metrics_path="$work/full.jsonl" >"$work/full.log" 2>&1
+    run train.train_iters=3 scheduler.lr_decay_iters=6 checkpoint.save="$work/ckpt" \
+      logger.metrics_path="$work/first.jsonl" >"$work/a.log" 2>&1
+    run train.train_iters=6 scheduler.lr_decay_iters=6 checkpoint.save="$work/ckpt" \
+      logger.metrics_path="$work/second.jsonl" >"$work/b.log" 2>&1
+    losses "$work/full.jsonl" >"$work/full.txt"
+    cat <(losses "$work/first.jsonl") <(losses "$work/second.jsonl") >"$work/resumed.txt"
+    diff "$work/full.txt" "$work/resumed.txt"
+    run train.train_iters=2 checkpoint.save="$work/other" >"$work/c.log" 2>&1
+    status=0
+    run train.train_iters=8 checkpoint.save="$work/ckpt" checkpoint.load="$work/other" \
+      >"$work/d.log" 2>&1 || status=$?
+    [[ $status -eq 2 ]] || { echo "writing over another run's checkpoints exited $status"; exit 1; }
+    grep -q "checkpoint.save: $work/ckpt already holds checkpoints" "$work/d.log" \
+      || { echo "the refusal does not name checkpoint.save"; exit 1; }
+    run train.train_iters=4 checkpoint.save="$work/ckpt" checkpoint.load="$work/other" \
+      checkpoint.overwrite=true checkpoint.most_recent_k=1 logger.metrics_path="$work/over.jsonl" >"$work/e.log" 2>&1
+    [[ "$(cat "$work/ckpt/latest")" == iter_0000004 && -d "$work/ckpt/iter_0000006" ]] \
+      || { echo "overwrite: latest $(cat "$work/ckpt/latest"), folders $(ls "$work/ckpt")"; exit 1; }
+    [[ ! -d "$work/ckpt/iter_0000003" ]] || { echo "overwrite: iter_0000003 not pruned"; exit 1; }
+    echo "auto_resume: 3 + 3 steps through checkpoint.save alone equal 6; another load refused (exit 2);" \
+         "overwrite keeps the newer iter_0000006 and moves latest to iter_0000004"
+    ;;
+  lr_resume)
+    # The LR schedule is in the checkpoint: resuming with another train.train_iters (the default
+    # decay length) continues the saved schedule; override_opt_param_scheduler takes the new one.
+    run train.train_iters=6 scheduler.lr_decay_iters=3 scheduler.lr_decay_style=linear \
+      optimizer.min_lr=1.0e-4 logger.metrics_path="$work/short.jsonl" >"$work/a.log" 2>&1
+    run train.train_iters=6 scheduler.lr_decay_style=linear optimizer.min_lr=1.0e-4 \
+      logger.metrics_path="$work/long.jsonl" >"$work/b.log" 2>&1
+    run train.train_iters=3 scheduler.lr_decay_style=linear optimizer.min_lr=1.0e-4 \
+      checkpoint.save="$work/ckpt" >"$work/c.log" 2>&1
+    cp -r "$work/ckpt" "$work/ckpt2"
+    run train.train_iters=6 scheduler.lr_decay_style=linear optimizer.min_lr=1.0e-4 \
+      checkpoint.save="$work/ckpt" logger.metrics_path="$work/kept.jsonl" >"$work/d.log" 2>&1
+    run train.train_iters=6 scheduler.lr_decay_style=linear optimizer.min_lr=1.0e-4 \
+      checkpoint.save="$work/ckpt2" scheduler.override_opt_param_scheduler=true \
+      logger.metrics_path="$work/override.jsonl" >"$work/e.log" 2>&1
+    python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+def lrs(name):
+    return {r["iteration"]: r["lr"] for r in map(json.loads, open(f"{work}/{name}.jsonl"))}
+short, long_, kept, override = lrs("short"), lrs("long"), lrs("kept"), lrs("override")
+assert sorted(kept) == [4, 5, 6] and sorted(override) == [4, 5, 6], (kept, override)
+assert short[4] != long_[4], (short, long_)
+for it in (4, 5, 6):
+    assert kept[it] == short[it], ("kept", it, kept[it], short[it])
+    assert override[it] == long_[it], ("override", it, override[it], long_[it])
+print("lr_resume: resumed LRs", [kept[i] for i in (4, 5, 6)], "follow the saved 3-step decay;",
+      "with override_opt_param_scheduler", [override[i] for i in (4, 5, 6)], "the new 6-step one")
+PY
     ;;
   relayout)
     # Saved on 4 ranks with dynamic CP and EP 2, resumed on 2 ranks with static CP 2 and no EP:

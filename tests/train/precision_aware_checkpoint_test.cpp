@@ -102,7 +102,7 @@ TEST_CASE("bf16 optimizer moments round-trip a training checkpoint bit-exactly",
     train::AdamWOptimizer resumed(reread, parallel::partition_parameters(reread),
                                   settings(DType::bf16, DType::bf16));
     const auto loaded = resumed.full_size_moments();
-    CHECK(train::read_training_checkpoint(folder, reread, loaded.exp_avg, loaded.exp_avg_sq)
+    CHECK(train::read_training_checkpoint(folder, 3, reread, loaded.exp_avg, loaded.exp_avg_sq)
               .iteration == 3);
     resumed.load_full_size_moments(loaded);
     CHECK(same_bytes(resumed.exp_avg(), optimizer.exp_avg()));
@@ -114,7 +114,7 @@ TEST_CASE("bf16 optimizer moments round-trip a training checkpoint bit-exactly",
     train::AdamWOptimizer resumed(reread, parallel::partition_parameters(reread),
                                   settings(DType::f32, DType::f32));
     const auto loaded = resumed.full_size_moments();
-    train::read_training_checkpoint(folder, reread, loaded.exp_avg, loaded.exp_avg_sq);
+    train::read_training_checkpoint(folder, 3, reread, loaded.exp_avg, loaded.exp_avg_sq);
     resumed.load_full_size_moments(loaded);
     CHECK(same_bytes(resumed.exp_avg(), full.exp_avg));
     CHECK(same_bytes(resumed.exp_avg_sq(), full.exp_avg_sq));
@@ -138,7 +138,7 @@ TEST_CASE("fp32 optimizer moments load into a bf16-moment run rounded to nearest
   train::AdamWOptimizer resumed(reread, parallel::partition_parameters(reread),
                                 settings(DType::f32, DType::bf16));
   const auto loaded = resumed.full_size_moments();
-  train::read_training_checkpoint(folder, reread, loaded.exp_avg, loaded.exp_avg_sq);
+  train::read_training_checkpoint(folder, 0, reread, loaded.exp_avg, loaded.exp_avg_sq);
   resumed.load_full_size_moments(loaded);
   CHECK(same_bytes(resumed.exp_avg(), optimizer.exp_avg()));
   const Tensor& want = optimizer.exp_avg_sq();

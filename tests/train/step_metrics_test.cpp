@@ -92,3 +92,14 @@ TEST_CASE("run ids differ between launches and peak memory is measured", "[train
   CHECK(first != make_run_id());
   CHECK(peak_resident_bytes() > (1 << 20));
 }
+
+TEST_CASE("a metrics write that fails is reported, not dropped silently", "[train][metrics]") {
+  dyncp::train::MetricsWriter full("/dev/full");  // every write fails with ENOSPC
+  dyncp::train::StepMetrics metrics;
+  metrics.iteration = 1;
+  CHECK_FALSE(full.write(metrics));
+  metrics.iteration = 2;
+  CHECK_FALSE(full.write(metrics));  // every time, not only the first
+  dyncp::train::MetricsWriter none("");
+  CHECK(none.write(metrics));
+}

@@ -126,7 +126,7 @@ TEST_CASE("training checkpoints written from EP slices are the whole model's",
   core::Tensor exp_avg = core::Tensor::zeros(reread.all_values().shape(), core::DType::f32);
   core::Tensor exp_avg_sq = core::Tensor::zeros(reread.all_values().shape(), core::DType::f32);
   const train::LoopState loaded =
-      train::read_training_checkpoint(written, reread, exp_avg, exp_avg_sq);
+      train::read_training_checkpoint(written, 7, reread, exp_avg, exp_avg_sq);
   CHECK(loaded.iteration == 7);
   CHECK(loaded.consumed_samples == 112);
   const auto same = [](const core::Tensor& a, const core::Tensor& b) {
