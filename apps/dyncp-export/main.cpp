@@ -38,7 +38,8 @@ struct Options {
 fs::path checkpoint_folder(const fs::path& given) {
   using dyncp::core::throw_data_error;
   if (fs::exists(given / "model" / "config.json")) return given;
-  if (const auto latest = dyncp::train::CheckpointStore::find_latest(given)) return *latest;
+  // The checkpoint a resume would load: `latest` if it verifies, else the newest verifying one.
+  if (const auto choice = dyncp::train::CheckpointStore::select(given)) return choice->folder;
   throw_data_error(given.string(),
                    "holds no training checkpoint (neither model/config.json nor a `latest` file "
                    "naming one); pass a checkpoint.save folder or one of its iter_* folders");
