@@ -29,10 +29,14 @@ TEST_CASE("deeply nested JSON lines are data errors naming the line, not a stack
                       Catch::Contains("tokens.jsonl:3") && Catch::Contains("nested deeper"));
   // Brackets inside strings do not count.
   const std::string text = std::string(200, '[');
-  CHECK(parse_chat_sample(R"({"messages": [{"role": "user", "content": ")" + text + R"("}]})",
-                          "ok.jsonl:1")
-            .messages.front()
-            .content == text);
+  const auto sample = parse_chat_sample(
+      R"({"messages": [{"role": "user", "content": ")" + text + R"("}]})", "ok.jsonl:1");
+  REQUIRE(sample.messages.is_list());
+  REQUIRE(sample.messages.items().size() == 1);
+  REQUIRE(sample.messages.items().front().dict_ptr() != nullptr);
+  const auto* content = sample.messages.items().front().dict_ptr()->find("content");
+  REQUIRE(content != nullptr);
+  CHECK(content->text() == text);
 }
 
 TEST_CASE("a JSON line with a NUL byte and junk after the object is refused", "[data][bounded]") {
