@@ -29,10 +29,11 @@ TEST_CASE("deeply nested JSON lines are data errors naming the line, not a stack
                       Catch::Contains("tokens.jsonl:3") && Catch::Contains("nested deeper"));
   // Brackets inside strings do not count.
   const std::string text = std::string(200, '[');
-  const auto sample = parse_chat_sample(
-      R"({"messages": [{"role": "user", "content": ")" + text + R"("}]})", "ok.jsonl:1");
+  const auto sample = parse_chat_sample(R"({"messages": [{"role": "user", "content": ")" + text +
+                                            R"("}, {"role": "assistant", "content": "ok"}]})",
+                                        "ok.jsonl:1");
   REQUIRE(sample.messages.is_list());
-  REQUIRE(sample.messages.items().size() == 1);
+  REQUIRE(sample.messages.items().size() == 2);
   REQUIRE(sample.messages.items().front().dict_ptr() != nullptr);
   const auto* content = sample.messages.items().front().dict_ptr()->find("content");
   REQUIRE(content != nullptr);
