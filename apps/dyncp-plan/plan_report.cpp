@@ -8,20 +8,19 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "config/enums.hpp"
 #include "core/error.hpp"
-#include "packing/cost_aware.hpp"
-#include "packing/default_dynamic_cp.hpp"
 #include "packing/dp_balanced.hpp"
+#include "packing/run_scheduler.hpp"
 
 namespace dyncp::plan {
 namespace {
 
 packing::Schedule run_scheduler(const PlanSettings& settings, const packing::SchedulerInput& input,
                                 const packing::CostModel& cost_model) {
-  if (settings.scheduler == "dp_balanced") return packing::schedule_dp_balanced(input);
-  if (settings.scheduler == "default_dynamic_cp")
-    return packing::schedule_default_dynamic_cp(input);
-  return packing::schedule_cost_aware(input, cost_model);
+  const auto scheduler = config::parse_enum<config::PackingScheduler>(settings.scheduler);
+  DYNCP_CHECK(scheduler.has_value(), "scheduler names are checked before planning");
+  return packing::run_scheduler(*scheduler, input, cost_model);
 }
 
 std::map<std::int64_t, std::int64_t> group_size_histogram(const packing::Schedule& schedule) {
@@ -85,10 +84,13 @@ StepPlan plan_step(const PlanSettings& settings, std::vector<std::int64_t> lengt
     // The static layout cannot run this batch (a sequence above cp x cap): no comparison.
   }
   try {
-    plan.dynamic_step_ms = 1e3 * cost_model
-                                     .step_time(packing::schedule_default_dynamic_cp(input),
-                                                plan.lengths, settings.alignment)
-                                     .step_seconds;
+    // As dyncp-train runs it: with the static fallback under per-group alignment.
+    plan.dynamic_step_ms =
+        1e3 * cost_model
+                  .step_time(packing::run_scheduler(config::PackingScheduler::default_dynamic_cp,
+                                                    input, cost_model),
+                             plan.lengths, settings.alignment)
+                  .step_seconds;
   } catch (const core::Error&) {
   }
   plan.lower_bound_ms =

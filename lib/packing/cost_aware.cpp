@@ -6,7 +6,7 @@
 
 #include "core/error.hpp"
 #include "packing/default_dynamic_cp.hpp"
-#include "packing/dp_balanced.hpp"
+#include "packing/static_fallback.hpp"
 
 namespace dyncp::packing {
 namespace {
@@ -35,9 +35,24 @@ class BuddyTree {
         pool_(input.pool_size()),
         cap_(input.max_seqlen_per_dp_cp_rank),
         next_id_(input.lengths.size(), -1) {
+    base_items_.resize(input.lengths.size());
+    base_solo_.resize(input.lengths.size());
+    for (std::size_t id = 0; id < input.lengths.size(); ++id) {
+      Item& item = base_items_[id];
+      item.id = static_cast<std::int64_t>(id);
+      item.group_size =
+          group_size_needed(input.lengths[id], cap_, input.min_group_size, input.alignment);
+      item.length = length_on(item.id, item.group_size);
+      item.rank_seconds = rank_seconds(item.length, item.group_size);
+      base_solo_[id] = alone(item.id, item.group_size);
+      base_total_ += item.rank_seconds;
+      fits_pool_ = fits_pool_ && item.group_size <= pool_;
+    }
     const std::int64_t nodes = 2 * (pool_ / input.min_group_size);
     bins_.resize(static_cast<std::size_t>(nodes));
     count_.assign(static_cast<std::size_t>(nodes), 0);
+    load_.assign(static_cast<std::size_t>(nodes), 0.0);
+    bucket_start_.assign(static_cast<std::size_t>(nodes) + 1, 0);
   }
 
   // Tokens of sample `id` on a group of `size` (padded for that group).
@@ -64,55 +79,70 @@ class BuddyTree {
            bin_overhead(size) * static_cast<double>(length) / static_cast<double>(cap_);
   }
 
+  // False when some sequence needs more ranks than the pool has.
+  bool fits_pool() const { return fits_pool_; }
+
+  // Seconds of sample `id` alone on a group of `size`.
+  double alone(std::int64_t id, std::int64_t size) const {
+    const std::int64_t length = length_on(id, size);
+    return cost_.compute_seconds(length, size) + cost_.communication_seconds(length, size);
+  }
+
   // A sequence whose time alone on its group exceeds the threshold moves to twice the group
   // while that makes it faster. The threshold is `deadline_seconds` when positive, else
-  // promotion_factor x (mean per-rank work) (promotion_factor 0: never).
-  void build(double promotion_factor, double deadline_seconds, Schedule& schedule,
+  // promotion_factor x (mean per-rank work) (promotion_factor 0: never). Returns false, and
+  // leaves `schedule` alone, when `skip_repeat` is set and every sequence got the same group
+  // as in the previous build (the layout would be the same).
+  bool build(double promotion_factor, double deadline_seconds, bool skip_repeat, Schedule& schedule,
              std::int64_t& promoted) {
     promoted = 0;
-    items_.resize(input_.lengths.size());
-    double total = 0.0;
-    for (std::size_t id = 0; id < input_.lengths.size(); ++id) {
-      Item& item = items_[id];
-      item.id = static_cast<std::int64_t>(id);
-      item.group_size =
-          group_size_needed(input_.lengths[id], cap_, input_.min_group_size, input_.alignment);
-      item.length = length_on(item.id, item.group_size);
-      item.rank_seconds = rank_seconds(item.length, item.group_size);
-      total += item.rank_seconds;
-    }
+    items_ = base_items_;
     if (promotion_factor > 0.0 || deadline_seconds > 0.0) {
       const double threshold = deadline_seconds > 0.0
                                    ? deadline_seconds
-                                   : promotion_factor * total / static_cast<double>(pool_);
+                                   : promotion_factor * base_total_ / static_cast<double>(pool_);
       for (auto& item : items_) {
-        auto alone = [&](std::int64_t size) {
-          const std::int64_t length = length_on(item.id, size);
-          return cost_.compute_seconds(length, size) + cost_.communication_seconds(length, size);
-        };
-        const std::int64_t needed = item.group_size;
-        while (item.group_size < pool_ && alone(item.group_size) > threshold &&
-               alone(2 * item.group_size) < alone(item.group_size)) {
+        if (base_solo_[static_cast<std::size_t>(item.id)] <= threshold) continue;
+        double solo = base_solo_[static_cast<std::size_t>(item.id)];
+        while (item.group_size < pool_ && solo > threshold) {
+          const double doubled = alone(item.id, 2 * item.group_size);
+          if (!(doubled < solo)) break;
           item.group_size *= 2;
+          solo = doubled;
         }
-        if (item.group_size != needed) {
+        if (item.group_size != base_items_[static_cast<std::size_t>(item.id)].group_size) {
           ++promoted;
           item.length = length_on(item.id, item.group_size);
           item.rank_seconds = rank_seconds(item.length, item.group_size);
         }
       }
     }
-    order_.resize(items_.size());
-    for (std::size_t i = 0; i < order_.size(); ++i) order_[i] = static_cast<std::int32_t>(i);
-    std::stable_sort(order_.begin(), order_.end(), [&](std::int32_t a, std::int32_t b) {
-      return items_[static_cast<std::size_t>(a)].rank_seconds >
-             items_[static_cast<std::size_t>(b)].rank_seconds;
+    if (skip_repeat && built_once_) {
+      bool same = true;
+      for (std::size_t i = 0; i < items_.size() && same; ++i)
+        same = items_[i].group_size == last_sizes_[i];
+      if (same) return false;
+    }
+    built_once_ = true;
+    last_sizes_.resize(items_.size());
+    for (std::size_t i = 0; i < items_.size(); ++i) last_sizes_[i] = items_[i].group_size;
+    // Largest rank-seconds first, ties in id order (a stable sort on a contiguous key).
+    keyed_.resize(items_.size());
+    for (std::size_t i = 0; i < items_.size(); ++i)
+      keyed_[i] = {items_[i].rank_seconds, static_cast<std::int32_t>(i)};
+    std::sort(keyed_.begin(), keyed_.end(), [](const Keyed& a, const Keyed& b) {
+      return a.key > b.key || (a.key == b.key && a.index < b.index);
     });
+    order_.resize(items_.size());
+    for (std::size_t i = 0; i < order_.size(); ++i) order_[i] = keyed_[i].index;
     scratch_.resize(order_.size());
-    side_.resize(order_.size());
-    assign(1, pool_, 0, order_.size());
+    node_of_.resize(order_.size());
+    for (auto& bins : bins_) bins.clear();
+    std::fill(count_.begin(), count_.end(), 0);
+    assign();
     equalize(1);
     emit(schedule);
+    return true;
   }
 
  private:
@@ -121,30 +151,38 @@ class BuddyTree {
     return items_[static_cast<std::size_t>(order_[position])];
   }
 
-  // order_[lo, hi) holds this block's sequences, largest rank-seconds first. Those whose
-  // group is this block stay; LPT sends each other one to the lighter half. The range is
-  // reordered in place into [own | left half | right half].
-  void assign(std::size_t node, std::int64_t size, std::size_t lo, std::size_t hi) {
-    double load[3] = {0.0, 0.0, 0.0};
-    std::size_t count[3] = {0, 0, 0};
-    const bool leaf = is_leaf(node);
-    for (std::size_t p = lo; p < hi; ++p) {
+  // LPT down the tree, largest rank-seconds first: a sequence whose group is smaller than the
+  // block it is in goes to the lighter half (the left one on ties), until it reaches a block of
+  // its own group size. Each block's own sequences are then packed in that same order. (One
+  // descent per sequence is the same as an LPT pass over every block's sequences in turn: the
+  // sequences reaching a block arrive there in the global order, and each half's load is the
+  // sum of what went into it.)
+  void assign() {
+    std::fill(load_.begin(), load_.end(), 0.0);
+    std::fill(bucket_start_.begin(), bucket_start_.end(), 0);
+    for (std::size_t p = 0; p < order_.size(); ++p) {
       const Item& item = item_at(p);
-      std::uint8_t side = 0;
-      if (!leaf && item.group_size < size) side = load[1] <= load[2] ? 1 : 2;
-      side_[p] = side;
-      load[side] += item.rank_seconds;
-      ++count[side];
+      std::size_t node = 1;
+      for (std::int64_t size = pool_; size > item.group_size && !is_leaf(node); size /= 2) {
+        node = load_[2 * node] <= load_[2 * node + 1] ? 2 * node : 2 * node + 1;
+        load_[node] += item.rank_seconds;
+      }
+      node_of_[p] = static_cast<std::int32_t>(node);
+      ++bucket_start_[node + 1];
     }
-    std::size_t cursor[3] = {lo, lo + count[0], lo + count[0] + count[1]};
-    for (std::size_t p = lo; p < hi; ++p) scratch_[cursor[side_[p]]++] = order_[p];
-    std::copy(scratch_.begin() + static_cast<std::ptrdiff_t>(lo),
-              scratch_.begin() + static_cast<std::ptrdiff_t>(hi),
-              order_.begin() + static_cast<std::ptrdiff_t>(lo));
-    pack_first_fit_decreasing(node, size, lo, lo + count[0]);
-    if (leaf) return;
-    assign(2 * node, size / 2, lo + count[0], lo + count[0] + count[1]);
-    assign(2 * node + 1, size / 2, lo + count[0] + count[1], hi);
+    // Stable counting sort of order_ by block, so each block's sequences are one range.
+    for (std::size_t node = 1; node + 1 < bucket_start_.size(); ++node)
+      bucket_start_[node + 1] += bucket_start_[node];
+    cursor_.assign(bucket_start_.begin(), bucket_start_.end() - 1);
+    for (std::size_t p = 0; p < order_.size(); ++p)
+      scratch_[static_cast<std::size_t>(cursor_[static_cast<std::size_t>(node_of_[p])]++)] =
+          order_[p];
+    order_.swap(scratch_);
+    for (std::size_t node = 1; node < bins_.size(); ++node) {
+      const auto lo = static_cast<std::size_t>(bucket_start_[node]);
+      const auto hi = static_cast<std::size_t>(bucket_start_[node + 1]);
+      if (lo < hi) pack_first_fit_decreasing(node, node_size(node), lo, hi);
+    }
   }
 
   void append(Bin& bin, std::int64_t id, std::int64_t length) {
@@ -212,23 +250,32 @@ class BuddyTree {
   // sequences from one rank may not: such a bin is split first-fit at the target, which adds
   // microbatches to every rank of the target alike and so keeps the counts equal below it.
   void lift_one(std::size_t node, std::size_t target) {
+    const std::size_t first_new = bins_[target].size();
+    bins_[target].emplace_back();
+    lift_into(node, target, first_new);
+  }
+
+  // Moves one bin off every rank path of `node` into the bins of `target` from `first_new` on
+  // (first-fit, a new one only when none has room), and lowers the counts on the way.
+  void lift_into(std::size_t node, std::size_t target, std::size_t first_new) {
     auto& own = bins_[node];
     if (!own.empty()) {
       const Bin lifted = own.back();
       own.pop_back();
       const std::int64_t size = node_size(target);
       auto& bins = bins_[target];
-      bins.emplace_back();
       for (std::int64_t id = lifted.first; id >= 0;) {
         const std::int64_t next = next_id_[static_cast<std::size_t>(id)];
         const std::int64_t length = length_on(id, size);
-        if (bins.back().count > 0 && bins.back().tokens + length > size * cap_) bins.emplace_back();
-        append(bins.back(), id, length);
+        std::size_t b = first_new;
+        while (b < bins.size() && bins[b].count > 0 && bins[b].tokens + length > size * cap_) ++b;
+        if (b == bins.size()) bins.emplace_back();
+        append(bins[b], id, length);
         id = next;
       }
     } else {
-      lift_one(2 * node, target);
-      lift_one(2 * node + 1, target);
+      lift_into(2 * node, target, first_new);
+      lift_into(2 * node + 1, target, first_new);
     }
     --count_[node];
   }
@@ -283,6 +330,39 @@ class BuddyTree {
     ++count_[to];
   }
 
+  // The shortest sequence of any multi-sequence bin below `from` (taking it changes no count
+  // there) becomes a bin of its own on the whole block `to`: one more microbatch on every
+  // rank of `to` for the least work. False when `from` has no such bin.
+  bool donate_one(std::size_t from, std::size_t to) {
+    const std::int64_t to_size = node_size(to);
+    std::size_t best_node = 0;
+    std::size_t best_bin = 0;
+    std::int64_t best_length = std::numeric_limits<std::int64_t>::max();
+    for (std::size_t first = from, last = from; first < bins_.size();
+         first *= 2, last = 2 * last + 1) {
+      for (std::size_t n = first; n <= last; ++n) {
+        for (std::size_t b = 0; b < bins_[n].size(); ++b) {
+          const Bin& bin = bins_[n][b];
+          if (bin.count < 2) continue;
+          const std::int64_t length = input_.lengths[static_cast<std::size_t>(bin.last)];
+          if (length < best_length) {
+            best_length = length;
+            best_node = n;
+            best_bin = b;
+          }
+        }
+      }
+    }
+    if (best_node == 0 || length_on(bins_[best_node][best_bin].last, to_size) > to_size * cap_)
+      return false;
+    const std::int64_t moved = pop_last(bins_[best_node][best_bin], best_node);
+    Bin single;
+    append(single, moved, length_on(moved, to_size));
+    bins_[to].push_back(single);
+    ++count_[to];
+    return true;
+  }
+
   void equalize(std::size_t node) {
     if (is_leaf(node)) {
       count_[node] = static_cast<std::int64_t>(bins_[node].size());
@@ -299,6 +379,7 @@ class BuddyTree {
       const std::int64_t room = std::min(gap, growth_room(small));
       if (room > 0) grow(small, room);
       gap -= room;
+      while (gap > 0 && donate_one(large, small)) --gap;
       // Then give the small half new bins holding single sequences taken from multi-sequence
       // bins of the large half: one more microbatch there, the least work moved.
       const std::int64_t stealable = std::min(gap, growth_room(large));
@@ -357,10 +438,24 @@ class BuddyTree {
   std::int64_t pool_;
   std::int64_t cap_;
   std::vector<std::int64_t> next_id_;
+  struct Keyed {
+    double key;
+    std::int32_t index;
+  };
+  std::vector<Item> base_items_;   // every sequence on the group it needs
+  std::vector<double> base_solo_;  // its time alone there
+  double base_total_ = 0.0;
+  bool fits_pool_ = true;
+  bool built_once_ = false;
+  std::vector<std::int64_t> last_sizes_;
+  std::vector<Keyed> keyed_;
   std::vector<Item> items_;
   std::vector<std::int32_t> order_;
   std::vector<std::int32_t> scratch_;
-  std::vector<std::uint8_t> side_;
+  std::vector<std::int32_t> node_of_;       // block of order_[p]
+  std::vector<double> load_;                // rank-seconds sent into each block so far
+  std::vector<std::int64_t> bucket_start_;  // order_ range of each block's own sequences
+  std::vector<std::int64_t> cursor_;
   std::vector<std::vector<Bin>> bins_;
   std::vector<std::int64_t> count_;
   std::vector<std::vector<Placement>> tiling_;
@@ -370,30 +465,24 @@ class BuddyTree {
 
 namespace {
 
-Schedule buddy_tree_layout(const SchedulerInput& input, const CostModel& cost_model,
-                           double promotion_factor, double deadline_seconds,
-                           std::int64_t* promoted) {
-  validate_scheduler_input(input);
-  Schedule schedule;
-  if (!is_power_of_two(input.pool_size())) return schedule;
-  for (const auto length : input.lengths) {
-    if (group_size_needed(length, input.max_seqlen_per_dp_cp_rank, input.min_group_size,
-                          input.alignment) > input.pool_size()) {
-      return schedule_default_dynamic_cp(input);  // raises the "needs a group of" error
-    }
-  }
-  BuddyTree tree(input, cost_model);
-  std::int64_t promoted_here = 0;
-  tree.build(promotion_factor, deadline_seconds, schedule, promoted_here);
-  if (promoted != nullptr) *promoted = promoted_here;
-  return schedule;
+// Raises default_dynamic_cp's error for a sequence that needs more ranks than the pool has.
+void require_fits_pool(const BuddyTree& tree, const SchedulerInput& input) {
+  if (!tree.fits_pool()) schedule_default_dynamic_cp(input);
 }
 
 }  // namespace
 
 Schedule schedule_buddy_tree(const SchedulerInput& input, const CostModel& cost_model,
                              double promotion_factor, std::int64_t* promoted) {
-  return buddy_tree_layout(input, cost_model, promotion_factor, 0.0, promoted);
+  validate_scheduler_input(input);
+  Schedule schedule;
+  if (!is_power_of_two(input.pool_size())) return schedule;
+  BuddyTree tree(input, cost_model);
+  require_fits_pool(tree, input);
+  std::int64_t promoted_here = 0;
+  tree.build(promotion_factor, 0.0, false, schedule, promoted_here);
+  if (promoted != nullptr) *promoted = promoted_here;
+  return schedule;
 }
 
 Schedule schedule_cost_aware(const SchedulerInput& input, const CostModel& cost_model) {
@@ -409,48 +498,46 @@ Schedule schedule_cost_aware(const SchedulerInput& input, const CostModel& cost_
       best = std::move(candidate);
     }
   };
-  // Promotion thresholds, as multiples of the mean per-rank work: 0 keeps every sequence on
-  // the group it needs; the others trade rank-seconds for a shorter critical path.
-  std::int64_t promoted = 0;
-  consider(schedule_buddy_tree(input, cost_model, 0.5, &promoted));
-  if (promoted > 0) {  // otherwise every factor gives the same layout
-    for (const double factor : {0.0, 0.75, 1.0}) {
-      consider(schedule_buddy_tree(input, cost_model, factor));
+  const bool small_batch = input.lengths.size() <= kCostAwareFullSearchSamples;
+  if (is_power_of_two(input.pool_size())) {
+    BuddyTree tree(input, cost_model);
+    require_fits_pool(tree, input);
+    Schedule candidate;
+    std::int64_t promoted = 0;
+    auto try_layout = [&](double factor, double deadline) {
+      std::int64_t unused = 0;
+      if (tree.build(factor, deadline, true, candidate, unused)) consider(std::move(candidate));
+    };
+    // Promotion thresholds, as multiples of the mean per-rank work: 0 keeps every sequence on
+    // the group it needs; the others trade rank-seconds for a shorter critical path.
+    tree.build(0.5, 0.0, false, candidate, promoted);
+    consider(std::move(candidate));
+    if (promoted > 0) {  // otherwise every factor gives the same layout
+      for (const double factor : {0.0, 0.75, 1.0}) try_layout(factor, 0.0);
+      // Finer factors help a few percent, at more host time than large batches can spend.
+      if (small_batch) {
+        for (const double factor : {0.875, 1.25, 1.5}) try_layout(factor, 0.0);
+      }
     }
-    // Finer factors help a few percent; past ~8k samples they would cost more host time than
-    // the 20 ms budget allows.
-    if (input.lengths.size() <= 8192) {
-      for (const double factor : {0.875, 1.25, 1.5}) {
-        consider(schedule_buddy_tree(input, cost_model, factor));
+    // Deadlines from the tight lower bound: in a step of about that length, a sequence alone
+    // on its group must fit, which is the promotion the bound itself assumes (long-tail
+    // batches at large pools, where the mean-work multiples above promote too little).
+    // Several slacks, because at the bound's deadline the pool has no room left for the
+    // imbalance of a real layout; layouts that repeat an earlier one are not rebuilt.
+    if (promoted > 0 && small_batch) {
+      const double tight = cost_model.tight_lower_bound_seconds(
+          input.lengths, input.pool_size(), input.max_seqlen_per_dp_cp_rank, input.min_group_size,
+          input.alignment);
+      for (const double slack : {1.0, 1.05, 1.1, 1.2, 1.25, 1.35, 1.5}) {
+        try_layout(0.0, slack * tight);
       }
     }
   }
-  // Deadlines from the tight lower bound: in a step of about that length, a sequence alone on
-  // its group must fit, which is the promotion the bound itself assumes (long-tail batches at
-  // large pools, where the mean-work multiples above promote too little).
-  if (promoted > 0 && input.lengths.size() <= 8192) {  // host time, as above
-    const double tight = cost_model.tight_lower_bound_seconds(
-        input.lengths, input.pool_size(), input.max_seqlen_per_dp_cp_rank, input.min_group_size,
-        input.alignment);
-    for (const double slack : {1.0, 1.25}) {
-      consider(buddy_tree_layout(input, cost_model, 0.0, slack * tight, nullptr));
-    }
+  // Megatron's greedy (and the only dynamic layout for a pool that is not a power of two).
+  if (small_batch || !is_power_of_two(input.pool_size())) {
+    consider(schedule_default_dynamic_cp(input));
   }
-  consider(schedule_default_dynamic_cp(input));
-  const std::int64_t static_capacity =
-      input.context_parallel_size * input.max_seqlen_per_dp_cp_rank;
-  const bool static_fits =
-      std::all_of(input.lengths.begin(), input.lengths.end(), [&](std::int64_t l) {
-        return input.alignment.padded(l, input.context_parallel_size) <= static_capacity;
-      });
-  // The static groups must also be groups dynamic CP may use (size >= min_group_size).
-  if (static_fits && input.context_parallel_size >= input.min_group_size) {
-    try {
-      consider(schedule_dp_balanced(input));
-    } catch (const core::Error&) {
-      // The static layout cannot split this batch into a multiple of dp bins; not a candidate.
-    }
-  }
+  if (auto fixed = static_layout_candidate(input)) consider(std::move(*fixed));
   DYNCP_CHECK(best.num_microbatches() > 0, "no candidate schedule");
   return best;
 }

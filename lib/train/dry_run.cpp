@@ -8,10 +8,9 @@
 #include "data/sampler.hpp"
 #include "dist/parallel_layout.hpp"
 #include "packing/alignment.hpp"
-#include "packing/cost_aware.hpp"
 #include "packing/cost_model.hpp"
-#include "packing/default_dynamic_cp.hpp"
 #include "packing/dp_balanced.hpp"
+#include "packing/run_scheduler.hpp"
 #include "packing/schedule.hpp"
 #include "train/memory_estimate.hpp"
 #include "train/training_data.hpp"
@@ -75,18 +74,7 @@ SchedulePreview preview_first_step(const config::ConfigContainer& config,
   input.context_parallel_size = layout.context_parallel_size;
   input.max_seqlen_per_dp_cp_rank = cap;
   input.min_group_size = layout.min_dynamic_context_parallel_size;
-  packing::Schedule schedule;
-  switch (scheduler) {
-    case config::PackingScheduler::dp_balanced:
-      schedule = packing::schedule_dp_balanced(input);
-      break;
-    case config::PackingScheduler::default_dynamic_cp:
-      schedule = packing::schedule_default_dynamic_cp(input);
-      break;
-    case config::PackingScheduler::cost_aware:
-      schedule = packing::schedule_cost_aware(input, cost_model);
-      break;
-  }
+  const packing::Schedule schedule = packing::run_scheduler(scheduler, input, cost_model);
   const bool fixed_groups = scheduler == config::PackingScheduler::dp_balanced;
   preview.check_problem = packing::check_schedule(
       schedule, lengths, cap,

@@ -6,10 +6,8 @@
 
 #include "core/device_memory.hpp"
 #include "core/error.hpp"
-#include "packing/cost_aware.hpp"
-#include "packing/default_dynamic_cp.hpp"
-#include "packing/dp_balanced.hpp"
 #include "packing/packed_seq_params.hpp"
+#include "packing/run_scheduler.hpp"
 
 namespace dyncp::train {
 
@@ -88,15 +86,7 @@ packing::Schedule StepEngine::make_schedule(std::span<const std::int64_t> real_l
   input.context_parallel_size = layout.context_parallel_size;
   input.max_seqlen_per_dp_cp_rank = options_.max_seqlen_per_dp_cp_rank;
   input.min_group_size = layout.min_dynamic_context_parallel_size;
-  switch (options_.scheduler) {
-    case config::PackingScheduler::dp_balanced:
-      return packing::schedule_dp_balanced(input);
-    case config::PackingScheduler::default_dynamic_cp:
-      return packing::schedule_default_dynamic_cp(input);
-    case config::PackingScheduler::cost_aware:
-      return packing::schedule_cost_aware(input, cost_model_);
-  }
-  core::throw_runtime_error("unknown packing scheduler");
+  return packing::run_scheduler(options_.scheduler, input, cost_model_);
 }
 
 dist::Comm* StepEngine::runtime_group(std::int64_t size) {

@@ -7,19 +7,14 @@
 #include "packing/alignment.hpp"
 #include "packing/default_dynamic_cp.hpp"
 #include "packing/dp_balanced.hpp"
+#include "packing_test_support.hpp"
 
 using namespace dyncp;
 using namespace dyncp::packing;
 using dyncp::config::LengthDistribution;
 using dyncp::config::parse_length_distribution;
 using dyncp::config::sample_lengths;
-
-namespace {
-const CostModel& qwen3_cost() {
-  static const CostModel cost(model_cost_from_architecture(qwen3_30b_a3b_architecture()), {});
-  return cost;
-}
-}  // namespace
+using dyncp::packing::testing::qwen3_cost;
 
 TEST_CASE("cost_aware meets the contract and never models worse than dp_balanced", "[packing]") {
   const char* distributions[] = {"lognormal:mean=1024,sigma=1.5,min=128,max=8192",
@@ -27,13 +22,10 @@ TEST_CASE("cost_aware meets the contract and never models worse than dp_balanced
                                  "trajectory:seq_length=32768"};
   for (std::uint64_t seed = 0; seed < 400; ++seed) {
     core::Rng rng(seed, core::RngPurpose::test);
-    const std::int64_t pool = std::int64_t{2} << rng.below(seed % 20 == 0 ? 10 : 7);
-    std::int64_t cp = 1;
-    while (cp < 8 && cp * 2 <= pool && rng.below(3) != 0) cp *= 2;
-    const std::int64_t dp = pool / cp;
-    const std::int64_t cap = std::int64_t{1024} << rng.below(4);
-    const std::int64_t min_cp = rng.below(6) == 0 ? std::min<std::int64_t>(2, pool) : 1;
-    const auto count = static_cast<std::size_t>(dp * static_cast<std::int64_t>(1 + rng.below(12)));
+    const auto layout = testing::random_layout(rng, seed % 20 == 0 ? 10 : 7);
+    const std::int64_t dp = layout.data_parallel_size, cp = layout.context_parallel_size;
+    const std::int64_t pool = dp * cp, cap = layout.cap, min_cp = layout.min_group_size;
+    const std::size_t count = layout.samples;
     const auto d = parse_length_distribution(distributions[seed % 4]);
     std::vector<std::int64_t> lengths = sample_lengths(d, count, seed, 2);
     const std::int64_t multiple = alignment_multiple({dp, cp, true});
@@ -52,7 +44,8 @@ TEST_CASE("cost_aware meets the contract and never models worse than dp_balanced
     const double t_dynamic =
         qwen3_cost().step_time(schedule_default_dynamic_cp(input), lengths).step_seconds;
     if (cp >= min_cp) REQUIRE(t_ours <= t_static);  // else the static groups are not allowed
-    REQUIRE(t_ours <= t_dynamic);
+    // Above the full-search size default_dynamic_cp is not a candidate (host time).
+    if (count <= kCostAwareFullSearchSamples) REQUIRE(t_ours <= t_dynamic);
     const double bound = qwen3_cost().lower_bound_seconds(lengths, pool, cap, min_cp);
     const double tight = qwen3_cost().tight_lower_bound_seconds(lengths, pool, cap, min_cp);
     REQUIRE(bound <= tight * (1 + 1e-9));
@@ -89,5 +82,28 @@ TEST_CASE("cost_aware on a pool that is not a power of two picks a Megatron layo
     const double t_dynamic =
         qwen3_cost().step_time(schedule_default_dynamic_cp(input), lengths).step_seconds;
     CHECK(t_ours == std::min(t_static, t_dynamic));
+  }
+}
+
+// The issue's worst batches: LMSys-like lengths at 1,024 ranks, a dozen 64K sequences among
+// 4,096 (4 per rank). Equalising microbatch counts used to lift one bin off every rank of a
+// block as a separate bin (dozens of extra microbatches on large groups, 1.55x the bound).
+TEST_CASE(
+    "cost_aware stays within 1.25x of the tight bound on the long-tail batches at 1,024 ranks",
+    "[packing]") {
+  const auto d = parse_length_distribution("lmsys");
+  const AlignmentRule rule = alignment_rule({128, 8, true}, config::PackingAlignment::per_group);
+  for (const auto& [seed, step] :
+       {std::pair<std::uint64_t, std::uint64_t>{1234, 3}, {1235, 3}, {1235, 0}, {1236, 2}}) {
+    std::vector<std::int64_t> lengths = sample_lengths(d, 4096, seed, step);
+    for (auto& length : lengths) length = std::min<std::int64_t>(length, 65536);
+    SchedulerInput input{lengths, 128, 8, 8192};
+    input.alignment = rule;
+    INFO("seed " << seed << " step " << step);
+    const Schedule ours = schedule_cost_aware(input, qwen3_cost());
+    REQUIRE(check_schedule(ours, lengths, 8192, {0, 1, rule}) == "");
+    const double t_ours = qwen3_cost().step_time(ours, lengths, rule).step_seconds;
+    const double tight = qwen3_cost().tight_lower_bound_seconds(lengths, 1024, 8192, 1, rule);
+    CHECK(t_ours <= 1.25 * tight);
   }
 }

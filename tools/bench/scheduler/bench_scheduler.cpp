@@ -1,8 +1,11 @@
 // Scheduler benchmark (results and commands: docs/benchmarks/packing.md).
-//   modelled: step time of dp_balanced, default_dynamic_cp and cost_aware, and the lower
-//     bound, under the Qwen3-30B-A3B cost model with H200 defaults, on the setups
-//     (mean over --steps global batches; cost_aware checked against the contract);
-//   host: time of each scheduler, median and min of --repeats in-process runs, at 1,024
+//   modelled: step time of dp_balanced, default_dynamic_cp (as dyncp-train runs it: with the
+//     static fallback under per_group; Megatron's greedy alone as megatron_greedy_*) and
+//     cost_aware, and the lower bound, under the Qwen3-30B-A3B cost model with H200 defaults, on
+//     the setups (mean over --steps global batches; cost_aware checked against the
+//     contract);
+//   host: time of each scheduler (default_dynamic_cp alone, and default_dynamic_cp_or_static
+//     with the fallback), median and min of --repeats in-process runs, at 1,024
 //     samples on 64 ranks, 4,096 on 1,024 and 30,720 on 1,024 (each schedule checked first).
 //   bench_scheduler [--repeats N] [--steps N] [--seeds N] [--only-host | --only-modelled]
 //                   [--scheduler NAME] [--samples N] [--alignment per_group|pool]
@@ -26,6 +29,7 @@
 #include "packing/cost_model.hpp"
 #include "packing/default_dynamic_cp.hpp"
 #include "packing/dp_balanced.hpp"
+#include "packing/static_fallback.hpp"
 
 using namespace dyncp::packing;
 using dyncp::config::LengthDistribution;
@@ -145,6 +149,8 @@ void model_setups(int steps, int seeds, dyncp::config::PackingAlignment mode) {
     const AlignmentRule static_rule = alignment_rule({s.dp, s.cp, false}, mode);
     double sums[5] = {0, 0, 0, 0, 0};  // static, default_dynamic_cp, cost_aware, bound, tight
     RatioStats ours_vs_static, dynamic_vs_static, ours_vs_dynamic, ours_vs_bound, ours_vs_tight;
+    RatioStats greedy_vs_static;
+    int static_fallbacks = 0;  // batches where default_dynamic_cp ran the static layout
     double host_ms = 0;
     std::int64_t real_tokens = 0, padded_tokens = 0;
     for (int seed = 0; seed < seeds; ++seed) {
@@ -157,8 +163,17 @@ void model_setups(int steps, int seeds, dyncp::config::PackingAlignment mode) {
         static_input.alignment = static_rule;
         const double t_static =
             cost.step_time(schedule_dp_balanced(static_input), lengths, static_rule).step_seconds;
+        // default_dynamic_cp as the trainer runs it (static fallback under per_group), and
+        // Megatron's greedy alone.
+        bool used_static = false;
         const double t_dynamic =
+            cost.step_time(schedule_default_dynamic_cp_or_static(input, cost, &used_static),
+                           lengths, dynamic_rule)
+                .step_seconds;
+        const double t_greedy =
             cost.step_time(schedule_default_dynamic_cp(input), lengths, dynamic_rule).step_seconds;
+        greedy_vs_static.add(t_greedy / t_static);
+        static_fallbacks += used_static;
         const auto start = std::chrono::steady_clock::now();
         const Schedule ours = schedule_cost_aware(input, cost);
         host_ms +=
@@ -198,7 +213,8 @@ void model_setups(int steps, int seeds, dyncp::config::PackingAlignment mode) {
         "\"cost_aware_vs_static_worst\":%.4f,\"default_dynamic_cp_vs_static_worst\":%.4f,"
         "\"cost_aware_vs_dynamic_geomean\":%.4f,\"cost_aware_vs_bound_geomean\":%.4f,"
         "\"cost_aware_vs_tight_geomean\":%.4f,\"cost_aware_vs_tight_worst\":%.4f,"
-        "\"cost_aware_padding_fraction\":%.4f,\"cost_aware_host_ms\":%.2f}\n",
+        "\"cost_aware_padding_fraction\":%.4f,\"cost_aware_host_ms\":%.2f,"
+        "\"megatron_greedy_vs_static_worst\":%.4f,\"default_dynamic_cp_static_fallbacks\":%d}\n",
         mode == dyncp::config::PackingAlignment::pool ? "pool" : "per_group", s.distribution,
         s.skewed ? "true" : "false", static_cast<long long>(s.cap), static_cast<long long>(s.cp),
         static_cast<long long>(s.dp), static_cast<long long>(s.dp * s.cp),
@@ -207,7 +223,7 @@ void model_setups(int steps, int seeds, dyncp::config::PackingAlignment mode) {
         ours_vs_static.worst, dynamic_vs_static.worst, ours_vs_dynamic.geomean(),
         ours_vs_bound.geomean(), ours_vs_tight.geomean(), ours_vs_tight.worst,
         static_cast<double>(padded_tokens - real_tokens) / static_cast<double>(padded_tokens),
-        host_ms / n);
+        host_ms / n, greedy_vs_static.worst, static_fallbacks);
     std::fflush(stdout);
   }
 }
@@ -246,6 +262,14 @@ int main(int argc, char** argv) {
     if (wanted("dp_balanced")) time_host(c, "dp_balanced", schedule_dp_balanced, repeats, mode);
     if (wanted("default_dynamic_cp")) {
       time_host(c, "default_dynamic_cp", schedule_default_dynamic_cp, repeats, mode);
+    }
+    if (wanted("default_dynamic_cp_or_static")) {
+      time_host(
+          c, "default_dynamic_cp_or_static",
+          [](const SchedulerInput& input) {
+            return schedule_default_dynamic_cp_or_static(input, benchmark_cost_model());
+          },
+          repeats, mode);
     }
     if (wanted("cost_aware")) {
       time_host(
