@@ -12,14 +12,18 @@
 #include "core/error.hpp"
 #include "packing/dp_balanced.hpp"
 #include "packing/run_scheduler.hpp"
+#include "packing/static_fallback.hpp"
 
 namespace dyncp::plan {
 namespace {
 
 packing::Schedule run_scheduler(const PlanSettings& settings, const packing::SchedulerInput& input,
-                                const packing::CostModel& cost_model) {
+                                const packing::CostModel& cost_model, bool& static_fallback) {
   const auto scheduler = config::parse_enum<config::PackingScheduler>(settings.scheduler);
   DYNCP_CHECK(scheduler.has_value(), "scheduler names are checked before planning");
+  if (*scheduler == config::PackingScheduler::default_dynamic_cp) {
+    return packing::schedule_default_dynamic_cp_or_static(input, cost_model, &static_fallback);
+  }
   return packing::run_scheduler(*scheduler, input, cost_model);
 }
 
@@ -52,7 +56,7 @@ StepPlan plan_step(const PlanSettings& settings, std::vector<std::int64_t> lengt
                                 settings.min_group_size};
   input.alignment = settings.alignment;
   const auto start = std::chrono::steady_clock::now();
-  plan.schedule = run_scheduler(settings, input, cost_model);
+  plan.schedule = run_scheduler(settings, input, cost_model, plan.static_fallback);
   plan.host_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   const bool is_static = settings.scheduler == "dp_balanced";
@@ -134,6 +138,7 @@ std::string render_json(const PlanSettings& settings, const StepPlan& plan) {
   stats["lower_bound_ms"] = plan.lower_bound_ms;
   stats["tight_lower_bound_ms"] = plan.tight_lower_bound_ms;
   stats["host_ms"] = plan.host_ms;
+  if (settings.scheduler == "default_dynamic_cp") stats["static_fallback"] = plan.static_fallback;
   out["stats"] = stats;
   return out.dump();
 }
@@ -163,6 +168,9 @@ std::string render_table(const PlanSettings& settings, const StepPlan& plan, boo
   os << "  balance (mean/step)       "
      << format("%.3f", plan.modelled.mean_rank_busy_seconds / plan.modelled.step_seconds) << "\n";
   os << "  modelled step             " << format("%.1f", step_ms) << " ms\n";
+  if (plan.static_fallback) {
+    os << "  layout                    static (Megatron's greedy models a longer step)\n";
+  }
   if (plan.static_step_ms) {
     os << "  static CP (dp_balanced)   " << format("%.1f", *plan.static_step_ms)
        << " ms  (this: " << format("%.3f", step_ms / *plan.static_step_ms) << "x)\n";
@@ -218,6 +226,7 @@ void PlanSummary::add(const StepPlan& plan) {
   }
   if (plan.dynamic_step_ms) vs_dynamic_.add(step_ms / *plan.dynamic_step_ms);
   vs_bound_.add(step_ms / plan.tight_lower_bound_ms);
+  static_fallbacks_ += plan.static_fallback;
 }
 
 std::string PlanSummary::render_json() const {
@@ -233,6 +242,7 @@ std::string PlanSummary::render_json() const {
        {{"mean", step_ms_sum_ / static_cast<double>(steps_)}, {"worst", step_ms_worst_}}},
       {"vs_static", ratio(vs_static_)},
       {"steps_slower_than_static", slower_than_static_},
+      {"steps_on_static_layout", static_fallbacks_},
       {"vs_default_dynamic_cp", ratio(vs_dynamic_)},
       {"vs_tight_lower_bound", ratio(vs_bound_)},
       {"host_ms",
@@ -258,6 +268,10 @@ std::string PlanSummary::render_table() const {
   ratio("vs static CP              ", vs_static_);
   if (vs_static_.count > 0) {
     os << "  steps slower than static  " << slower_than_static_ << "\n";
+  }
+  if (static_fallbacks_ > 0) {
+    os << "  steps on the static layout " << static_fallbacks_
+       << " (default_dynamic_cp's fallback: Megatron's greedy models a longer step)\n";
   }
   ratio("vs default_dynamic_cp     ", vs_dynamic_);
   ratio("vs tight lower bound      ", vs_bound_);

@@ -30,6 +30,8 @@ struct StepPlan {
   packing::CostModel::StepTime modelled;
   std::optional<double> static_step_ms;   // dp_balanced on the same lengths, if it can run them
   std::optional<double> dynamic_step_ms;  // default_dynamic_cp on the same lengths
+  // default_dynamic_cp only: the static layout replaced Megatron's (packing/static_fallback).
+  bool static_fallback = false;
   double lower_bound_ms = 0.0;
   double tight_lower_bound_ms = 0.0;
 };
@@ -70,6 +72,7 @@ class PlanSummary {
   Ratio vs_dynamic_;
   Ratio vs_bound_;
   std::int64_t slower_than_static_ = 0;  // steps where this models slower than static CP
+  std::int64_t static_fallbacks_ = 0;    // default_dynamic_cp steps on the static layout
 };
 
 }  // namespace dyncp::plan
