@@ -86,7 +86,7 @@ packing::CostModel make_cost_model(const Options& options) {
   if (ends_with(options.model_path, ".yaml") || ends_with(options.model_path, ".yml")) {
     const auto recipe = config::load_config_file(options.model_path, {});
     architecture = recipe.model.architecture;
-    parameters = packing::cost_model_parameters(recipe.packing);
+    parameters = packing::cost_model_parameters(recipe.packing, recipe.model);
   } else if (!options.model_path.empty()) {
     architecture = config::load_hf_model_config(options.model_path);
   }

@@ -189,6 +189,13 @@ class BridgeWriter {
       set_text("model.linear_attention_freq", "null");
     }
     set_text("model.cp_comm_type", to_string(model.cp_comm_type));
+    {
+      std::string sizes;
+      for (const std::int64_t size : model.hierarchical_context_parallel_sizes)
+        sizes += (sizes.empty() ? "" : ", ") + std::to_string(size);
+      set_text("model.hierarchical_context_parallel_sizes",
+               model.hierarchical_context_parallel_sizes.empty() ? "null" : "[" + sizes + "]");
+    }
     set_text("model.recompute_modules", dump_text(to_names(model.recompute_modules)));
     set_text("optimizer.exp_avg_dtype", "torch." + to_string(config_.optimizer.exp_avg_dtype));
     set_text("optimizer.exp_avg_sq_dtype",
@@ -225,6 +232,7 @@ class BridgeWriter {
                        "model.layer_types",
                        "model.full_attention_interval",
                        "model.cp_comm_type",
+                       "model.hierarchical_context_parallel_sizes",
                        "model.recompute_modules",
                        "optimizer.exp_avg_dtype",
                        "optimizer.exp_avg_sq_dtype",

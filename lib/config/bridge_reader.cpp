@@ -389,6 +389,8 @@ class BridgeReader {
     check_family_flag("model.moe_shared_expert_gate", hybrid && shared_expert);
 
     copy_unless_null("model.cp_comm_type", "model.cp_comm_type");
+    copy_unless_null("model.hierarchical_context_parallel_sizes",
+                     "model.hierarchical_context_parallel_sizes");
     copy_unless_null("model.recompute_modules", "model.recompute_modules");
     copy_unless_null("model.vocab_size", "model.vocab_size");
     copy_unless_null("model.kv_channels", "model.head_dim");

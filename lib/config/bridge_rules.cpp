@@ -63,6 +63,7 @@ H model.min_dynamic_context_parallel_size -> model.min_dynamic_context_parallel_
 H model.sequence_packing_scheduler -> model.sequence_packing_scheduler
 R model.hybrid_context_parallel = false : the deprecated hybrid CP switch (set dynamic_context_parallel: true)
 H model.cp_comm_type -> special : model.cp_comm_type (null: this program's default)
+H model.hierarchical_context_parallel_sizes -> special : model.hierarchical_context_parallel_sizes (null: unset)
 H model.calculate_per_token_loss -> model.calculate_per_token_loss
 H model.moe_router_load_balancing_type -> special : model.moe_router_load_balancing_type (aux_loss or none)
 H model.recompute_granularity -> model.recompute_granularity
@@ -155,7 +156,6 @@ R model.virtual_pipeline_model_parallel_size = null|1 : virtual pipeline paralle
 R model.expert_tensor_parallel_size = null|1 : expert tensor parallelism
 R model.expert_tensor_parallel_num_weight_shards : expert tensor parallelism
 R model.tensor_parallel_num_weight_shards : tensor-parallel weight sharding
-R model.hierarchical_context_parallel_sizes : hierarchical CP (a2a+p2p)
 R model.softmax_scale : a custom attention softmax scale
 R model.softmax_type = vanilla : off-by-one or learnable softmax
 R model.fp32_residual_connection : an fp32 residual stream

@@ -33,6 +33,8 @@ struct ModelConfig {
   std::optional<std::int64_t> max_seqlen_per_dp_cp_rank;       // must be set explicitly
   std::optional<PackingScheduler> sequence_packing_scheduler;  // derived when unset
   CpCommType cp_comm_type = CpCommType::all_gather;
+  // a2a+p2p only: [inner, outer], inner x outer = context_parallel_size (empty: unset).
+  std::vector<std::int64_t> hierarchical_context_parallel_sizes;
 
   // Loss.
   bool calculate_per_token_loss = true;

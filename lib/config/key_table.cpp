@@ -57,9 +57,24 @@ void append_parallel_keys(std::vector<KeySpec>& keys) {
       "Packing scheduler; unset: default_dynamic_cp with dynamic CP, dp_balanced without",
       {.rules = "dp_balanced only with static CP; default_dynamic_cp and cost_aware only with "
                 "dynamic CP; needs dataset.enable_global_batch_packing"}));
-  keys.push_back(make_key("model.cp_comm_type", DYNCP_FIELD(model.cp_comm_type),
-                          "How a CP group exchanges K/V in attention (p2p: a ring of K/V blocks)",
-                          {.rules = "a2a and a2a+p2p are not implemented"}));
+  keys.push_back(make_key(
+      "model.cp_comm_type", DYNCP_FIELD(model.cp_comm_type),
+      "How a CP group exchanges attention inputs: all_gather (K/V gathered), p2p (a ring of K/V "
+      "blocks), a2a (all-to-all to whole sequences for a slice of the heads; DeltaNet layers "
+      "too), a2a+p2p (all-to-all inside groups of hierarchical_context_parallel_sizes[0], a K/V "
+      "ring across them)",
+      {.rules = "a2a: num_attention_heads divisible by every a2a group size c, and "
+                "num_key_value_heads divisible by c or c a multiple of it (K/V heads "
+                "replicated); the same for linear_num_value_heads / linear_num_key_heads in "
+                "hybrids; a2a+p2p needs hierarchical_context_parallel_sizes"}));
+  keys.push_back(make_key(
+      "model.hierarchical_context_parallel_sizes",
+      DYNCP_FIELD(model.hierarchical_context_parallel_sizes),
+      "a2a+p2p: [inner, outer] CP sizes: all-to-all inside each group of inner consecutive CP "
+      "ranks (e.g. one node), a K/V ring over the outer ranks; a dynamic group of c ranks uses "
+      "inner min(c, inner) and a ring of c / that",
+      {.rules = "only with cp_comm_type=a2a+p2p (required there); two positive entries whose "
+                "product is context_parallel_size"}));
   keys.push_back(make_key(
       "model.calculate_per_token_loss", DYNCP_FIELD(model.calculate_per_token_loss),
       "Loss summed per token and normalised by the global token count", {.rules = "must be true"}));
@@ -119,10 +134,11 @@ void append_data_keys(std::vector<KeySpec>& keys) {
                           "A sample longer than seq_length is dropped, truncated, or an error"));
   keys.push_back(make_key("dataset.on_bad_sample", DYNCP_FIELD(dataset.on_bad_sample),
                           "A malformed sample is an error, or skipped with a warning"));
-  keys.push_back(make_key("dataset.shuffle", DYNCP_FIELD(dataset.shuffle),
-                          "Shuffle samples each epoch (seeded by rng.seed, resumable), whatever the "
-                          "loader type; false: file order",
-                          {.rules = "false needs dataloader_type single"}));
+  keys.push_back(
+      make_key("dataset.shuffle", DYNCP_FIELD(dataset.shuffle),
+               "Shuffle samples each epoch (seeded by rng.seed, resumable), whatever the "
+               "loader type; false: file order",
+               {.rules = "false needs dataloader_type single"}));
   keys.push_back(make_key("dataset.num_workers", DYNCP_FIELD(dataset.num_workers),
                           "Megatron loader workers: accepted, no effect (warned when set)",
                           {.min = 0, .max = 1024}));

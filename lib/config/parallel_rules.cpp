@@ -2,8 +2,11 @@
 // ConfigContainer.validate and MCore's dynamic-CP checks, plus this program's own limits
 // (TP = PP = 1). Every rule names the key, the value, the rule and the fix.
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
+#include "config/head_sharding.hpp"
 #include "config/validation_rules.hpp"
 
 namespace dyncp::config::detail {
@@ -33,9 +36,92 @@ void check_unsupported_parallelism(const ModelConfig& model, ProblemList& proble
     problems.add("model.sequence_parallel", "true",
                  "needs tensor parallelism (tp > 1), which is not implemented; set it to false");
   }
-  if (model.cp_comm_type == CpCommType::a2a || model.cp_comm_type == CpCommType::a2a_p2p) {
-    problems.add("model.cp_comm_type", to_string(model.cp_comm_type),
-                 "is not implemented; use all_gather or p2p");
+}
+
+std::string list_text(const std::vector<std::int64_t>& values) {
+  std::string text = "[";
+  for (std::size_t i = 0; i < values.size(); ++i)
+    text += (i == 0 ? "" : ", ") + std::to_string(values[i]);
+  return text + "]";
+}
+
+// a2a+p2p needs [inner, outer] with inner x outer = cp; the sizes mean nothing to the other
+// exchanges, so they are refused there rather than ignored. Returns the inner size (0: none).
+std::int64_t check_hierarchical_sizes(const ModelConfig& model, ProblemList& problems) {
+  const auto& sizes = model.hierarchical_context_parallel_sizes;
+  const std::string key = "model.hierarchical_context_parallel_sizes";
+  if (model.cp_comm_type != CpCommType::a2a_p2p) {
+    if (!sizes.empty()) {
+      problems.add(key, list_text(sizes),
+                   "is used only by model.cp_comm_type=a2a+p2p (it is " +
+                       std::string(to_string(model.cp_comm_type)) +
+                       "); remove it or set cp_comm_type=a2a+p2p");
+    }
+    return 0;
+  }
+  const std::int64_t cp = model.context_parallel_size;
+  if (sizes.size() != 2 || sizes[0] < 1 || sizes[1] < 1) {
+    problems.add(key, sizes.empty() ? "null" : list_text(sizes),
+                 "model.cp_comm_type=a2a+p2p needs two positive sizes [inner, outer] (all-to-all "
+                 "inside groups of inner ranks, a ring over outer of them) with inner x outer = "
+                 "context_parallel_size " +
+                     str(cp) + "; e.g. [" + str(cp >= 2 ? 2 : 1) + ", " +
+                     str(cp >= 2 ? cp / 2 : 1) + "]");
+    return 0;
+  }
+  if (sizes[0] * sizes[1] != cp) {
+    problems.add(key, list_text(sizes),
+                 "inner x outer = " + str(sizes[0] * sizes[1]) +
+                     " must equal model.context_parallel_size " + str(cp));
+    return 0;
+  }
+  if (model.dynamic_context_parallel && !is_power_of_two(sizes[0])) {
+    problems.add(key, list_text(sizes),
+                 "the inner size must be a power of two with dynamic CP (every dynamic group "
+                 "size is one)");
+    return 0;
+  }
+  return sizes[0];
+}
+
+// Every all-to-all group the layout can form must be able to share the heads
+// (config/head_sharding.hpp): a2a uses the whole runtime group, a2a+p2p min(c, inner).
+void check_head_sharding(const ModelConfig& model, const std::vector<std::int64_t>& group_sizes,
+                         std::int64_t inner, ProblemList& problems) {
+  const bool a2a = model.cp_comm_type == CpCommType::a2a;
+  if (!a2a && !(model.cp_comm_type == CpCommType::a2a_p2p && inner > 0)) return;
+  const ModelArchitecture& arch = model.architecture;
+  std::vector<std::int64_t> a2a_sizes;
+  for (const std::int64_t c : group_sizes) {
+    const std::int64_t size = a2a ? c : std::min(c, inner);
+    if (size > 1 && std::find(a2a_sizes.begin(), a2a_sizes.end(), size) == a2a_sizes.end())
+      a2a_sizes.push_back(size);
+  }
+  const std::string value = to_string(model.cp_comm_type);
+  for (const std::int64_t size : a2a_sizes) {
+    const std::string where = a2a ? "a CP group of " + str(size) + " ranks"
+                                  : "an all-to-all group of " + str(size) + " ranks";
+    std::string problem =
+        head_sharding_problem(arch.num_attention_heads, arch.num_key_value_heads, size);
+    if (!problem.empty()) {
+      problems.add("model.cp_comm_type", value,
+                   "model.num_attention_heads " + str(arch.num_attention_heads) +
+                       " and model.num_key_value_heads " + str(arch.num_key_value_heads) +
+                       " cannot be divided over " + where + " (" + problem +
+                       "); use a group size the heads allow, cp_comm_type all_gather or p2p" +
+                       (a2a ? std::string(", or a2a+p2p with a smaller inner size") : ""));
+      return;
+    }
+    if (!arch.is_hybrid()) continue;
+    problem = head_sharding_problem(arch.linear_num_value_heads, arch.linear_num_key_heads, size);
+    if (!problem.empty()) {
+      problems.add("model.cp_comm_type", value,
+                   "the Gated DeltaNet heads (model.linear_num_value_heads " +
+                       str(arch.linear_num_value_heads) + ", model.linear_num_key_heads " +
+                       str(arch.linear_num_key_heads) + ") cannot be divided over " + where + " (" +
+                       problem + "); use cp_comm_type all_gather or p2p");
+      return;
+    }
   }
 }
 
@@ -235,6 +321,8 @@ void check_parallel_and_packing(ConfigContainer& config, std::int64_t world_size
   } else {
     layout.dynamic_group_sizes.push_back(cp);
   }
+  const std::int64_t inner = check_hierarchical_sizes(model, problems);
+  if (layout_known) check_head_sharding(model, layout.dynamic_group_sizes, inner, problems);
 }
 
 }  // namespace dyncp::config::detail

@@ -4,6 +4,8 @@
 #include <limits>
 #include <vector>
 
+#include "config/head_sharding.hpp"
+
 namespace dyncp::packing {
 
 ModelCost model_cost_from_architecture(config::ModelArchitecture a) {
@@ -40,6 +42,23 @@ ModelCost model_cost_from_architecture(config::ModelArchitecture a) {
   linear += 6.0 * h * static_cast<double>(a.vocab_size);  // logits
   cost.linear_flops_per_token = linear;
   cost.kv_bytes_per_token_per_layer = 2.0 * kv * 2.0;  // K and V, 2 bytes each
+  cost.query_bytes_per_token_per_layer = q * 2.0;
+  cost.query_heads = a.num_attention_heads;
+  cost.kv_heads = a.num_key_value_heads;
+  if (a.is_hybrid()) {
+    for (std::int64_t layer = 0; layer < a.num_hidden_layers; ++layer)
+      cost.linear_attention_layers +=
+          a.mixer_of_layer(layer) == config::LayerMixer::linear_attention;
+    const double key_heads = static_cast<double>(a.linear_num_key_heads);
+    const double value_heads = static_cast<double>(a.linear_num_value_heads);
+    cost.linear_key_bytes_per_token_per_layer =
+        2.0 * key_heads * static_cast<double>(a.linear_key_head_dim) * 2.0;
+    cost.linear_value_bytes_per_token_per_layer =
+        (2.0 * value_heads * static_cast<double>(a.linear_value_head_dim) + 2.0 * value_heads) *
+        2.0;
+    cost.linear_key_heads = a.linear_num_key_heads;
+    cost.linear_value_heads = a.linear_num_value_heads;
+  }
   return cost;
 }
 
@@ -49,6 +68,15 @@ CostModelParameters cost_model_parameters(const config::PackingCostConfig& secti
   parameters.link_bytes_per_second = section.link_bytes_per_second;
   parameters.collective_latency_seconds = section.collective_latency_seconds;
   parameters.microbatch_overhead_seconds = section.microbatch_overhead_seconds;
+  return parameters;
+}
+
+CostModelParameters cost_model_parameters(const config::PackingCostConfig& section,
+                                          const config::ModelConfig& model) {
+  CostModelParameters parameters = cost_model_parameters(section);
+  parameters.cp_comm_type = model.cp_comm_type;
+  if (!model.hierarchical_context_parallel_sizes.empty())
+    parameters.hierarchical_inner_size = model.hierarchical_context_parallel_sizes.front();
   return parameters;
 }
 
@@ -85,18 +113,68 @@ double CostModel::bandwidth(std::int64_t group_size) const {
                                                   : parameters_.network_bytes_per_second;
 }
 
-double CostModel::transfer_seconds(std::int64_t tokens, std::int64_t group_size) const {
-  if (group_size <= 1) return 0.0;
+CostModel::ExchangeSeconds CostModel::exchange_seconds(std::int64_t tokens,
+                                                       std::int64_t group_size) const {
+  ExchangeSeconds seconds;
+  if (group_size <= 1) return seconds;
   const double c = static_cast<double>(group_size);
-  return static_cast<double>(model_.attention_layers) * 2.0 * (c - 1.0) / c *
-         static_cast<double>(tokens) * model_.kv_bytes_per_token_per_layer / bandwidth(group_size);
+  const double n = static_cast<double>(tokens);
+  const double alpha = parameters_.collective_latency_seconds;
+  const double attention = static_cast<double>(model_.attention_layers);
+  const double linear = static_cast<double>(model_.linear_attention_layers);
+  const double kv = model_.kv_bytes_per_token_per_layer;
+  const auto replicas = [](std::int64_t heads, std::int64_t ranks) {
+    return static_cast<double>(config::HeadSharding{ranks, heads, heads}.kv_replicas());
+  };
+  // The all-to-all inside groups of `a` ranks (of a group of c): every rank sends (a−1)/a of
+  // its N/c rows' Q, K, V (and out) in forward and their gradients in backward.
+  const auto all_to_all = [&](std::int64_t a) {
+    if (a <= 1) return;
+    const double ranks = static_cast<double>(a);
+    const double rows = n / c;
+    const double attention_bytes =
+        2.0 * model_.query_bytes_per_token_per_layer + replicas(model_.kv_heads, a) * kv;
+    const double linear_bytes =
+        replicas(model_.linear_key_heads, a) * model_.linear_key_bytes_per_token_per_layer +
+        model_.linear_value_bytes_per_token_per_layer;
+    seconds.latency += (attention + linear) * 2.0 * alpha;
+    seconds.transfer += 2.0 * (ranks - 1.0) / ranks * rows *
+                        (attention * attention_bytes + linear * linear_bytes) / bandwidth(a);
+  };
+  switch (parameters_.cp_comm_type) {
+    case config::CpCommType::all_gather:
+      seconds.latency = attention * 2.0 * alpha;
+      seconds.transfer = attention * 2.0 * (c - 1.0) / c * n * kv / bandwidth(group_size);
+      break;
+    case config::CpCommType::p2p:
+      seconds.latency = attention * 2.0 * (c - 1.0) * alpha;
+      seconds.transfer = attention * 2.0 * (c - 1.0) / c * n * kv / bandwidth(group_size);
+      break;
+    case config::CpCommType::a2a:
+      all_to_all(group_size);
+      break;
+    case config::CpCommType::a2a_p2p: {
+      const std::int64_t inner = parameters_.hierarchical_inner_size > 0
+                                     ? std::min(group_size, parameters_.hierarchical_inner_size)
+                                     : group_size;
+      all_to_all(inner);
+      const double ring = static_cast<double>(group_size / inner);
+      seconds.latency += attention * 2.0 * (ring - 1.0) * alpha;
+      seconds.transfer += attention * 2.0 * (ring - 1.0) * (n / c) *
+                          replicas(model_.kv_heads, inner) * kv / bandwidth(group_size);
+      break;
+    }
+  }
+  return seconds;
+}
+
+double CostModel::transfer_seconds(std::int64_t tokens, std::int64_t group_size) const {
+  return exchange_seconds(tokens, group_size).transfer;
 }
 
 double CostModel::communication_seconds(std::int64_t tokens, std::int64_t group_size) const {
-  if (group_size <= 1) return 0.0;
-  return static_cast<double>(model_.attention_layers) * 2.0 *
-             parameters_.collective_latency_seconds +
-         transfer_seconds(tokens, group_size);
+  const ExchangeSeconds seconds = exchange_seconds(tokens, group_size);
+  return seconds.latency + seconds.transfer;
 }
 
 double CostModel::bin_seconds(std::span<const std::int64_t> lengths,

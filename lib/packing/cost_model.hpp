@@ -6,12 +6,26 @@
 // A bin (the sequences one group runs in one microbatch) on a group of c ranks takes, on each
 // member rank:
 //   t(bin, c) = sum_i flops(L_i) / (c * device_flops_per_second)
-//             + [c > 1] * attention_layers * 2 * (collective_latency_seconds
-//                 + (c - 1) / c * sum_i L_i * kv_bytes_per_token_per_layer / bandwidth(c))
+//             + [c > 1] * exchange(N = sum_i L_i, c)
 //             + microbatch_overhead_seconds
-// (2 collectives per attention layer: the K/V all-gather forward, the dK/dV reduce-scatter
-// backward; bandwidth(c) is the NVLink rate while the group fits in one node of
-// ranks_per_node, the network rate beyond; communication is not assumed to overlap.)
+// where exchange is the CP exchange's latency and bytes (cp_comm_type), per attention layer
+// two phases — the forward exchange of its inputs and the backward exchange of their
+// gradients — with α = collective_latency_seconds per phase (per ring step for rings),
+// kv = kv_bytes_per_token_per_layer, q = query_bytes_per_token_per_layer (Q, and out: the same
+// size), bandwidth(c) the NVLink rate while c fits in one node of ranks_per_node, the network
+// rate beyond, and no overlap assumed:
+//   all_gather  A·2·(α + (c−1)/c · N·kv / bw(c))
+//   p2p         A·2·((c−1)·α + (c−1)/c · N·kv / bw(c))     (the ring moves the same bytes)
+//   a2a         (A + D)·2·α + A·2·(c−1)/c · (N/c)·(2q + ρ·kv) / bw(c)
+//                 + D·2·(c−1)/c · (N/c)·(ρ_D·dk + dv) / bw(c)
+//   a2a+p2p     a = min(c, inner), b = c / a: the a2a terms on a ranks (bw(a)), plus the
+//                 ring of b over all-to-all groups: A·2·((b−1)·α + (b−1)·(N/c)·ρ·kv / bw(c))
+// A = attention layers, D = Gated DeltaNet layers (a2a exchanges their raw q/k (dk per token)
+// and v/g/beta/out (dv) too; under the other exchanges their state passing is not charged),
+// ρ = K/V head replicas of an all-to-all group (config/head_sharding.hpp), ρ_D the same for
+// the DeltaNet key heads. Not charged: all_gather's and p2p's backward re-exchange of K/V (as
+// many bytes again as the forward) and a2a's lse (1/head_dim of out); the measured bytes in
+// docs/benchmarks/dist.md include them.
 // Step time: every rank runs its microbatches in order; a group starts when all its members
 // have finished their previous microbatch; the step ends when the last rank finishes.
 //
@@ -40,10 +54,16 @@ struct CostModelParameters {
   std::int64_t ranks_per_node = 8;
   double collective_latency_seconds = 15e-6;    // per CP collective (launch + sync)
   double microbatch_overhead_seconds = 5.0e-4;  // per microbatch per rank (launches, syncs)
+  // The CP exchange priced (model.cp_comm_type) and a2a+p2p's inner size.
+  config::CpCommType cp_comm_type = config::CpCommType::all_gather;
+  std::int64_t hierarchical_inner_size = 0;
 };
 
 // The parameters of a recipe's `packing` section; the keys it does not have keep the defaults.
 CostModelParameters cost_model_parameters(const config::PackingCostConfig& section);
+// The same, pricing the recipe's CP exchange (model.cp_comm_type and its hierarchical sizes).
+CostModelParameters cost_model_parameters(const config::PackingCostConfig& section,
+                                          const config::ModelConfig& model);
 
 // The model's shape as the cost model needs it.
 struct ModelCost {
@@ -51,6 +71,14 @@ struct ModelCost {
   double attention_flops_per_token_squared = 0.0;
   double kv_bytes_per_token_per_layer = 0.0;  // K and V of one attention layer, bf16
   std::int64_t attention_layers = 0;          // layers whose K/V cross the CP group
+  // For the all-to-all exchanges: Q (= out) of one attention layer, bf16, and the heads.
+  double query_bytes_per_token_per_layer = 0.0;
+  std::int64_t query_heads = 1, kv_heads = 1;
+  // Gated DeltaNet layers: raw q and k (key side), v, g, beta and out (value side), bf16.
+  std::int64_t linear_attention_layers = 0;
+  double linear_key_bytes_per_token_per_layer = 0.0;
+  double linear_value_bytes_per_token_per_layer = 0.0;
+  std::int64_t linear_key_heads = 1, linear_value_heads = 1;
 };
 
 // From an HF-style architecture (Qwen3-MoE or the Qwen3.5 hybrid).
@@ -103,6 +131,12 @@ class CostModel {
 
  private:
   double bandwidth(std::int64_t group_size) const;
+  // The CP exchange's latency (phases x α) and bandwidth seconds of a bin, per rank.
+  struct ExchangeSeconds {
+    double latency = 0.0;
+    double transfer = 0.0;
+  };
+  ExchangeSeconds exchange_seconds(std::int64_t tokens, std::int64_t group_size) const;
 
   ModelCost model_;
   CostModelParameters parameters_;

@@ -1,12 +1,11 @@
 #pragma once
 // The CP attention seam on the runtime group of the current bin, whatever the exchange
-// (`model.cp_comm_type`): all_gather (cp_attention.hpp) or p2p (cp_ring_attention.hpp). The
-// step engine holds one, sets the group before each bin and never knows which it holds.
+// (`model.cp_comm_type`, parallel/cp_exchange.hpp): all_gather (cp_attention.hpp), p2p
+// (cp_ring_attention.hpp), a2a and a2a+p2p (cp_head_sharded_attention.hpp).
 
 #include <cstdint>
 #include <memory>
 
-#include "config/enums.hpp"
 #include "model/local_seams.hpp"
 #include "model/seams.hpp"
 #include "parallel/runtime_group_seam.hpp"
@@ -26,10 +25,5 @@ class GroupAttentionContext
   std::int64_t local_rows_ = 0;
   std::int64_t attention_pairs_per_layer_ = 0;
 };
-
-// The context for `type` (all_gather or p2p). a2a variants are rejected by config validation;
-// reaching here with one is a runtime error.
-std::unique_ptr<GroupAttentionContext> make_cp_attention_context(config::CpCommType type,
-                                                                 SeamCounters* counters);
 
 }  // namespace dyncp::parallel

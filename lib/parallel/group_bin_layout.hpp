@@ -34,4 +34,23 @@ struct GroupBinLayout {
 GroupBinLayout gather_group_bin_layout(dist::Comm& group, core::Arena& keep,
                                        const model::LocalBinLayout& local, std::string_view who);
 
+// The group's rows regrouped by sequence, in position order inside each sequence: what one rank
+// holding all of them would see. "Gathered" rows are the group's rows in rank order (rank r's
+// local rows at r x local_rows, as an all-gather or all-to-all delivers them).
+//   Example, c = 2, one sequence of 8 rows: rank 0 holds positions {0,1,6,7}, rank 1 {2,3,4,5};
+//   gathered in rank order the rows are [0,1,6,7,2,3,4,5]; merged, the sequence is gathered rows
+//   0,1,4,5,6,7,2,3, and rank 0's own rows are merged rows {0,1,6,7}.
+struct MergedGroupRows {
+  model::LocalBinLayout layout;  // cu_seqlens i32 [S + 1], positions i32 [ranks x local_rows]
+  core::Tensor from_gathered;    // i32 [ranks x local_rows]: gathered row of each merged row
+  core::Tensor own_in_merged;    // i32 [local_rows]: merged row of each of `rank`'s rows
+};
+
+// With whole_sequences, each sequence's positions must be exactly 0..L-1 once over the group
+// (a runtime error naming `who` and the group otherwise), as they are when the group holds the
+// whole bin; a subgroup's rows are any positions.
+MergedGroupRows merge_group_rows(const GroupBinLayout& gathered, int rank, core::Arena& keep,
+                                 bool whole_sequences, std::string_view who,
+                                 std::string_view group_name);
+
 }  // namespace dyncp::parallel

@@ -46,7 +46,7 @@ SchedulePreview preview_first_step(const config::ConfigContainer& config,
                                       : config::PackingScheduler::dp_balanced);
   const std::int64_t cap = model.max_seqlen_per_dp_cp_rank.value_or(model.seq_length);
   const packing::CostModel cost_model(packing::model_cost_from_architecture(model.architecture),
-                                      packing::cost_model_parameters(config.packing));
+                                      packing::cost_model_parameters(config.packing, model));
 
   SchedulePreview preview;
   preview.scheduler = config::to_string(scheduler);

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "config/head_sharding.hpp"
 #include "model/qwen3_moe_parameters.hpp"
 
 namespace dyncp::train {
@@ -223,7 +224,33 @@ MemoryEstimate estimate_memory(const MemoryEstimateInput& input) {
       {"cross-entropy chunk", token_chunk * (vocab_chunk + 2 * s.hidden + 5) * bytes_per_value,
        with_commas(token_chunk) + " tokens x " + with_commas(vocab_chunk) + " vocab tile"});
   const double group = static_cast<double>(input.largest_cp_group);
-  if (input.cp_comm_type == config::CpCommType::p2p) {
+  const bool all_to_all = input.cp_comm_type == config::CpCommType::a2a ||
+                          input.cp_comm_type == config::CpCommType::a2a_p2p;
+  if (all_to_all) {
+    // Kept per attention layer: the head-sharded Q, out, lse and (ρ-replicated) K, V, as many
+    // layers as keep their activations; plus one layer's staging (send and receive of the
+    // largest tensor) and head-sharded gradients; a2a+p2p adds its ring's buffers over the
+    // all-to-all group's rows for this rank's heads (10 x ρ x T x Hkv x d).
+    const std::int64_t a2a_group =
+        input.cp_comm_type == config::CpCommType::a2a_p2p && input.hierarchical_inner_size > 0
+            ? std::min(input.largest_cp_group, input.hierarchical_inner_size)
+            : input.largest_cp_group;
+    const double replicas = static_cast<double>(config::HeadSharding{
+        std::max<std::int64_t>(a2a_group, 1), a.num_attention_heads, a.num_key_value_heads}
+                                                    .kv_replicas());
+    const double kept = 2 * s.q_width + 2 * replicas * s.kv_width + s.q_heads;
+    const double layers_kept =
+        input.recompute_full ? 1.0 : static_cast<double>(a.num_hidden_layers);
+    const double ring = input.largest_cp_group > a2a_group ? 10 * replicas * s.kv_width : 0.0;
+    out.lines.push_back(
+        {"CP all-to-all",
+         input.largest_cp_group > 1
+             ? (layers_kept * kept + 2 * s.q_width + kept + ring) * tokens * bytes_per_value
+             : 0.0,
+         "head-sharded Q, K, V, out, lse kept per layer + staging, K/V replicated " +
+             std::to_string(static_cast<int>(replicas)) + "x" +
+             (ring > 0 ? " + the ring's blocks" : "")});
+  } else if (input.cp_comm_type == config::CpCommType::p2p) {
     out.lines.push_back(
         {"CP ring", input.largest_cp_group > 1 ? 10 * tokens * s.kv_width * bytes_per_value : 0.0,
          "K/V blocks in flight + dK/dV accumulators, any group size"});
@@ -265,6 +292,8 @@ MemoryEstimateInput memory_estimate_input(const config::ConfigContainer& config)
   input.exp_avg_bytes = moment_bytes(config.optimizer.exp_avg_dtype);
   input.exp_avg_sq_bytes = moment_bytes(config.optimizer.exp_avg_sq_dtype);
   input.cp_comm_type = config.model.cp_comm_type;
+  if (!config.model.hierarchical_context_parallel_sizes.empty())
+    input.hierarchical_inner_size = config.model.hierarchical_context_parallel_sizes.front();
   return input;
 }
 

@@ -25,6 +25,9 @@
 //                     and dK/dV: 5 x c x T x Hkv x d
 //   CP ring           (cp_comm_type p2p, instead) K/V blocks in flight and dK/dV accumulators:
 //                     10 x T x Hkv x d whatever c (docs/dist.md)
+//   CP all-to-all     (a2a, a2a+p2p, instead) the head-sharded Q, K, V, out and lse kept per
+//                     layer (the local sizes, K/V x ρ replicas), one layer's staging and
+//                     gradients, and a2a+p2p's ring blocks (10 x ρ x T x Hkv x d)
 //   EP dispatch       arrived + expert outputs, T x k rows each (balanced routing; skewed
 //                     routing can exceed this)
 // Hybrid (Qwen3.5) layouts are estimated as if every layer were full attention.
@@ -49,6 +52,7 @@ struct MemoryEstimateInput {
   double exp_avg_bytes = 4;            // per element: 4 fp32, 2 bf16 (precision-aware optimizer)
   double exp_avg_sq_bytes = 4;
   config::CpCommType cp_comm_type = config::CpCommType::all_gather;
+  std::int64_t hierarchical_inner_size = 0;      // a2a+p2p
   std::int64_t cross_entropy_token_chunk = 256;  // model::ModelOptions defaults
   std::int64_t cross_entropy_vocab_chunk = 32768;
 };

@@ -27,11 +27,11 @@ StepEngine::StepEngine(model::Qwen3MoeModel& model, dist::ParallelState& paralle
       source_(source),
       options_(options),
       cost_model_(packing::model_cost_from_architecture(model.architecture()), options.cost_model),
-      attention_(parallel::make_cp_attention_context(options.cp_comm_type, &counters_)),
+      exchange_(parallel::make_cp_exchange(
+          {options.cp_comm_type, options.hierarchical_inner_size, &counters_})),
       experts_(parallel_state.expert_parallel(), model.architecture().num_experts,
                model.architecture().num_hidden_layers, &counters_),
       statistics_(&counters_),
-      linear_attention_(&counters_),
       partition_(parallel::partition_parameters(model.parameters())) {
   const model::ExpertRange& held = model.parameters().expert_range();
   if (held.first != experts_.first_local_expert() || held.count != experts_.num_local_experts()) {
@@ -112,7 +112,12 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
   const auto batch_size = static_cast<std::int64_t>(sample_ids.size());
   const std::int64_t rank = parallel_state_.rank();
   counters_.reset();
-  const std::uint64_t bytes_before = parallel_state_.total_counters().total().bytes_sent;
+  // Bytes over the parallel state's communicators and the exchange's own subgroups.
+  const auto bytes_so_far = [&] {
+    return parallel_state_.total_counters().total().bytes_sent +
+           exchange_.subgroup_counters().total().bytes_sent;
+  };
+  const std::uint64_t bytes_before = bytes_so_far();
   const auto& traffic = core::device_traffic();
   const std::uint64_t device_bytes_before =
       traffic.host_to_device_bytes.load() + traffic.device_to_host_bytes.load();
@@ -197,16 +202,16 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
         upload_bin(bin_builder_.build(p, samples[static_cast<std::size_t>(m)]));
     outcome.time.data_ms += elapsed_ms(build_start);
     dist::Comm* group = runtime_group(p.group_size);
-    attention_->set_group(group);
+    exchange_.set_group(group);
     statistics_.set_group(group);
-    linear_attention_.set_group(group);
     model::BinOptions bin_options;
     bin_options.compute_gradients = compute_gradients;
     bin_options.loss_grad_scale = inverse_tokens;
     bin_options.aux_num_sequences_global = batch_size;
     bin_options.aux_loss_grad_scale = 1.0;
     const model::BinResult result = model_.run_bin(
-        bin, {attention_.get(), &experts_, &statistics_, &linear_attention_}, bin_options);
+        bin, {exchange_.attention.get(), &experts_, &statistics_, exchange_.linear_attention.get()},
+        bin_options);
     local_sums[0] += result.loss_sum;
     if (p.rank_in_group == 0) local_sums[1] += result.aux_loss;
   }
@@ -229,8 +234,7 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
   outcome.time.grad_sync_ms += elapsed_ms(clock);
 
   // Bytes this rank sent in the step, summed over the pool (the sum itself is not counted).
-  std::int64_t bytes_sent =
-      static_cast<std::int64_t>(parallel_state_.total_counters().total().bytes_sent - bytes_before);
+  std::int64_t bytes_sent = static_cast<std::int64_t>(bytes_so_far() - bytes_before);
   parallel_state_.pool().all_reduce(&bytes_sent, &bytes_sent, 1, core::DType::i64,
                                     dist::ReduceOp::sum);
   outcome.comm_bytes = bytes_sent;

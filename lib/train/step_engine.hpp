@@ -28,10 +28,9 @@
 #include "packing/cost_model.hpp"
 #include "packing/schedule.hpp"
 #include "parallel/comm_timing.hpp"
-#include "parallel/cp_linear_attention_states.hpp"
+#include "parallel/cp_exchange.hpp"
 #include "parallel/ep_dispatcher.hpp"
 #include "parallel/gradient_sync.hpp"
-#include "parallel/group_attention.hpp"
 #include "parallel/group_statistics.hpp"
 #include "parallel/parameter_partition.hpp"
 #include "parallel/sharded_state_sync.hpp"
@@ -49,7 +48,8 @@ struct StepEngineOptions {
   bool fold_alignment_padding = false;
   std::int32_t pad_token_id = 0;
   config::CpCommType cp_comm_type =
-      config::CpCommType::all_gather;       // how CP attention exchanges K/V
+      config::CpCommType::all_gather;       // how a CP group exchanges attention inputs
+  int hierarchical_inner_size = 0;          // a2a+p2p: hierarchical_context_parallel_sizes[0]
   packing::CostModelParameters cost_model;  // for the cost_aware scheduler and FLOP counts
   // Reduce-scatter gradients for a sharded optimizer (train::AdamWOptimizer built on
   // sharded_state_sync()) instead of all-reducing them.
@@ -92,6 +92,7 @@ class StepEngine {
   // The distributed optimizer's shards and collectives; nullptr unless the options ask for it.
   parallel::ShardedStateSync* sharded_state_sync() { return sharded_state_sync_.get(); }
   const parallel::SeamCounters& seam_counters() const { return counters_; }
+  const parallel::CpExchangeSeams& cp_exchange() const { return exchange_; }
   const packing::Schedule& last_schedule() const { return schedule_; }
 
  private:
@@ -105,11 +106,10 @@ class StepEngine {
   StepEngineOptions options_;
   packing::CostModel cost_model_;
   parallel::SeamCounters counters_;
-  std::unique_ptr<parallel::GroupAttentionContext> attention_;
+  // The CP exchange's attention and Gated DeltaNet (hybrid) seams on the runtime group.
+  parallel::CpExchangeSeams exchange_;
   parallel::EpExpertDispatcher experts_;
   parallel::GroupStatisticsReducer statistics_;
-  // Gated DeltaNet layers (hybrid): chunk-boundary states passed over the runtime group.
-  parallel::CpStatePassingLinearAttentionContext linear_attention_;
   parallel::ParameterPartition partition_;
   std::optional<parallel::GradientSync> gradient_sync_;             // replicated optimizer state
   std::unique_ptr<parallel::ShardedStateSync> sharded_state_sync_;  // distributed optimizer

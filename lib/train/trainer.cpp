@@ -166,11 +166,18 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
   engine_options.fold_alignment_padding = config.dataset.fold_alignment_padding;
   engine_options.pad_token_id = training_data.pad_token_id;
   engine_options.cp_comm_type = model_config.cp_comm_type;
+  if (!model_config.hierarchical_context_parallel_sizes.empty()) {
+    engine_options.hierarchical_inner_size =
+        static_cast<int>(model_config.hierarchical_context_parallel_sizes.front());
+  }
   engine_options.cost_model.device_flops_per_second = config.packing.device_flops_per_second;
   engine_options.cost_model.link_bytes_per_second = config.packing.link_bytes_per_second;
   engine_options.cost_model.collective_latency_seconds = config.packing.collective_latency_seconds;
   engine_options.cost_model.microbatch_overhead_seconds =
       config.packing.microbatch_overhead_seconds;
+  // cost_aware prices the exchange that runs.
+  engine_options.cost_model.cp_comm_type = model_config.cp_comm_type;
+  engine_options.cost_model.hierarchical_inner_size = engine_options.hierarchical_inner_size;
   engine_options.distributed_optimizer = config.ddp.use_distributed_optimizer;
   // A sample longer than the largest group can hold can never be scheduled: say which, now,
   // rather than when a global batch first draws it.

@@ -2,6 +2,7 @@
 // Shared fixtures for the config tests: a small valid recipe (dynamic CP, cp 2, ep 2, valid
 // for 2, 4 and 8 ranks) that each test breaks one key at a time through overrides.
 
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,17 @@ inline ConfigContainer resolved(const std::vector<std::string>& overrides = {},
   auto config = load(overrides);
   resolve_config(config, world_size);
   return config;
+}
+
+// The message resolving throws (empty when it resolves): for checks that need several parts.
+inline std::string resolve_error(const std::vector<std::string>& overrides = {},
+                                 std::int64_t world_size = 4) {
+  try {
+    resolved(overrides, world_size);
+  } catch (const std::exception& error) {
+    return error.what();
+  }
+  return {};
 }
 
 }  // namespace dyncp::config::test

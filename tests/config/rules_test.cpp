@@ -167,12 +167,59 @@ TEST_CASE("rule: seq_length is a multiple of the derived alignment multiple", "[
                       Contains("dataset.seq_length: 512: must be <= model.seq_length"));
 }
 
-TEST_CASE("rule: cp_comm_type a2a variants are not implemented", "[config]") {
+TEST_CASE("rule: a2a needs heads that divide over every all-to-all group", "[config]") {
   REQUIRE_NOTHROW(resolved({"model.cp_comm_type=p2p"}));
-  REQUIRE_THROWS_WITH(resolved({"model.cp_comm_type=a2a"}),
-                      Contains("model.cp_comm_type: a2a: is not implemented"));
+  // 4 query, 2 K/V heads; dynamic groups of 1, 2, 4 on 4 ranks: K/V heads replicated at 4.
+  REQUIRE_NOTHROW(resolved({"model.cp_comm_type=a2a"}));
+  // 8 ranks: a dynamic group of 8 cannot split 4 query heads.
+  const std::string over_eight = test::resolve_error({"model.cp_comm_type=a2a"}, 8);
+  CHECK_THAT(over_eight,
+             Contains("model.cp_comm_type: a2a") && Contains("model.num_attention_heads 4") &&
+                 Contains("model.num_key_value_heads 2") && Contains("a CP group of 8 ranks"));
+  // Static CP 4 of 8 ranks never forms a group of 8.
+  REQUIRE_NOTHROW(resolved({"model.cp_comm_type=a2a", "model.dynamic_context_parallel=false",
+                            "model.context_parallel_size=4", "model.max_seqlen_per_dp_cp_rank=64"},
+                           8));
+  // 3 K/V heads over 2 ranks: neither divides the other.
+  CHECK_THAT(test::resolve_error({"model.cp_comm_type=a2a", "model.num_attention_heads=6",
+                                  "model.num_key_value_heads=3"}),
+             Contains("model.num_attention_heads 6") && Contains("model.num_key_value_heads 3") &&
+                 Contains("a CP group of 2 ranks"));
+  // The hybrid's DeltaNet heads follow the same rule.
+  CHECK_THAT(
+      test::resolve_error({"model.cp_comm_type=a2a", "model.model_type=qwen3_5_moe_text",
+                           "model.full_attention_interval=2", "model.partial_rotary_factor=0.25",
+                           "model.linear_num_key_heads=2", "model.linear_num_value_heads=2"},
+                          4),
+      Contains("model.linear_num_value_heads 2") && Contains("a CP group of 4 ranks"));
+}
+
+TEST_CASE("rule: a2a+p2p needs [inner, outer] sizes whose product is cp", "[config]") {
+  // cp 2 (dynamic pool of 4): inner 2 forms all-to-all groups of at most 2.
+  REQUIRE_NOTHROW(
+      resolved({"model.cp_comm_type=a2a+p2p", "model.hierarchical_context_parallel_sizes=[2, 1]"}));
+  REQUIRE_NOTHROW(
+      resolved({"model.cp_comm_type=a2a+p2p", "model.hierarchical_context_parallel_sizes=[1, 2]"}));
   REQUIRE_THROWS_WITH(resolved({"model.cp_comm_type=a2a+p2p"}),
-                      Contains("model.cp_comm_type: a2a+p2p: is not implemented"));
+                      Contains("model.hierarchical_context_parallel_sizes: null") &&
+                          Contains("two positive sizes [inner, outer]"));
+  REQUIRE_THROWS_WITH(
+      resolved({"model.cp_comm_type=a2a+p2p", "model.hierarchical_context_parallel_sizes=[2, 2]"}),
+      Contains("model.hierarchical_context_parallel_sizes: [2, 2]: inner x outer "
+               "= 4 must equal model.context_parallel_size 2"));
+  REQUIRE_THROWS_WITH(resolved({"model.cp_comm_type=all_gather",
+                                "model.hierarchical_context_parallel_sizes=[2, 1]"}),
+                      Contains("is used only by model.cp_comm_type=a2a+p2p"));
+  // Only the inner all-to-all divides heads: on 8 ranks a dynamic group of 8 with inner 2 is
+  // fine where plain a2a is not.
+  REQUIRE_NOTHROW(resolved(
+      {"model.cp_comm_type=a2a+p2p", "model.hierarchical_context_parallel_sizes=[2, 1]"}, 8));
+  CHECK_THAT(test::resolve_error(
+                 {"model.cp_comm_type=a2a+p2p", "model.context_parallel_size=4",
+                  "model.hierarchical_context_parallel_sizes=[4, 1]", "model.num_attention_heads=2",
+                  "model.num_key_value_heads=2", "model.max_seqlen_per_dp_cp_rank=64"},
+                 8),
+             Contains("model.num_attention_heads 2") && Contains("an all-to-all group of 4 ranks"));
 }
 
 TEST_CASE("rule: model dimensions are consistent", "[config]") {

@@ -110,3 +110,50 @@ TEST_CASE("the recipe's packing section sets the cost model parameters", "[packi
   CHECK(defaults.device_flops_per_second == CostModelParameters{}.device_flops_per_second);
   CHECK(defaults.microbatch_overhead_seconds == CostModelParameters{}.microbatch_overhead_seconds);
 }
+
+TEST_CASE("each CP exchange has its own latency and bytes terms", "[packing]") {
+  const ModelCost model = model_cost_from_architecture(qwen3_30b_a3b_architecture());
+  CHECK(model.query_bytes_per_token_per_layer == 8192.0);  // 32 heads x 128 x 2 bytes
+  const auto priced = [&](dyncp::config::CpCommType type, std::int64_t inner = 0) {
+    CostModelParameters parameters;
+    parameters.ranks_per_node = 1 << 20;  // one NVLink domain: bandwidth independent of c
+    parameters.cp_comm_type = type;
+    parameters.hierarchical_inner_size = inner;
+    return CostModel(model, parameters);
+  };
+  using dyncp::config::CpCommType;
+  const CostModel gather = priced(CpCommType::all_gather);
+  const CostModel ring = priced(CpCommType::p2p);
+  const CostModel a2a = priced(CpCommType::a2a);
+  const double alpha = CostModelParameters{}.collective_latency_seconds;
+  const double link = CostModelParameters{}.link_bytes_per_second;
+  const std::int64_t n = 1 << 17;
+  // all_gather: 48 layers x 2 phases; the ring the same bytes in (c - 1) steps per phase.
+  CHECK(gather.communication_seconds(0, 8) == Approx(48 * 2 * alpha));
+  CHECK(ring.communication_seconds(0, 8) == Approx(48 * 2 * 7 * alpha));
+  CHECK(ring.transfer_seconds(n, 8) == Approx(gather.transfer_seconds(n, 8)));
+  CHECK(gather.transfer_seconds(n, 8) == Approx(48 * 2 * 7.0 / 8 * n * 2048 / link));
+  // a2a: (c-1)/c of N/c rows of Q, out and K/V (replicated 2x at c = 8) each way.
+  CHECK(a2a.transfer_seconds(n, 8) ==
+        Approx(48 * 2 * 7.0 / 8 * (n / 8.0) * (2 * 8192 + 2 * 2048) / link));
+  // Qwen3-30B-A3B: all_gather moves fewer modelled bytes at 8, a2a from 16 on.
+  CHECK(a2a.transfer_seconds(n, 8) > gather.transfer_seconds(n, 8));
+  CHECK(a2a.transfer_seconds(n, 16) < gather.transfer_seconds(n, 16));
+  // a2a+p2p: plain a2a while the group fits the inner size, a ring of K/V beyond.
+  CHECK(priced(CpCommType::a2a_p2p, 8).communication_seconds(n, 8) ==
+        Approx(a2a.communication_seconds(n, 8)));
+  const double hierarchical = priced(CpCommType::a2a_p2p, 8).transfer_seconds(n, 32);
+  CHECK(hierarchical ==
+        Approx(a2a.transfer_seconds(n, 8) / 4.0 + 48 * 2 * 3 * (n / 32.0) * 2 * 2048 / link));
+  CHECK(priced(CpCommType::a2a_p2p, 8).communication_seconds(0, 32) ==
+        Approx(48 * 2 * alpha + 48 * 2 * 3 * alpha));
+  // One rank moves nothing whatever the exchange.
+  CHECK(a2a.communication_seconds(n, 1) == 0.0);
+  // A recipe's exchange reaches the parameters.
+  dyncp::config::ModelConfig recipe_model;
+  recipe_model.cp_comm_type = CpCommType::a2a_p2p;
+  recipe_model.hierarchical_context_parallel_sizes = {8, 4};
+  const CostModelParameters from_recipe = cost_model_parameters({}, recipe_model);
+  CHECK(from_recipe.cp_comm_type == CpCommType::a2a_p2p);
+  CHECK(from_recipe.hierarchical_inner_size == 8);
+}

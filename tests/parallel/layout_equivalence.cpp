@@ -16,6 +16,7 @@
 // 1/shards of the elements (rounded up), and the moments gathered for a checkpoint match the
 // reference optimizer's and survive a reload.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -122,6 +123,12 @@ config::ModelArchitecture tiny_hybrid_architecture() {
 
 struct Options {
   int cp = 1;
+  // --heads Q,KV: attention heads (and for the hybrid its DeltaNet value, key heads); 0: the
+  // tiny models' own 4, 2.
+  int query_heads = 0, kv_heads = 0;
+  // --mix 1248: a batch whose lengths need dynamic groups of 1, 2, 4 and 8 (8 ranks).
+  bool mix_group_sizes = false;
+  int hierarchical_inner = 0;  // --hierarchical N: a2a+p2p's inner size
   int ep = 1;
   bool dynamic = false;
   int min_cp = 1;
@@ -170,10 +177,19 @@ Options parse(int argc, char** argv) {
     } else if (key == "--fold") {
       options.fold_alignment_padding = value == "1";
     } else if (key == "--cp-comm-type") {
-      if (value != "all_gather" && value != "p2p")
-        throw std::runtime_error("--cp-comm-type: all_gather or p2p");
-      options.cp_comm_type =
-          value == "p2p" ? config::CpCommType::p2p : config::CpCommType::all_gather;
+      const auto type = config::parse_enum<config::CpCommType>(value);
+      if (!type) throw std::runtime_error("--cp-comm-type: all_gather, p2p, a2a or a2a+p2p");
+      options.cp_comm_type = *type;
+    } else if (key == "--hierarchical") {
+      options.hierarchical_inner = std::stoi(value);
+    } else if (key == "--heads") {
+      const auto comma = value.find(',');
+      if (comma == std::string::npos) throw std::runtime_error("--heads Q,KV");
+      options.query_heads = std::stoi(value.substr(0, comma));
+      options.kv_heads = std::stoi(value.substr(comma + 1));
+    } else if (key == "--mix") {
+      if (value != "1248") throw std::runtime_error("--mix: 1248");
+      options.mix_group_sizes = true;
     } else if (key == "--scheduler") {
       options.scheduler = value == "cost_aware" ? config::PackingScheduler::cost_aware
                           : value == "default_dynamic_cp"
@@ -290,14 +306,26 @@ int main(int argc, char** argv) {
       }
     };
 
-    const config::ModelArchitecture architecture =
+    config::ModelArchitecture architecture =
         options.hybrid ? tiny_hybrid_architecture() : tiny_architecture();
+    if (options.query_heads > 0) {
+      architecture.num_attention_heads = options.query_heads;
+      architecture.num_key_value_heads = options.kv_heads;
+      if (options.hybrid) {
+        architecture.linear_num_value_heads = options.query_heads;
+        architecture.linear_num_key_heads = options.kv_heads;
+      }
+      architecture.resolve();
+    }
     model::ModelOptions model_options;
     model_options.recompute_full = options.recompute;
     model_options.aux_loss =
         options.aux ? ops::MoeAuxLossType::seq_aux_loss : ops::MoeAuxLossType::none;
-    const std::vector<std::int64_t> lengths = {5, 7, 3, 41, 9,  12, 2, 60,
-                                               4, 6, 8, 10, 30, 3,  5, 21};
+    // With the dynamic capacity of 32 tokens per rank, 200 needs 8 ranks, 100 four, 60 two.
+    const std::vector<std::int64_t> lengths =
+        options.mix_group_sizes
+            ? std::vector<std::int64_t>{5, 7, 3, 41, 9, 12, 2, 60, 4, 6, 8, 200, 30, 3, 100, 21}
+            : std::vector<std::int64_t>{5, 7, 3, 41, 9, 12, 2, 60, 4, 6, 8, 10, 30, 3, 5, 21};
     FixedSource source(lengths, architecture.vocab_size);
     const auto batch_size = static_cast<std::int64_t>(lengths.size());
 
@@ -393,6 +421,7 @@ int main(int argc, char** argv) {
     engine_options.fold_alignment_padding = options.fold_alignment_padding;
     engine_options.distributed_optimizer = options.distributed_optimizer;
     engine_options.cp_comm_type = options.cp_comm_type;
+    engine_options.hierarchical_inner_size = options.hierarchical_inner;
     train::StepEngine engine(model, parallel_state, source, engine_options);
     std::vector<std::int64_t> ids(static_cast<std::size_t>(batch_size));
     for (std::int64_t i = 0; i < batch_size; ++i) ids[static_cast<std::size_t>(i)] = i;
@@ -401,15 +430,47 @@ int main(int argc, char** argv) {
     char line[256];
     {
       // The exchange asked for is the one that ran: only the ring moves point-to-point bytes,
-      // and it does whenever a microbatch ran on a group of two or more.
-      std::int64_t ring_bytes = static_cast<std::int64_t>(
-          parallel_state.total_counters()[dist::CommOp::send_recv].bytes_sent);
-      parallel_state.pool().all_reduce(&ring_bytes, &ring_bytes, 1, core::DType::i64,
-                                       dist::ReduceOp::sum);
-      const bool split = outcome.group_sizes.rbegin()->first > 1;
-      const bool ring = options.cp_comm_type == config::CpCommType::p2p;
-      check(ring && split ? ring_bytes > 0 : ring_bytes == 0,
-            "ring (send_recv) bytes over the pool: " + std::to_string(ring_bytes));
+      // and it does whenever a microbatch ran on a group of two or more (a2a+p2p: on a group
+      // larger than the inner size); only the a2a exchanges move all-to-all bytes over the CP
+      // groups (EP's all-to-all runs on the EP group).
+      const dist::CommCounters subgroups = engine.cp_exchange().subgroup_counters();
+      std::int64_t bytes[2] = {
+          static_cast<std::int64_t>(
+              parallel_state.total_counters()[dist::CommOp::send_recv].bytes_sent +
+              subgroups[dist::CommOp::send_recv].bytes_sent),
+          static_cast<std::int64_t>(subgroups[dist::CommOp::all_to_all].bytes_sent)};
+      std::vector<const dist::Comm*> cp_groups;
+      for (const auto& [size, count] : outcome.group_sizes) {
+        if (size < 2) continue;
+        const dist::Comm* group = options.dynamic ? &parallel_state.dynamic_group(size)
+                                                  : &parallel_state.context_parallel();
+        if (std::find(cp_groups.begin(), cp_groups.end(), group) != cp_groups.end()) continue;
+        cp_groups.push_back(group);
+        bytes[1] +=
+            static_cast<std::int64_t>(group->counters()[dist::CommOp::all_to_all].bytes_sent);
+      }
+      parallel_state.pool().all_reduce(bytes, bytes, 2, core::DType::i64, dist::ReduceOp::sum);
+      const int largest = outcome.group_sizes.rbegin()->first;
+      const bool split = largest > 1;
+      const config::CpCommType type = options.cp_comm_type;
+      const bool ring = type == config::CpCommType::p2p || (type == config::CpCommType::a2a_p2p &&
+                                                            largest > options.hierarchical_inner);
+      // The all-to-all runs on groups of min(c, inner) under a2a+p2p: none with inner 1.
+      const bool all_to_all =
+          type == config::CpCommType::a2a ||
+          (type == config::CpCommType::a2a_p2p && options.hierarchical_inner > 1);
+      check(ring && split ? bytes[0] > 0 : bytes[0] == 0,
+            "ring (send_recv) bytes over the pool: " + std::to_string(bytes[0]));
+      check(all_to_all && split ? bytes[1] > 0 : bytes[1] == 0,
+            "CP all-to-all bytes over the pool: " + std::to_string(bytes[1]));
+      if (options.mix_group_sizes) {
+        std::string sizes;
+        for (const auto& [size, count] : outcome.group_sizes) sizes += " " + std::to_string(size);
+        check(outcome.group_sizes.size() == 4 && outcome.group_sizes.count(1) == 1 &&
+                  outcome.group_sizes.count(2) == 1 && outcome.group_sizes.count(4) == 1 &&
+                  outcome.group_sizes.count(8) == 1,
+              "the step mixes group sizes 1, 2, 4 and 8; it used" + sizes);
+      }
     }
     std::snprintf(line, sizeof line, "loss %.9g vs reference %.9g", outcome.loss, reference_loss);
     check(outcome.loss_tokens == reference_tokens, "loss tokens " +

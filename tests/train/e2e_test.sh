@@ -453,22 +453,30 @@ assert held_out[-1] < entropy, "the model did not beat the unigram entropy"
 PY
     ;;
   ring)
-    # CP attention as a ring (model.cp_comm_type=p2p) against all_gather, static CP 2 so every
-    # microbatch runs on a group of two: the same losses to fp32 round-off, the same bytes moved.
-    for exchange in all_gather p2p; do
+    # The CP exchanges against all_gather, static CP 2 so every microbatch runs on a group of
+    # two: the ring (p2p) moves the same bytes, the all-to-all (a2a) and a2a+p2p with sizes
+    # [1, 2] (one-rank all-to-all groups, a ring of two) train too; all give the same losses to
+    # fp32 round-off.
+    for exchange in all_gather p2p a2a a2a+p2p; do
+      extra=()
+      [[ $exchange == a2a+p2p ]] && extra=("model.hierarchical_context_parallel_sizes=[1, 2]")
       run train.train_iters=4 model.cp_comm_type=$exchange model.dynamic_context_parallel=false \
         model.sequence_packing_scheduler=dp_balanced logger.metrics_path="$work/$exchange.jsonl" \
-        >"$work/$exchange.log" 2>&1
+        "${extra[@]}" >"$work/$exchange.log" 2>&1
     done
-    python3 - "$work/all_gather.jsonl" "$work/p2p.jsonl" <<'PY'
+    python3 - "$work/all_gather.jsonl" "$work/p2p.jsonl" "$work/a2a.jsonl" "$work/a2a+p2p.jsonl" <<'PY'
 import json, sys
-gather, ring = ([json.loads(l) for l in open(path)] for path in sys.argv[1:3])
-assert len(gather) == len(ring) == 4, (gather, ring)
+gather, ring, a2a, hierarchical = ([json.loads(l) for l in open(path)] for path in sys.argv[1:5])
+assert len(gather) == len(ring) == len(a2a) == len(hierarchical) == 4
+for name, rows in (("p2p", ring), ("a2a", a2a), ("a2a+p2p", hierarchical)):
+    for g, r in zip(gather, rows):
+        assert abs(r["loss"] - g["loss"]) <= 1e-5 * abs(g["loss"]), (name, g["iteration"], r["loss"], g["loss"])
+        assert r["comm_bytes"] > 0, (name, g["iteration"])
 for g, r in zip(gather, ring):
-    assert abs(r["loss"] - g["loss"]) <= 1e-5 * abs(g["loss"]), (g["iteration"], r["loss"], g["loss"])
     assert r["comm_bytes"] == g["comm_bytes"], (g["iteration"], r["comm_bytes"], g["comm_bytes"])
-print("ring: 4 losses match all_gather:", [(r["loss"], g["loss"]) for g, r in zip(gather, ring)],
-      "bytes per step", [r["comm_bytes"] for r in ring])
+print("exchanges: 4 losses match all_gather:", [(r["loss"], g["loss"]) for g, r in zip(gather, ring)],
+      "bytes per step all_gather/p2p", [r["comm_bytes"] for r in ring],
+      "a2a", [r["comm_bytes"] for r in a2a], "a2a+p2p", [r["comm_bytes"] for r in hierarchical])
 PY
     ;;
   *) echo "unknown case $case_name"; exit 2 ;;
