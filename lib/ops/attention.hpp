@@ -52,7 +52,8 @@ struct AttentionGradModes {
   GradMode dv = GradMode::overwrite;
 };
 
-// Needs no scratch.
+// Needs no scratch in fp32; with bf16 products (OpContext::precision) ctx.scratch holds the
+// bf16-rounded copies of q, k, v.
 void attention_forward(const OpContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
                        const VarlenAttentionLayout& layout, double scale, const Tensor& out,
                        AttentionSaved& saved);

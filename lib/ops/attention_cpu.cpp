@@ -13,6 +13,7 @@
 
 #include "ops/attention.hpp"
 #include "ops/attention_layout.hpp"
+#include "ops/bf16_operands.hpp"
 #include "ops/blas.hpp"
 #include "ops/device_ops.hpp"
 #include "ops/op_checks.hpp"
@@ -302,6 +303,14 @@ void attention_forward(const OpContext& ctx, const Tensor& q, const Tensor& k, c
   detail::check_attention_layout(op, layout, dims.q_tokens, dims.kv_tokens);
   if (ctx.device == Device::cuda)
     return detail::device_ops(op).attention_forward(ctx, q, k, v, layout, scale, out, saved);
+  if (detail::bf16_products(op, ctx, q)) {
+    // bf16 q, k, v; scores, softmax statistics and out in fp32.
+    core::Arena& scratch = detail::require_scratch(op, ctx);
+    core::ArenaScope rounded(scratch);
+    return attention_forward(detail::with_fp32_products(ctx), detail::bf16_rounded_copy(scratch, q),
+                             detail::bf16_rounded_copy(scratch, k),
+                             detail::bf16_rounded_copy(scratch, v), layout, scale, out, saved);
+  }
   detail::dispatch_float(op, q.dtype(), [&](auto zero) {
     forward_impl<decltype(zero)>(q, k, v, layout, scale, out, saved.lse, dims);
   });
@@ -334,6 +343,14 @@ void attention_backward(const OpContext& ctx, const Tensor& dout, const Tensor& 
   if (ctx.device == Device::cuda) {
     return detail::device_ops(op).attention_backward(ctx, dout, q, k, v, out, saved, layout, scale,
                                                      dq, dk, dv, modes);
+  }
+  if (detail::bf16_products(op, ctx, q)) {
+    // bf16 dout, q, k, v (as the forward read them); out, lse and the gradients in fp32.
+    core::ArenaScope rounded(scratch);
+    return attention_backward(
+        detail::with_fp32_products(ctx), detail::bf16_rounded_copy(scratch, dout),
+        detail::bf16_rounded_copy(scratch, q), detail::bf16_rounded_copy(scratch, k),
+        detail::bf16_rounded_copy(scratch, v), out, saved, layout, scale, dq, dk, dv, modes);
   }
   detail::dispatch_float(op, q.dtype(), [&](auto zero) {
     backward_impl<decltype(zero)>(dout, q, k, v, out, saved.lse, layout, scale, dq, dk, dv, modes,

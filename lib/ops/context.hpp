@@ -23,10 +23,20 @@ using core::DType;
 using core::Shape;
 using core::Tensor;
 
+// What the matrix products and attention compute on (mixed_precision, docs/precision.md).
+// fp32: every operand as it is. bf16: the products (gemm, linear, grouped linear, the LM head
+// of fused_cross_entropy) and attention read their operands rounded to bf16 (weights and
+// activations alike) and accumulate in fp32 into fp32 outputs; weight gradients accumulate in
+// fp32 into the fp32 gradient (Megatron's main_grad). Element- and row-wise ops stay fp32. The
+// CPU computes the bf16 products in fp32 on bf16-rounded copies of the operands (taken from
+// ctx.scratch); CUDA runs the bf16 kernels (cuBLASLt bf16, the bf16 attention kernel).
+enum class ComputePrecision { fp32, bf16 };
+
 struct OpContext {
   Device device = Device::cpu;
   core::Arena* scratch = nullptr;  // temporary memory for ops that need it
   void* stream = nullptr;          // cudaStream_t on CUDA; unused on CPU
+  ComputePrecision precision = ComputePrecision::fp32;
 };
 
 // How an op writes an input gradient.

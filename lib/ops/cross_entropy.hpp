@@ -19,7 +19,9 @@
 // hidden: [T, h]; lm_weight: [V, h]; labels: i32 [T] (a negative label = ignored; a label >= V is
 // a data error naming the row); loss_mask: u8 [T] or undefined; per_token_loss: [T] output
 // (0 on rows not counted) or undefined. Pass undefined dhidden AND dlm_weight for forward only.
-// Needs ctx.scratch.
+// Needs ctx.scratch. With bf16 products (OpContext::precision) hidden and W_lm are read rounded
+// to bf16 (scratch also holds their rounded copies on CPU) and dlogits are rounded to bf16 before
+// the two backward products; logits, log-sum-exp and the loss stay fp32.
 
 #include <cstdint>
 

@@ -4,7 +4,9 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <type_traits>
 
+#include "ops/bf16_operands.hpp"
 #include "ops/blas.hpp"
 #include "ops/cross_entropy.hpp"
 #include "ops/device_ops.hpp"
@@ -17,6 +19,9 @@ namespace {
 struct Problem {
   std::int64_t tokens, hidden, vocab;
   bool with_grad;
+  // bf16 products: hidden and W_lm arrive rounded; dlogits are rounded to bf16 before the two
+  // backward products (as the CUDA kernel's bf16 path does); logits and the loss stay fp32.
+  bool bf16_products = false;
 };
 
 // Rows that carry no loss (prompt tokens, padding, ignored labels) never enter the vocab
@@ -116,6 +121,9 @@ CrossEntropyResult run(const Problem& pb, const Tensor& hidden_t, const Tensor& 
         const std::int64_t label = labels[row_token[i]];
         if (label >= v0 && label < v0 + nv) row[label - v0] -= grad_scale;
       }
+      if constexpr (std::is_same_v<T, float>) {
+        if (pb.bf16_products) detail::round_to_bf16(tile, nt * nv);
+      }
       // dhidden rows (=, then += over vocab chunks), dW += dlogitsᵀ · hidden rows
       detail::blas_gemm<T>(false, false, nt, hd, nv, T(1), tile, nv, w + v0 * hd, hd,
                            v0 == 0 ? T(0) : T(1), dh_rows, hd);
@@ -184,6 +192,14 @@ CrossEntropyResult fused_cross_entropy(const OpContext& ctx, const Tensor& hidde
     }
   }
   core::Arena& scratch = detail::require_scratch(op, ctx);
+  if (detail::bf16_products(op, ctx, hidden)) {
+    core::ArenaScope rounded(scratch);
+    Problem bf16 = pb;
+    bf16.bf16_products = true;
+    return run<float>(bf16, detail::bf16_rounded_copy(scratch, hidden),
+                      detail::bf16_rounded_copy(scratch, lm_weight), labels, loss_mask,
+                      per_token_loss, dhidden, dlm_weight, options, scratch);
+  }
   CrossEntropyResult result;
   detail::dispatch_float(op, hidden.dtype(), [&](auto zero) {
     result = run<decltype(zero)>(pb, hidden, lm_weight, labels, loss_mask, per_token_loss, dhidden,

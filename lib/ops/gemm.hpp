@@ -2,6 +2,10 @@
 // Matrix products through BLAS (OpenBLAS cblas_sgemm / cblas_dgemm on CPU; its thread count
 // follows OPENBLAS_NUM_THREADS).
 //
+// With bf16 products (OpContext::precision, ops/context.hpp) every entry point here reads a, b /
+// x, weight, dy rounded to bf16 and accumulates in fp32 into its fp32 outputs; those calls need
+// ctx.scratch (the rounded copies on CPU, the bf16 operands on CUDA).
+//
 // gemm works on matrices: a tensor of any rank is read as [numel / last_dim, last_dim]
 // (Tensor::as_matrix), so a [T, H, d] activation can be passed directly.
 

@@ -1,5 +1,6 @@
 #include <string>
 
+#include "ops/bf16_operands.hpp"
 #include "ops/blas.hpp"
 #include "ops/device_ops.hpp"
 #include "ops/gemm.hpp"
@@ -30,6 +31,12 @@ void gemm(const OpContext& ctx, const Tensor& a, Transpose transpose_a, const Te
   }
   if (ctx.device == Device::cuda)
     return detail::device_ops(op).gemm(ctx, a, transpose_a, b, transpose_b, c, alpha, accumulate);
+  if (detail::bf16_products(op, ctx, a)) {
+    core::Arena& scratch = detail::require_scratch(op, ctx);
+    core::ArenaScope rounded(scratch);
+    return gemm(detail::with_fp32_products(ctx), detail::bf16_rounded_copy(scratch, a), transpose_a,
+                detail::bf16_rounded_copy(scratch, b), transpose_b, c, alpha, accumulate);
+  }
   detail::dispatch_float(op, a.dtype(), [&](auto zero) {
     using T = decltype(zero);
     detail::blas_gemm<T>(ta, tb, m, n, k, static_cast<T>(alpha), am.data<T>(), am.size(1),
@@ -65,6 +72,12 @@ void linear_forward(const OpContext& ctx, const Tensor& x, const Tensor& weight,
     return detail::device_ops(op).gemm(ctx, x.reshape({rows, in_dim}), Transpose::no, weight,
                                        Transpose::yes, y.reshape({rows, out_dim}), 1.0, false);
   }
+  if (detail::bf16_products(op, ctx, x)) {
+    core::Arena& scratch = detail::require_scratch(op, ctx);
+    core::ArenaScope rounded(scratch);
+    return linear_forward(detail::with_fp32_products(ctx), detail::bf16_rounded_copy(scratch, x),
+                          detail::bf16_rounded_copy(scratch, weight), y);
+  }
   detail::dispatch_float(op, x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     detail::blas_gemm<T>(false, true, rows, out_dim, in_dim, T(1), x.data<T>(), in_dim,
@@ -95,6 +108,14 @@ void linear_backward(const OpContext& ctx, const Tensor& dy, const Tensor& x, co
                   1.0, true);
     }
     return;
+  }
+  if (detail::bf16_products(op, ctx, x)) {
+    // dx from bf16 dy and w; dw += bf16 dyᵀ · bf16 x, accumulated in fp32 (main_grad).
+    core::Arena& scratch = detail::require_scratch(op, ctx);
+    core::ArenaScope rounded(scratch);
+    return linear_backward(detail::with_fp32_products(ctx), detail::bf16_rounded_copy(scratch, dy),
+                           detail::bf16_rounded_copy(scratch, x),
+                           detail::bf16_rounded_copy(scratch, weight), dx, dweight, dx_mode);
   }
   detail::dispatch_float(op, x.dtype(), [&](auto zero) {
     using T = decltype(zero);
@@ -148,6 +169,13 @@ void grouped_linear_forward(const OpContext& ctx, const Tensor& x, const Tensor&
   check_grouped(op, x, weight, group_offsets, y);
   if (ctx.device == Device::cuda)
     return detail::device_ops(op).grouped_linear_forward(ctx, x, weight, group_offsets, y);
+  if (detail::bf16_products(op, ctx, x)) {
+    core::Arena& scratch = detail::require_scratch(op, ctx);
+    core::ArenaScope rounded(scratch);
+    return grouped_linear_forward(detail::with_fp32_products(ctx),
+                                  detail::bf16_rounded_copy(scratch, x),
+                                  detail::bf16_rounded_copy(scratch, weight), group_offsets, y);
+  }
   const auto* offsets = group_offsets.data<std::int64_t>();
   const std::int64_t experts = weight.size(0), out_dim = weight.size(1), in_dim = weight.size(2);
   detail::dispatch_float(op, x.dtype(), [&](auto zero) {
@@ -178,6 +206,14 @@ void grouped_linear_backward(const OpContext& ctx, const Tensor& dy, const Tenso
   if (ctx.device == Device::cuda)
     return detail::device_ops(op).grouped_linear_backward(ctx, dy, x, weight, group_offsets, dx,
                                                           dweight, dx_mode);
+  if (detail::bf16_products(op, ctx, x)) {
+    core::Arena& scratch = detail::require_scratch(op, ctx);
+    core::ArenaScope rounded(scratch);
+    return grouped_linear_backward(
+        detail::with_fp32_products(ctx), detail::bf16_rounded_copy(scratch, dy),
+        detail::bf16_rounded_copy(scratch, x), detail::bf16_rounded_copy(scratch, weight),
+        group_offsets, dx, dweight, dx_mode);
+  }
   const auto* offsets = group_offsets.data<std::int64_t>();
   const std::int64_t experts = weight.size(0), out_dim = weight.size(1), in_dim = weight.size(2);
   detail::dispatch_float(op, x.dtype(), [&](auto zero) {

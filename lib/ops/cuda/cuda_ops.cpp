@@ -69,6 +69,35 @@ const std::int32_t* upload(core::Arena& scratch, const Tensor& host) {
   return device.data<std::int32_t>();
 }
 
+// bf16 products (OpContext::precision): the fp32 operands are converted to bf16 copies in
+// scratch (weights each call: the fp32 parameters are the master weights) and the bf16 kernels
+// accumulate in fp32 into fp32 outputs.
+using kernels::bf16;
+
+bool bf16_products(const OpContext& ctx) {
+  return ctx.precision == ComputePrecision::bf16;
+}
+
+const bf16* to_bf16(core::Arena& scratch, const Tensor& t, cudaStream_t stream) {
+  if (!t.defined()) return nullptr;
+  const Tensor copy = scratch.allocate(t.shape(), DType::bf16);
+  kernels::convert_f32_to_bf16(f32(t), static_cast<bf16*>(copy.raw_data()), t.numel(), stream);
+  return static_cast<const bf16*>(copy.raw_data());
+}
+
+// An fp32 copy holding the bf16-rounded values of `t` (operands of an fp32 kernel that stands in
+// for a bf16 one the shape does not fit).
+const float* bf16_rounded(core::Arena& scratch, const Tensor& t, cudaStream_t stream) {
+  const Tensor copy = scratch.allocate(t.shape(), DType::f32);
+  kernels::convert_bf16_to_f32(to_bf16(scratch, t, stream), f32(copy), t.numel(), stream);
+  return f32(copy);
+}
+
+// The bf16 attention kernel's head sizes (kernels/attention_tile.cuh).
+bool bf16_attention_fits(std::int64_t head_dim) {
+  return head_dim > 0 && head_dim % 16 == 0 && head_dim <= 256;
+}
+
 int max_rows(const Tensor& cu) {
   const std::int32_t* v = cu.data<std::int32_t>();
   int most = 0;
@@ -238,12 +267,31 @@ class CudaOps final : public DeviceOps {
     const Tensor am = a.as_matrix(), bm = b.as_matrix(), cm = c.as_matrix();
     const bool ta = transpose_a == Transpose::yes, tb = transpose_b == Transpose::yes;
     const std::int64_t m = cm.size(0), n = cm.size(1), k = ta ? am.size(0) : am.size(1);
+    if (bf16_products(ctx)) {
+      core::Arena& scratch = scratch_of(ctx, "gemm");
+      core::ArenaScope temporaries(scratch);
+      const cudaStream_t stream = stream_of(ctx);
+      blas_.gemm(ta, tb, m, n, k, static_cast<float>(alpha), to_bf16(scratch, am, stream),
+                 am.size(1), to_bf16(scratch, bm, stream), bm.size(1), accumulate ? 1.0f : 0.0f,
+                 f32(cm), kernels::OutType::f32, n, stream);
+      return;
+    }
     blas_.gemm(ta, tb, m, n, k, static_cast<float>(alpha), f32(am), am.size(1), f32(bm), bm.size(1),
                accumulate ? 1.0f : 0.0f, f32(cm), n, stream_of(ctx));
   }
 
   void grouped_linear_forward(const OpContext& ctx, const Tensor& x, const Tensor& weight,
                               const Tensor& host_offsets, const Tensor& y) override {
+    if (bf16_products(ctx)) {
+      core::Arena& scratch = scratch_of(ctx, "grouped_linear_forward");
+      core::ArenaScope temporaries(scratch);
+      const cudaStream_t stream = stream_of(ctx);
+      kernels::grouped_linear_forward(
+          blas_, to_bf16(scratch, x, stream), to_bf16(scratch, weight, stream),
+          host_offsets.data<std::int64_t>(), static_cast<int>(weight.size(0)), f32(y),
+          kernels::OutType::f32, weight.size(2), weight.size(1), stream);
+      return;
+    }
     kernels::grouped_linear_forward(blas_, f32(x), f32(weight), host_offsets.data<std::int64_t>(),
                                     static_cast<int>(weight.size(0)), f32(y), weight.size(2),
                                     weight.size(1), stream_of(ctx));
@@ -252,6 +300,18 @@ class CudaOps final : public DeviceOps {
   void grouped_linear_backward(const OpContext& ctx, const Tensor& dy, const Tensor& x,
                                const Tensor& weight, const Tensor& host_offsets, const Tensor& dx,
                                const Tensor& dweight, GradMode dx_mode) override {
+    if (bf16_products(ctx)) {
+      // dweight accumulates in fp32 from the bf16 products (main_grad).
+      core::Arena& scratch = scratch_of(ctx, "grouped_linear_backward");
+      core::ArenaScope temporaries(scratch);
+      const cudaStream_t stream = stream_of(ctx);
+      kernels::grouped_linear_backward(
+          blas_, to_bf16(scratch, dy, stream), to_bf16(scratch, x, stream),
+          to_bf16(scratch, weight, stream), host_offsets.data<std::int64_t>(),
+          static_cast<int>(weight.size(0)), f32(dx), dx_mode == GradMode::accumulate, f32(dweight),
+          weight.size(2), weight.size(1), stream);
+      return;
+    }
     kernels::grouped_linear_backward(
         blas_, f32(dy), f32(x), f32(weight), host_offsets.data<std::int64_t>(),
         static_cast<int>(weight.size(0)), f32(dx), dx_mode == GradMode::accumulate, f32(dweight),
@@ -267,12 +327,19 @@ class CudaOps final : public DeviceOps {
     core::ArenaScope temporaries(scratch);
     const std::int64_t tokens = hidden.size(0), vocab = lm_weight.size(0);
     const std::int64_t chunk = std::max<std::int64_t>(1, std::min(options.token_chunk, tokens));
+    const bool bf16 = bf16_products(ctx);
     const Tensor logits = scratch.allocate({chunk, vocab}, DType::f32);
-    const Tensor dlogits = scratch.allocate({chunk, vocab}, DType::f32);
+    // bf16 products: bf16 hidden and W_lm, dlogits in bf16 (the kernel's mixed-precision path).
+    const Tensor dlogits = scratch.allocate({chunk, vocab}, bf16 ? DType::bf16 : DType::f32);
     kernels::CrossEntropyArgs args;
-    args.fp32 = true;
-    args.hidden = f32(hidden);
-    args.lm_weight = f32(lm_weight);
+    args.fp32 = !bf16;
+    if (bf16) {
+      args.hidden = to_bf16(scratch, hidden, stream_of(ctx));
+      args.lm_weight = to_bf16(scratch, lm_weight, stream_of(ctx));
+    } else {
+      args.hidden = f32(hidden);
+      args.lm_weight = f32(lm_weight);
+    }
     args.labels = i32(labels);
     args.loss_mask = loss_mask.defined() ? loss_mask.data<std::uint8_t>() : nullptr;
     args.tokens = tokens;
@@ -286,7 +353,7 @@ class CudaOps final : public DeviceOps {
     args.loss_sum = device_scalar<double>(scratch, 0.0);
     args.num_loss_tokens = device_scalar<unsigned long long>(scratch, 0ull);
     args.bad_label = device_scalar<std::int32_t>(scratch, INT32_MAX);
-    kernels::fused_cross_entropy(blas_, args, f32(logits), f32(dlogits), stream_of(ctx));
+    kernels::fused_cross_entropy(blas_, args, f32(logits), dlogits.raw_data(), stream_of(ctx));
     const std::int32_t bad = read_back(args.bad_label);
     if (bad != INT32_MAX) {
       core::throw_data_error("token " + std::to_string(bad),
@@ -305,8 +372,20 @@ class CudaOps final : public DeviceOps {
     core::Arena& scratch = scratch_of(ctx, "attention_forward");
     core::ArenaScope temporaries(scratch);
     const kernels::AttentionShape shape = shape_of(scratch, q, k, layout, scale);
-    kernels::attention_forward_f32(shape, f32(q), f32(k), f32(v), f32(out), f32(saved.lse),
-                                   stream_of(ctx));
+    const cudaStream_t stream = stream_of(ctx);
+    if (bf16_products(ctx) && bf16_attention_fits(shape.head_dim)) {
+      kernels::attention_forward(shape, to_bf16(scratch, q, stream), to_bf16(scratch, k, stream),
+                                 to_bf16(scratch, v, stream), f32(out), f32(saved.lse), stream);
+    } else if (bf16_products(ctx)) {
+      // A head size the bf16 kernel does not take: the fp32 kernel on the bf16-rounded
+      // operands (the CPU op's bf16 semantics; P is not rounded).
+      kernels::attention_forward_f32(
+          shape, bf16_rounded(scratch, q, stream), bf16_rounded(scratch, k, stream),
+          bf16_rounded(scratch, v, stream), f32(out), f32(saved.lse), stream);
+    } else {
+      kernels::attention_forward_f32(shape, f32(q), f32(k), f32(v), f32(out), f32(saved.lse),
+                                     stream);
+    }
   }
 
   void attention_backward(const OpContext& ctx, const Tensor& dout, const Tensor& q,
@@ -319,9 +398,26 @@ class CudaOps final : public DeviceOps {
     const kernels::AttentionShape shape = shape_of(scratch, q, k, layout, scale);
     if (modes.dk == GradMode::overwrite) dk.fill_zero();
     if (modes.dv == GradMode::overwrite) dv.fill_zero();
-    kernels::attention_backward_f32(shape, f32(q), f32(k), f32(v), f32(dout), f32(out),
-                                    f32(saved.lse), f32(dq), modes.dq == GradMode::accumulate,
-                                    f32(dk), f32(dv), stream_of(ctx));
+    const cudaStream_t stream = stream_of(ctx);
+    if (bf16_products(ctx) && bf16_attention_fits(shape.head_dim)) {
+      // The bf16 kernel always accumulates dq (and dk / dv with accumulate_dkv): zeroed above
+      // and here for overwrite.
+      if (modes.dq == GradMode::overwrite) dq.fill_zero();
+      const Tensor row_d = scratch.allocate({q.size(0), q.size(1)}, DType::f32);
+      kernels::attention_backward(shape, to_bf16(scratch, q, stream), to_bf16(scratch, k, stream),
+                                  to_bf16(scratch, v, stream), to_bf16(scratch, dout, stream),
+                                  f32(out), f32(saved.lse), f32(dq), f32(dk), f32(dv),
+                                  /*accumulate_dkv=*/true, f32(row_d), stream);
+    } else if (bf16_products(ctx)) {
+      kernels::attention_backward_f32(
+          shape, bf16_rounded(scratch, q, stream), bf16_rounded(scratch, k, stream),
+          bf16_rounded(scratch, v, stream), bf16_rounded(scratch, dout, stream), f32(out),
+          f32(saved.lse), f32(dq), modes.dq == GradMode::accumulate, f32(dk), f32(dv), stream);
+    } else {
+      kernels::attention_backward_f32(shape, f32(q), f32(k), f32(v), f32(dout), f32(out),
+                                      f32(saved.lse), f32(dq), modes.dq == GradMode::accumulate,
+                                      f32(dk), f32(dv), stream);
+    }
   }
 
   void adamw_step(const OpContext& ctx, const Tensor& param, const Tensor& grad,
