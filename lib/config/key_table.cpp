@@ -315,8 +315,9 @@ void append_runtime_keys(std::vector<KeySpec>& keys) {
                           DYNCP_FIELD(packing.microbatch_overhead_seconds),
                           "Cost model: fixed cost of one microbatch, s", {.rules = ">= 0"}));
   keys.push_back(make_key("mixed_precision", DYNCP_FIELD(mixed_precision),
-                          "Compute precision: fp32, or bf16 compute with fp32 master weights",
-                          {.feature = "bf16 mixed precision"}));
+                          "Compute precision: fp32, or bf16_mixed (Megatron-Bridge's: matrix "
+                          "products and attention on bf16 weights and activations, fp32 master "
+                          "weights, main_grad and reductions; docs/precision.md)"));
 }
 
 std::vector<KeySpec> build_table() {

@@ -26,6 +26,16 @@ Dims dims_of(const LayerRunContext& run, const Tensor& input) {
           a.head_dim,    a.num_experts, a.num_experts_per_tok};
 }
 
+// The router's logits decide the top-k experts of every token, so they are computed in fp32
+// also under bf16 products (Megatron's moe_router_dtype: fp32, the setting of the Qwen3-Next
+// and Qwen3.5 recipes): bf16 noise on the logits themselves would flip near-tied expert choices
+// far more often than the noise the bf16 products upstream leave on the router's input.
+ops::OpContext router_context(const ops::OpContext& ctx) {
+  ops::OpContext router = ctx;
+  router.precision = ops::ComputePrecision::fp32;
+  return router;
+}
+
 ops::RopeParams rope_of(const config::ModelArchitecture& a) {
   return {a.rope_theta, static_cast<int>(a.rotary_dim())};
 }
@@ -129,7 +139,7 @@ double moe_forward(const LayerRunContext& run, int layer, const DecoderLayerPara
   {
     core::ArenaScope temporaries(scratch);
     const Tensor logits = scratch.allocate({n.tokens, n.experts}, dtype);
-    ops::linear_forward(ctx, saved.normed_mid, params.moe.router.value, logits);
+    ops::linear_forward(router_context(ctx), saved.normed_mid, params.moe.router.value, logits);
     ops::router_forward(ctx, logits, top_k, a.norm_topk_prob, saved.expert_ids,
                         saved.routing_weights, saved.router);
   }
@@ -315,8 +325,8 @@ void decoder_layer_backward(const LayerRunContext& run, int layer_index,
       ops::moe_aux_loss_backward(ctx, saved.router.probs, run.cu_seqlens, run.token_is_real,
                                  saved.aux_grad_coeff, dlogits, run.aux_loss_grad_scale);
     }
-    ops::linear_backward(ctx, dlogits, saved.normed_mid, params.moe.router.value, dnormed_mid,
-                         params.moe.router.grad, GradMode::accumulate);
+    ops::linear_backward(router_context(ctx), dlogits, saved.normed_mid, params.moe.router.value,
+                         dnormed_mid, params.moe.router.grad, GradMode::accumulate);
     if (params.moe.has_shared_expert) {
       const Tensor dshared = scratch.allocate({n.tokens, n.hidden}, dtype);
       const Tensor dgate_logit = scratch.allocate({n.tokens, 1}, dtype);

@@ -1,6 +1,7 @@
 #include "model/qwen3_moe_model.hpp"
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "core/error.hpp"
@@ -67,6 +68,12 @@ Qwen3MoeModel::Qwen3MoeModel(const config::ModelArchitecture& architecture, Mode
       host_saves_("model.host_saves", std::size_t{1} << 20) {
   layer_saves_ = std::make_unique<core::Arena>("model.layer_saves", core::Arena::kDefaultBlockBytes,
                                                options.device);
+  if (options.precision == ops::ComputePrecision::bf16 && options.dtype != DType::f32) {
+    core::throw_runtime_error(
+        "Qwen3MoeModel: bf16 products round fp32 weights and activations; "
+        "build the model with dtype f32 (got " +
+        std::string(core::dtype_name(options.dtype)) + ")");
+  }
   layer_activations_ = std::make_unique<LayerActivations>();
   const auto layers = static_cast<std::size_t>(parameters_.architecture().num_hidden_layers);
   layer_activations_->layer_inputs.resize(layers + 1);
@@ -108,6 +115,7 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
 
   LayerRunContext run;
   run.seam.ops.device = options_.device;
+  run.seam.ops.precision = options_.precision;
   run.seam.host = &host_saves_;
   run.seam.ops.scratch = &scratch_;
   const auto recomputed = [this](std::size_t layer) {

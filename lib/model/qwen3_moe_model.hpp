@@ -62,6 +62,10 @@ struct ModelOptions {
   // token_ids, labels, positions, loss_mask and token_is_real are device tensors and
   // cu_seqlens stays on the host; per_token_loss / final_hidden may be on either device.
   core::Device device = core::Device::cpu;
+  // mixed_precision: bf16 makes the matrix products and attention read bf16-rounded weights and
+  // activations (ops::ComputePrecision); parameters (the fp32 master weights), gradients (fp32
+  // main_grad) and the element-wise ops stay in `dtype`, which must then be f32.
+  ops::ComputePrecision precision = ops::ComputePrecision::fp32;
   ops::MoeAuxLossType aux_loss = ops::MoeAuxLossType::none;
   std::int64_t cross_entropy_token_chunk = 256;
   std::int64_t cross_entropy_vocab_chunk = 32768;

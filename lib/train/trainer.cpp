@@ -127,7 +127,15 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
   model_options.experts = parallel::local_expert_range(model_config.architecture.num_experts,
                                                        parallel_state.expert_parallel());
   model_options.device = device;
+  model_options.precision = config.mixed_precision == config::MixedPrecision::bf16_mixed
+                                ? ops::ComputePrecision::bf16
+                                : ops::ComputePrecision::fp32;
   model::Qwen3MoeModel model(model_config.architecture, model_options);
+  spdlog::info("precision: {}",
+               model_options.precision == ops::ComputePrecision::bf16
+                   ? "bf16_mixed (matrix products and attention on bf16 weights and activations; "
+                     "fp32 master weights, main_grad, Adam update and reductions)"
+                   : "fp32");
   // Loads, checkpoints and exports are host code: on the GPU they go through a host copy.
   HostParameters host_parameters(model.parameters());
   const std::string& initial = !config.checkpoint.pretrained_checkpoint.empty()

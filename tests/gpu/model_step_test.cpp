@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/device_memory.hpp"
+#include "device_bin.hpp"
 #include "gpu_test.hpp"
 #include "model/hf_checkpoint.hpp"
 #include "model/local_seams.hpp"
@@ -18,13 +19,6 @@ namespace {
 using core::Device;
 using core::DType;
 using core::Tensor;
-
-Tensor to_device(const Tensor& host) {
-  if (!host.defined()) return host;
-  Tensor device = Tensor::empty(host.shape(), host.dtype(), Device::cuda);
-  device.copy_from(host);
-  return device;
-}
 
 std::vector<float> to_host(const Tensor& t) {
   std::vector<float> values(static_cast<std::size_t>(t.numel()));
@@ -65,22 +59,17 @@ GPU_TEST(model_step_matches_cpu_fp32) {
   options.device = Device::cuda;
   model::Qwen3MoeModel gpu_model(cpu_model->architecture(), options);
   gpu_model.parameters().copy_values_from(cpu_model->parameters());
-  model::PackedBin device_bin = packed.bin;
-  device_bin.token_ids = to_device(packed.bin.token_ids);
-  device_bin.labels = to_device(packed.bin.labels);
-  device_bin.positions = to_device(packed.bin.positions);
-  device_bin.loss_mask = to_device(packed.bin.loss_mask);
-  device_bin.token_is_real = to_device(packed.bin.token_is_real);
+  const model::PackedBin on_device = device_bin(packed.bin);
 
   const StepResult want = run_step(*cpu_model, packed.bin, loss_tokens, Device::cpu);
-  const StepResult got = run_step(gpu_model, device_bin, loss_tokens, Device::cuda);
+  const StepResult got = run_step(gpu_model, on_device, loss_tokens, Device::cuda);
   expect(got.result.loss_tokens == want.result.loss_tokens, "loss token counts agree");
   expect_close("loss sum", {static_cast<float>(got.result.loss_sum)},
                {static_cast<float>(want.result.loss_sum)}, 0.0, 1e-5);
   expect_close("per-token loss", got.per_token_loss, want.per_token_loss, 1e-5, 1e-5);
   expect_close("every gradient", got.grads, want.grads, 1e-5, 1e-4);
   // A second bin on the same model reuses its arenas (steady state).
-  const StepResult again = run_step(gpu_model, device_bin, loss_tokens, Device::cuda);
+  const StepResult again = run_step(gpu_model, on_device, loss_tokens, Device::cuda);
   expect(again.grads == got.grads, "a repeated bin gives the same gradients");
 }
 
