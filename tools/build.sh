@@ -3,9 +3,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build_dir=${DYNCP_BUILD_DIR:-$root/build}
-# Let ccache reuse objects compiled from another checkout of the same sources (CI builds a
-# fresh clone in a new folder): paths are hashed relative to the checkout.
-export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
+# ccache (when installed) hashes paths relative to the checkout, set up by CMakeLists.txt, so a
+# fresh clone in a new folder (CI) reuses the objects of another checkout.
 generator=()
 if command -v ninja >/dev/null 2>&1 && [[ ! -f "$build_dir/Makefile" ]]; then
   generator=(-G Ninja)

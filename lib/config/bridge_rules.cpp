@@ -475,7 +475,12 @@ I dataset.hf_validation_proportion : loader workers, memory maps, caches and ind
 I dataset.hf_rewrite : loader workers, memory maps, caches and index options
 I dataset.memmap_workers : loader workers, memory maps, caches and index options
 H logger.log_interval -> logger.log_interval
-I logger.* : TensorBoard, W&B, MLflow, Comet, timers and log-level settings
+H logger.tensorboard_dir -> logger.tensorboard_dir
+H logger.wandb_project -> logger.wandb_project
+H logger.wandb_entity -> logger.wandb_entity
+H logger.wandb_exp_name -> logger.wandb_exp_name
+H logger.wandb_save_dir -> logger.wandb_save_dir
+I logger.* : TensorBoard and W&B options, MLflow, Comet, timers and log-level settings
 H tokenizer.tokenizer_type -> special : tokenizer.tokenizer_type
 H tokenizer.tokenizer_model -> special : tokenizer.tokenizer_model, an Org/Name found in the local HF cache
 R tokenizer.vocab_file : vocabulary files (a tokenizer.json is read)

@@ -143,6 +143,12 @@ struct LoggerConfig {
   std::int64_t log_interval = 1;
   std::string metrics_path;     // JSONL metrics file; empty: console only
   std::string tensorboard_dir;  // TensorBoard event files; empty: none
+  // Weights & Biases through the sidecar (tools/wandb_sidecar.py), which logs the metrics JSONL;
+  // Megatron-Bridge's names. An empty project turns it off.
+  std::string wandb_project;
+  std::string wandb_entity;    // team or user; empty: the W&B default
+  std::string wandb_exp_name;  // the W&B run name
+  std::string wandb_save_dir;  // W&B's local files; empty: <checkpoint.save>/wandb
 };
 
 struct RngConfig {

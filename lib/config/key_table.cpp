@@ -292,6 +292,21 @@ void append_runtime_keys(std::vector<KeySpec>& keys) {
                           "JSONL file receiving every step's metrics; empty: none"));
   keys.push_back(make_key("logger.tensorboard_dir", DYNCP_FIELD(logger.tensorboard_dir),
                           "Folder for TensorBoard event files (rank 0, every step); empty: none"));
+  keys.push_back(make_key(
+      "logger.wandb_project", DYNCP_FIELD(logger.wandb_project),
+      "W&B project: rank 0 starts tools/wandb_sidecar.py, which logs the metrics JSONL to W&B "
+      "while the job runs; empty: no W&B",
+      {.rules = "needs logger.metrics_path and logger.wandb_exp_name"}));
+  keys.push_back(make_key("logger.wandb_entity", DYNCP_FIELD(logger.wandb_entity),
+                          "W&B team or user of the run; empty: the W&B default",
+                          {.rules = "needs logger.wandb_project"}));
+  keys.push_back(make_key("logger.wandb_exp_name", DYNCP_FIELD(logger.wandb_exp_name),
+                          "W&B run name", {.rules = "needs logger.wandb_project"}));
+  keys.push_back(make_key(
+      "logger.wandb_save_dir", DYNCP_FIELD(logger.wandb_save_dir),
+      "Folder for W&B's local files (offline runs to sync); empty: <checkpoint.save>/wandb, "
+      "else beside logger.metrics_path",
+      {.rules = "needs logger.wandb_project"}));
   keys.push_back(make_key("rng.seed", DYNCP_FIELD(rng.seed),
                           "Seed of every random draw (init, shuffling, mock data)",
                           {.min = 0, .max = std::numeric_limits<std::int64_t>::max()}));

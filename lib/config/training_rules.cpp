@@ -1,10 +1,11 @@
 // Rules for the data source, tokenizer, optimizer, LR schedule, recomputation, checkpointing
-// and the packing cost model; fills the LR-schedule defaults.
+// the packing cost model and the W&B logger; fills the LR-schedule defaults.
 
 #include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 
 #include "config/key_table.hpp"
 #include "config/length_distribution.hpp"
@@ -221,6 +222,31 @@ void check_runtime(ConfigContainer& config, ProblemList& problems) {
   }
 }
 
+// W&B runs through the sidecar, which reads the metrics JSONL; Megatron-Bridge skips W&B when
+// the run has no name, which here would be a project silently ignored.
+void check_logger(const LoggerConfig& logger, ProblemList& problems) {
+  if (logger.wandb_project.empty()) {
+    for (const auto& [key, value] : {std::pair{"logger.wandb_entity", &logger.wandb_entity},
+                                     std::pair{"logger.wandb_exp_name", &logger.wandb_exp_name},
+                                     std::pair{"logger.wandb_save_dir", &logger.wandb_save_dir}}) {
+      if (!value->empty()) {
+        problems.add(key, *value,
+                     "has no effect without logger.wandb_project (W&B is off); set the project "
+                     "or remove this key");
+      }
+    }
+    return;
+  }
+  if (logger.metrics_path.empty()) {
+    problems.add("logger.wandb_project", logger.wandb_project,
+                 "W&B logging reads the metrics JSONL: set logger.metrics_path=FILE");
+  }
+  if (logger.wandb_exp_name.empty()) {
+    problems.add("logger.wandb_project", logger.wandb_project,
+                 "a W&B run needs a name: set logger.wandb_exp_name=NAME");
+  }
+}
+
 }  // namespace
 
 void check_training(ConfigContainer& config, ProblemList& problems) {
@@ -229,6 +255,7 @@ void check_training(ConfigContainer& config, ProblemList& problems) {
   resolve_lr_schedule(config, problems);
   check_recompute(config.model, problems);
   check_runtime(config, problems);
+  check_logger(config.logger, problems);
 }
 
 }  // namespace dyncp::config::detail

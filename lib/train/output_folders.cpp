@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "train/wandb_sidecar.hpp"
 
 namespace dyncp::train {
 
@@ -47,6 +48,8 @@ void require_writable_outputs(const config::ConfigContainer& config) {
     const fs::path parent = fs::path(config.logger.metrics_path).parent_path();
     require_writable_folder("logger.metrics_path", parent.empty() ? fs::path(".") : parent);
   }
+  if (!config.logger.wandb_project.empty())
+    require_writable_folder("logger.wandb_save_dir", wandb_directory(config));
   if (config.dataset.type != config::DatasetType::mock_varlen && !config.dataset.cache_dir.empty())
     require_writable_folder("dataset.cache_dir", config.dataset.cache_dir);
 }

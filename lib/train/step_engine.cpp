@@ -18,6 +18,15 @@ double elapsed_ms(std::chrono::steady_clock::time_point since) {
       .count();
 }
 
+// The time this rank waits at a pool barrier for the slowest rank to arrive. Placed before the
+// step's pool-wide reductions, it takes the straggler wait out of their timing: what is left
+// there is the reduction itself.
+double straggler_wait_ms(dist::Comm& pool) {
+  const auto start = std::chrono::steady_clock::now();
+  pool.barrier();
+  return elapsed_ms(start);
+}
+
 }  // namespace
 
 StepEngine::StepEngine(model::Qwen3MoeModel& model, dist::ParallelState& parallel_state,
@@ -183,6 +192,7 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
   }
   outcome.time.data_ms = elapsed_ms(clock);
 
+  outcome.time.straggler_wait_ms = straggler_wait_ms(parallel_state_.pool());
   clock = std::chrono::steady_clock::now();
   std::int64_t global_loss_tokens = local_loss_tokens;
   parallel_state_.pool().all_reduce(&global_loss_tokens, &global_loss_tokens, 1, core::DType::i64,
@@ -220,6 +230,7 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
   outcome.time.ep_comm_ms = counters_.ep_comm_ms;
   outcome.time.compute_ms = std::max(0.0, bins_ms - counters_.cp_comm_ms - counters_.ep_comm_ms);
 
+  outcome.time.straggler_wait_ms += straggler_wait_ms(parallel_state_.pool());
   clock = std::chrono::steady_clock::now();
   float* gradients = model_.parameters().all_grads().data<float>();
   if (compute_gradients && sharded_state_sync_) sharded_state_sync_->reduce_scatter(gradients);

@@ -20,8 +20,8 @@ struct StepTimeBreakdown {
   double cp_comm_ms = 0;    // K/V all-gather and dK/dV reduce-scatter on runtime CP groups
   double ep_comm_ms = 0;    // expert-parallel all-to-all
   double grad_sync_ms = 0;  // loss / token counts and gradient reductions, straggler wait excluded
-  // Waiting for the slowest rank of the pool before the gradient reductions: the pool's longest
-  // time before the sync minus this rank's (measured after the step from every rank's times).
+  // Waiting for the slowest rank of the pool, timed at a barrier before the loss-token count and
+  // one before the gradient reductions (so grad_sync is the reductions alone).
   double straggler_wait_ms = 0;
   double optimizer_ms = 0;  // clip + AdamW + parameter all-gather
 };

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 
 #include "config/config_loader.hpp"
@@ -34,6 +35,7 @@
 #include "train/training_checkpoint.hpp"
 #include "train/training_data.hpp"
 #include "train/training_device.hpp"
+#include "train/wandb_sidecar.hpp"
 
 namespace dyncp::train {
 
@@ -63,22 +65,15 @@ void log_run_start(const config::ConfigContainer& config, const std::string& run
 }
 
 // Per-rank spread of the step, from one all-reduce (max) over the world: fastest and slowest
-// step time, the largest peak resident set, and the straggler wait. Every rank's gradient
-// reductions start when the slowest rank arrives, so this rank's wait is the longest time any
-// rank spent before them (data, schedule, compute, CP and EP communication) minus its own; it
-// is taken out of the sync time, where it was measured.
+// step time and the largest peak resident set. (The straggler wait is timed at the step's
+// barriers, train/step_engine.cpp.)
 void add_rank_spread(StepMetrics& metrics, dist::Comm& world) {
-  auto& t = metrics.time;
-  const double before_sync_ms =
-      t.data_ms + t.schedule_ms + t.compute_ms + t.cp_comm_ms + t.ep_comm_ms;
-  double values[4] = {metrics.elapsed_ms, -metrics.elapsed_ms,
-                      static_cast<double>(peak_resident_bytes()), before_sync_ms};
-  world.all_reduce(values, values, 4, core::DType::f64, dist::ReduceOp::max);
+  double values[3] = {metrics.elapsed_ms, -metrics.elapsed_ms,
+                      static_cast<double>(peak_resident_bytes())};
+  world.all_reduce(values, values, 3, core::DType::f64, dist::ReduceOp::max);
   metrics.elapsed_ms_max = values[0];
   metrics.elapsed_ms_min = -values[1];
   metrics.peak_memory_bytes = static_cast<std::int64_t>(values[2]);
-  t.straggler_wait_ms = std::clamp(values[3] - before_sync_ms, 0.0, t.grad_sync_ms);
-  t.grad_sync_ms -= t.straggler_wait_ms;
 }
 
 }  // namespace
@@ -364,6 +359,16 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
   if (world.rank() == 0) log_run_start(config, run_id);
   TensorBoardWriter tensorboard(world.rank() == 0 ? config.logger.tensorboard_dir : std::string());
   if (!tensorboard.path().empty()) spdlog::info("TensorBoard events: {}", tensorboard.path());
+  // After the metrics file exists: the sidecar follows it from its first row.
+  std::unique_ptr<WandbSidecar> wandb;
+  if (world.rank() == 0) wandb = std::make_unique<WandbSidecar>(config, run_id);
+  // Every row is written: the sidecar logs the rest while the run saves, then it is waited for.
+  const auto end_wandb_rows = [&] {
+    if (wandb) wandb->close_input();
+  };
+  const auto finish_wandb = [&] {
+    if (wandb) wandb->finish(std::chrono::seconds(120));
+  };
   const auto run_start = std::chrono::steady_clock::now();
   const std::int64_t first_iteration = state.iteration;
   bool last_save_ok = true;
@@ -442,6 +447,7 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
     add_rank_spread(metrics, world);
     metrics_writer.write(metrics);
     tensorboard.write(metrics);
+    if (wandb) wandb->check();
     log_interval.add(metrics, /*skipped=*/!finite, /*nan=*/!finite);
     if (config.logger.log_interval > 0 && metrics.iteration % config.logger.log_interval == 0) {
       progress.clear();
@@ -466,18 +472,23 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
         config.checkpoint.save_interval && state.iteration % *config.checkpoint.save_interval == 0;
     if (stop != 0) {
       report.stopped_by_signal = true;
+      end_wandb_rows();
       if (!store) {
         stop_without_save_note();
+        finish_wandb();
         return report;
       }
       spdlog::warn("stop signal received: saving a checkpoint at iteration {} and exiting",
                    state.iteration);
-      require_final_save(save_checkpoint());
+      const bool saved = save_checkpoint();
+      finish_wandb();
+      require_final_save(saved);
       return report;
     }
     if (due && store) last_save_ok = save_checkpoint();
   }
   progress.clear();
+  end_wandb_rows();
   const double total_seconds = seconds_since(run_start);
   spdlog::info("trained {} iterations in {:.1f} s", state.iteration - first_iteration,
                total_seconds);
@@ -522,6 +533,7 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& wo
     }
     world.barrier();
   }
+  finish_wandb();
   require_final_save(final_save_ok);  // after the export, which may still have worked
   return report;
 }

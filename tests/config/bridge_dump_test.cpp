@@ -277,6 +277,20 @@ TEST_CASE("honoured Bridge fields change what they map to", "[config][bridge]") 
   CHECK(adam.optimizer.lr == 0.001);
   const auto seed = load_text(edit(text, "rng", "seed", "1234", "99"));
   CHECK(seed.rng.seed == 99);
+  // The logger's TensorBoard folder and W&B settings, as a Bridge launch line sets them.
+  CHECK(base.logger.tensorboard_dir == "nemo_experiments/default/tb_logs");
+  CHECK(base.logger.wandb_project.empty());
+  auto logger = edit(text, "logger", "wandb_project", "null", "dyncp");
+  logger = edit(logger, "logger", "wandb_exp_name", "null", "run1");
+  logger = edit(logger, "logger", "wandb_entity", "null", "team");
+  logger = edit(logger, "logger", "wandb_save_dir", "null", "/tmp/wb");
+  logger = edit(logger, "logger", "tensorboard_dir", "nemo_experiments/default/tb_logs", "tb");
+  const auto with_wandb = load_text(logger);
+  CHECK(with_wandb.logger.wandb_project == "dyncp");
+  CHECK(with_wandb.logger.wandb_exp_name == "run1");
+  CHECK(with_wandb.logger.wandb_entity == "team");
+  CHECK(with_wandb.logger.wandb_save_dir == "/tmp/wb");
+  CHECK(with_wandb.logger.tensorboard_dir == "tb");
 }
 
 TEST_CASE("refused Bridge values, unknown keys and classes name what is supported",

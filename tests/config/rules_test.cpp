@@ -366,3 +366,24 @@ TEST_CASE("rule: packing.alignment defaults to per_group; a pool-wide pad_to nee
   REQUIRE_THROWS_WITH(resolved({"packing.alignment=megatron"}),
                       Contains("packing.alignment") && Contains("per_group"));
 }
+
+TEST_CASE("rule: W&B needs the metrics file and a run name, and its options a project",
+          "[config]") {
+  const auto config = resolved({"logger.metrics_path=m.jsonl", "logger.wandb_project=p",
+                                "logger.wandb_exp_name=run1", "logger.wandb_entity=team",
+                                "logger.wandb_save_dir=wb"});
+  CHECK(config.logger.wandb_project == "p");
+  CHECK(config.logger.wandb_exp_name == "run1");
+  CHECK(config.logger.wandb_entity == "team");
+  CHECK(config.logger.wandb_save_dir == "wb");
+  REQUIRE_THROWS_WITH(resolved({"logger.wandb_project=p", "logger.wandb_exp_name=run1"}),
+                      Contains("logger.wandb_project: p: ") && Contains("logger.metrics_path"));
+  REQUIRE_THROWS_WITH(resolved({"logger.wandb_project=p", "logger.metrics_path=m.jsonl"}),
+                      Contains("logger.wandb_exp_name=NAME"));
+  for (const char* key : {"logger.wandb_entity", "logger.wandb_exp_name", "logger.wandb_save_dir"}) {
+    INFO(key);
+    REQUIRE_THROWS_WITH(resolved({std::string(key) + "=x", "logger.metrics_path=m.jsonl"}),
+                        Contains(std::string(key) + ": x: has no effect without "
+                                                    "logger.wandb_project"));
+  }
+}

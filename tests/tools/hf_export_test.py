@@ -23,6 +23,8 @@ import tempfile
 
 from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
+from demo_export import run, train_demo
+
 TRAIN, EXPORT, ROOT = sys.argv[1], sys.argv[2], sys.argv[3]
 failures = []
 
@@ -31,15 +33,6 @@ def check(condition, message):
     if not condition:
         failures.append(message)
         print(f"FAIL: {message}")
-
-
-def run(argv):
-    result = subprocess.run(argv, capture_output=True, text=True,
-                            env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
-    if result.returncode != 0:
-        print(result.stdout + result.stderr)
-        sys.exit(f"{argv[0]} exited {result.returncode}")
-    return result.stdout + result.stderr
 
 
 def safetensors_dtypes(path):
@@ -63,15 +56,7 @@ with tempfile.TemporaryDirectory() as work:
     with open(os.path.join(tokenizer, "special_tokens_map.json"), "w") as f:
         json.dump({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}, f)
     save, at_end, converted = (os.path.join(work, name) for name in ("ckpt", "hf_end", "hf_export"))
-    one_rank = ["model.context_parallel_size=1", "model.dynamic_context_parallel=false",
-                "model.max_seqlen_per_dp_cp_rank=2048", "model.expert_model_parallel_size=1"]
-    run([TRAIN, "--config", os.path.join(ROOT, "configs", "demo", "tiny_moe.yaml"), *one_rank,
-         f"dataset.data_path={os.path.join(ROOT, 'tests', 'fixtures', 'data', 'demo', 'train.jsonl')}",
-         "~dataset.validation_data_path", "~validation.eval_interval",
-         "~scheduler.lr_warmup_iters",
-         f"dataset.cache_dir={work}/cache", f"tokenizer.tokenizer_model={tokenizer}",
-         "train.train_iters=2", "train.global_batch_size=4", f"checkpoint.save={save}",
-         f"checkpoint.export_hf={at_end}", "logger.metrics_path="])
+    train_demo(TRAIN, ROOT, work, tokenizer, f"checkpoint.save={save}", f"checkpoint.export_hf={at_end}")
     print(run([EXPORT, "--checkpoint", save, "--out", converted]).strip())
 
     reference = AutoTokenizer.from_pretrained(tokenizer).apply_chat_template(
