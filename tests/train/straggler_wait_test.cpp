@@ -25,7 +25,7 @@ using namespace dyncp;
 
 namespace {
 
-constexpr double delay_ms = 400;  // rank 1's extra schedule time per step
+constexpr double delay_ms = 1000;  // rank 1's extra schedule time per step
 
 // Fixed random tokens. Every rank reads every sample's length once per step (for the schedule),
 // so `ms_per_length` on each read delays a step by a known amount.
