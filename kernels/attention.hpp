@@ -57,4 +57,10 @@ void attention_backward_f32(const AttentionShape& shape, const float* q, const f
                             float* dq, bool accumulate_dq, float* dk, float* dv,
                             cudaStream_t stream);
 
+// ops::attention_merge on fp32 (the CP ring folds each key block's partial result into the
+// accumulated one): rows = Tq * Hq rows of head_dim values and one lse each, in place.
+void attention_merge_f32(float* out_acc, float* lse_acc, const float* out_part,
+                         const float* lse_part, std::int64_t rows, std::int64_t head_dim,
+                         cudaStream_t stream);
+
 }  // namespace dyncp::kernels

@@ -111,6 +111,29 @@ __global__ void attention_f32_backward_kernel(AttentionShape shape, const float*
   }
 }
 
+// One thread per (token, head) row: the merge reads the row's two lse values and rewrites the
+// row, so no other thread ever sees a half-updated lse.
+__global__ void attention_merge_f32_kernel(float* out_acc, float* lse_acc, const float* out_part,
+                                           const float* lse_part, std::int64_t rows,
+                                           std::int64_t d) {
+  const std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  const float a = lse_acc[r], b = lse_part[r];
+  const float neg_inf = -INFINITY;
+  if (b == neg_inf) return;
+  float* acc = out_acc + r * d;
+  const float* part = out_part + r * d;
+  if (a == neg_inf) {
+    for (std::int64_t c = 0; c < d; ++c) acc[c] = part[c];
+    lse_acc[r] = b;
+    return;
+  }
+  const float merged = fmaxf(a, b) + log1pf(expf(-fabsf(a - b)));
+  const float wa = expf(a - merged), wb = expf(b - merged);
+  for (std::int64_t c = 0; c < d; ++c) acc[c] = wa * acc[c] + wb * part[c];
+  lse_acc[r] = merged;
+}
+
 unsigned blocks_for(const AttentionShape& shape) {
   return static_cast<unsigned>((shape.q_tokens * shape.q_heads + kBlock - 1) / kBlock);
 }
@@ -132,6 +155,16 @@ void attention_backward_f32(const AttentionShape& shape, const float* q, const f
   if (shape.q_tokens * shape.q_heads == 0) return;
   DYNCP_LAUNCH(attention_f32_backward_kernel, blocks_for(shape), kBlock, 0, stream)
   (shape, q, k, v, dout, out, lse, dq, accumulate_dq, dk, dv);
+  DYNCP_CUDA_CHECK_LAUNCH();
+}
+
+void attention_merge_f32(float* out_acc, float* lse_acc, const float* out_part,
+                         const float* lse_part, std::int64_t rows, std::int64_t head_dim,
+                         cudaStream_t stream) {
+  if (rows == 0) return;
+  DYNCP_LAUNCH(attention_merge_f32_kernel, static_cast<unsigned>((rows + kBlock - 1) / kBlock),
+               kBlock, 0, stream)
+  (out_acc, lse_acc, out_part, lse_part, rows, head_dim);
   DYNCP_CUDA_CHECK_LAUNCH();
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #ifdef DYNCP_CUDA_BACKEND
+#include "dist/nccl_comm.hpp"
 #include "ops/cuda/cuda_backend.hpp"
 #endif
 #include "../cli_main.hpp"
@@ -119,7 +120,9 @@ int run(const Options& options) {
 
 #ifdef DYNCP_CUDA_BACKEND
   // The GPU path (train/training_device.hpp decides whether this run uses it).
-  if (config.dist.device != config::Device::cpu) ops::cuda::install_backend_if_visible();
+  if (config.dist.device != config::Device::cpu && ops::cuda::install_backend_if_visible()) {
+    dist::install_nccl_device_comms();
+  }
 #endif
 
   // Training: MPI is the bootstrap; communicators are destroyed before the runtime.

@@ -247,6 +247,22 @@ cudaError_t cudaMallocHost(void** pointer, std::size_t bytes) {
   return cudaSuccess;
 }
 
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* pointer) {
+  *attributes = {};
+  if (DeviceHeap::instance().in_range(pointer)) {
+    attributes->type = cudaMemoryTypeDevice;
+    attributes->device = current_device;
+    attributes->devicePointer = const_cast<void*>(pointer);
+    return cudaSuccess;
+  }
+  std::lock_guard lock(state_mutex);
+  if (pinned.count(const_cast<void*>(pointer)) != 0) {
+    attributes->type = cudaMemoryTypeHost;
+    attributes->hostPointer = const_cast<void*>(pointer);
+  }
+  return cudaSuccess;
+}
+
 cudaError_t cudaFreeHost(void* pointer) {
   std::lock_guard lock(state_mutex);
   if (pinned.erase(pointer) == 0) return record_error(cudaErrorInvalidValue);

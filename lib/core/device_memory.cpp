@@ -26,6 +26,10 @@ DeviceMemory& device_memory() {
   return *installed;
 }
 
+bool is_device_pointer(const void* pointer) {
+  return installed != nullptr && pointer != nullptr && installed->is_device_pointer(pointer);
+}
+
 DeviceTraffic& device_traffic() {
   static DeviceTraffic traffic;
   return traffic;

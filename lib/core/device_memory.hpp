@@ -26,6 +26,8 @@ class DeviceMemory {
   virtual void copy(void* dst, Device dst_device, const void* src, Device src_device,
                     std::size_t bytes) = 0;
   virtual void set_zero(void* dst, std::size_t bytes) = 0;
+  // True when `pointer` is device memory of this backend (communicators route on it).
+  virtual bool is_device_pointer(const void* pointer) const = 0;
   // "CUDA" or "emulated CUDA", for logs.
   virtual std::string name() const = 0;
   virtual int visible_devices() const = 0;
@@ -39,6 +41,8 @@ void install_device_memory(DeviceMemory* memory);
 bool has_device_memory();
 // Throws when no backend is installed.
 DeviceMemory& device_memory();
+// False without a backend.
+bool is_device_pointer(const void* pointer);
 
 struct DeviceTraffic {
   std::atomic<std::uint64_t> host_to_device_bytes{0};

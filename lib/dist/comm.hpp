@@ -96,6 +96,8 @@ class Comm {
   // A short label for logs and errors, e.g. "world", "cp", "dynamic_cp4".
   const std::string& name() const { return name_; }
   std::string_view backend() const { return do_backend(); }
+  // The watchdog that guards this communicator's calls (nullptr: the backend times out itself).
+  const std::shared_ptr<CollectiveWatchdog>& watchdog() const { return watchdog_; }
 
   const CommCounters& counters() const { return counters_; }
   void reset_counters() { counters_ = CommCounters{}; }
@@ -177,7 +179,6 @@ class Comm {
 
  protected:
   Comm(int rank, int size, std::string name, std::shared_ptr<CollectiveWatchdog> watchdog);
-  const std::shared_ptr<CollectiveWatchdog>& watchdog() const { return watchdog_; }
 
   // Arguments reaching these are checked (sizes, dtype, ranks). Counts are in elements.
   virtual std::string_view do_backend() const = 0;

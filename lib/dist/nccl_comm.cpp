@@ -11,6 +11,7 @@
 
 #include "core/error.hpp"
 #include "dist/abort.hpp"
+#include "dist/routed_comm.hpp"
 
 #define DYNCP_CUDA_CHECK(call)                                                                   \
   do {                                                                                           \
@@ -37,6 +38,7 @@ namespace dyncp::dist {
 struct NcclComm::Handles {
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
+  cudaEvent_t compute_done = nullptr;      // recorded on the compute stream before each operation
   std::int64_t* device_scratch = nullptr;  // barrier token and staged counts
   std::size_t device_scratch_elements = 0;
   std::unique_ptr<AbortActionRegistration> abort_registration;
@@ -78,6 +80,7 @@ std::unique_ptr<NcclComm::Handles> make_handles(ncclComm_t comm, int device) {
   handles->comm = comm;
   DYNCP_CUDA_CHECK(cudaSetDevice(device));
   DYNCP_CUDA_CHECK(cudaStreamCreateWithFlags(&handles->stream, cudaStreamNonBlocking));
+  DYNCP_CUDA_CHECK(cudaEventCreateWithFlags(&handles->compute_done, cudaEventDisableTiming));
   ncclComm_t raw = comm;
   // On a job abort, unblock any kernel of this communicator before the processes die.
   handles->abort_registration =
@@ -107,6 +110,7 @@ NcclComm::NcclComm(int rank, int size, std::string name, std::unique_ptr<Handles
 NcclComm::~NcclComm() {
   handles_->abort_registration.reset();
   if (handles_->device_scratch != nullptr) cudaFree(handles_->device_scratch);
+  if (handles_->compute_done != nullptr) cudaEventDestroy(handles_->compute_done);
   if (handles_->stream != nullptr) cudaStreamDestroy(handles_->stream);
   if (handles_->comm != nullptr) ncclCommDestroy(handles_->comm);
 }
@@ -130,6 +134,14 @@ void NcclComm::check_async(const char* operation) {
                                           operation, name(), rank(), size(),
                                           ncclGetErrorString(async_status)));
   }
+}
+
+void NcclComm::order_after_compute() {
+  // The communicator's stream does not synchronise with the default stream by itself
+  // (cudaStreamNonBlocking): make it wait for the kernels that produced the buffers.
+  const auto compute = static_cast<cudaStream_t>(options_.compute_stream);
+  DYNCP_CUDA_CHECK(cudaEventRecord(handles_->compute_done, compute));
+  DYNCP_CUDA_CHECK(cudaStreamWaitEvent(handles_->stream, handles_->compute_done, 0));
 }
 
 void NcclComm::finish(const char* operation) {
@@ -163,12 +175,14 @@ void NcclComm::synchronize() {
 
 void NcclComm::do_all_reduce(const void* send, void* recv, std::size_t count, core::DType dtype,
                              ReduceOp op) {
+  order_after_compute();
   DYNCP_NCCL_CHECK(ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op), handles_->comm,
                                  handles_->stream));
   finish("all_reduce");
 }
 
 void NcclComm::do_all_gather(const void* send, std::size_t count, void* recv, core::DType dtype) {
+  order_after_compute();
   DYNCP_NCCL_CHECK(
       ncclAllGather(send, recv, count, nccl_type(dtype), handles_->comm, handles_->stream));
   finish("all_gather");
@@ -176,6 +190,7 @@ void NcclComm::do_all_gather(const void* send, std::size_t count, void* recv, co
 
 void NcclComm::do_all_gather_v(const void* send, std::size_t send_count, void* recv,
                                std::span<const std::size_t> recv_counts, core::DType dtype) {
+  order_after_compute();
   DYNCP_NCCL_CHECK(ncclGroupStart());
   std::size_t offset = 0;
   for (int peer = 0; peer < size(); ++peer) {
@@ -204,6 +219,7 @@ void NcclComm::do_all_gather_v(const void* send, std::size_t send_count, void* r
 
 void NcclComm::do_reduce_scatter(const void* send, void* recv, std::size_t recv_count,
                                  core::DType dtype, ReduceOp op) {
+  order_after_compute();
   DYNCP_NCCL_CHECK(ncclReduceScatter(send, recv, recv_count, nccl_type(dtype), nccl_op(op),
                                      handles_->comm, handles_->stream));
   finish("reduce_scatter");
@@ -217,6 +233,7 @@ void NcclComm::do_all_to_all(const void* send, void* recv, std::size_t count, co
 void NcclComm::do_all_to_all_v(const void* send, std::span<const std::size_t> send_counts,
                                void* recv, std::span<const std::size_t> recv_counts,
                                core::DType dtype) {
+  order_after_compute();
   DYNCP_NCCL_CHECK(ncclGroupStart());
   std::size_t send_offset = 0;
   std::size_t recv_offset = 0;
@@ -239,6 +256,7 @@ void NcclComm::do_all_to_all_v(const void* send, std::span<const std::size_t> se
 
 void NcclComm::do_send(const void* buffer, std::size_t count, core::DType dtype, int dest_rank,
                        int /*tag: NCCL matches by call order*/) {
+  order_after_compute();
   DYNCP_NCCL_CHECK(
       ncclSend(buffer, count, nccl_type(dtype), dest_rank, handles_->comm, handles_->stream));
   finish("send");
@@ -246,6 +264,7 @@ void NcclComm::do_send(const void* buffer, std::size_t count, core::DType dtype,
 
 void NcclComm::do_recv(void* buffer, std::size_t count, core::DType dtype, int source_rank,
                        int /*tag*/) {
+  order_after_compute();
   DYNCP_NCCL_CHECK(
       ncclRecv(buffer, count, nccl_type(dtype), source_rank, handles_->comm, handles_->stream));
   finish("recv");
@@ -254,6 +273,7 @@ void NcclComm::do_recv(void* buffer, std::size_t count, core::DType dtype, int s
 int NcclComm::do_start_send_recv(const void* send, std::size_t send_count, int dest_rank,
                                  void* recv, std::size_t recv_count, int source_rank,
                                  core::DType dtype, int /*tag: NCCL matches by call order*/) {
+  order_after_compute();
   DYNCP_NCCL_CHECK(ncclGroupStart());
   if (send_count > 0 && dest_rank != rank()) {
     DYNCP_NCCL_CHECK(
@@ -277,6 +297,7 @@ void NcclComm::do_wait(int /*slot: one stream, waiting drains it*/) {
 }
 
 void NcclComm::do_broadcast(void* buffer, std::size_t count, core::DType dtype, int root_rank) {
+  order_after_compute();
   DYNCP_NCCL_CHECK(ncclBroadcast(buffer, buffer, count, nccl_type(dtype), root_rank, handles_->comm,
                                  handles_->stream));
   finish("broadcast");
@@ -305,6 +326,7 @@ void NcclComm::do_exchange_counts(std::span<const std::size_t> send_counts,
 }
 
 void NcclComm::do_barrier() {
+  order_after_compute();
   if (handles_->device_scratch == nullptr) {
     DYNCP_CUDA_CHECK(
         cudaMalloc(reinterpret_cast<void**>(&handles_->device_scratch), 2 * sizeof(std::int64_t)));
@@ -327,6 +349,15 @@ std::unique_ptr<Comm> NcclComm::do_split(int color, int key, std::string name) {
   DYNCP_NCCL_CHECK(ncclCommCount(child, &child_size));
   return std::make_unique<NcclComm>(child_rank, child_size, std::move(name),
                                     make_handles(child, options_.device), options_);
+}
+
+void install_nccl_device_comms() {
+  install_device_comm_factory([](Comm& bootstrap, std::string name, double timeout_seconds) {
+    int device = 0;
+    DYNCP_CUDA_CHECK(cudaGetDevice(&device));
+    return std::unique_ptr<Comm>(NcclComm::create(
+        bootstrap, std::move(name), {.device = device, .timeout_seconds = timeout_seconds}));
+  });
 }
 
 }  // namespace dyncp::dist

@@ -21,8 +21,9 @@
 //    topology and algorithm (pin NCCL_ALGO / NCCL_PROTO to keep it across jobs), but not the
 //    rank order MpiComm guarantees.
 //
-// Status: compiled in CUDA builds; multi-rank NCCL is unverified until several GPUs are
-// available (docs/dist.md).
+// Built twice: against the CUDA toolkit and NCCL (dyncp_dist_nccl) and against the emulated
+// runtime and NCCL over MPI (dyncp_dist_nccl_emulated, kernels/emulation/), which is how CI
+// runs multi-rank GPU training; real multi-GPU NCCL has not run yet (docs/cuda.md).
 
 #include <memory>
 #include <string>
@@ -35,7 +36,14 @@ struct NcclCommOptions {
   int device = 0;                  // CUDA device of this rank (normally the local rank)
   double timeout_seconds = 600.0;  // longest wait for one operation's stream
   bool synchronous = true;         // wait for the stream at the end of every call
+  // The stream the kernels run on (cudaStream_t as an opaque pointer; nullptr: the default
+  // stream). Every operation is ordered after the work enqueued there so far, by an event.
+  void* compute_stream = nullptr;
 };
+
+// Makes NcclComm the device communicator of GPU runs (dist::make_routed_world), on the
+// current CUDA device.
+void install_nccl_device_comms();
 
 class NcclComm final : public Comm {
  public:
@@ -80,6 +88,7 @@ class NcclComm final : public Comm {
                           std::span<std::size_t> recv_counts) override;
 
  private:
+  void order_after_compute();
   void finish(const char* operation);
   void check_async(const char* operation);
   void abort_communicator();

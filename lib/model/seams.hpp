@@ -39,6 +39,10 @@ struct SeamContext {
   // Host memory for the few values the host must know whatever the device (the experts' group
   // offsets, which size the grouped products and the expert exchange); lives for the bin.
   core::Arena* host = nullptr;
+
+  // Host memory for the bin: `host`, or the activations when there is none (they are then
+  // host memory themselves).
+  core::Arena& host_arena() const { return host != nullptr ? *host : *activations; }
 };
 
 // What a rank holds of the current bin, as the attention sees it.

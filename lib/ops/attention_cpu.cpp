@@ -361,15 +361,17 @@ void attention_backward(const OpContext& ctx, const Tensor& dout, const Tensor& 
 void attention_merge(const OpContext& ctx, const Tensor& out_acc, const Tensor& lse_acc,
                      const Tensor& out_part, const Tensor& lse_part) {
   constexpr std::string_view op = "attention_merge";
-  detail::require_float_operands(op, ctx,
-                                 {{"out_acc", &out_acc},
-                                  {"lse_acc", &lse_acc},
-                                  {"out_part", &out_part},
-                                  {"lse_part", &lse_part}});
+  detail::require_float_operands_on_any_device(op, ctx,
+                                               {{"out_acc", &out_acc},
+                                                {"lse_acc", &lse_acc},
+                                                {"out_part", &out_part},
+                                                {"lse_part", &lse_part}});
   detail::require_rank(op, "out_acc", out_acc, 3);
   detail::require_shape(op, "out_part", out_part, out_acc.shape());
   detail::require_shape(op, "lse_acc", lse_acc, Shape{out_acc.size(0), out_acc.size(1)});
   detail::require_shape(op, "lse_part", lse_part, lse_acc.shape());
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).attention_merge(ctx, out_acc, lse_acc, out_part, lse_part);
   detail::dispatch_float(op, out_acc.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T neg_inf = -std::numeric_limits<T>::infinity();

@@ -132,6 +132,10 @@ void DeviceOps::attention_backward(const OpContext&, const Tensor&, const Tensor
                                    const Tensor&, const Tensor&, AttentionGradModes) {
   unsupported("attention_backward");
 }
+void DeviceOps::attention_merge(const OpContext&, const Tensor&, const Tensor&, const Tensor&,
+                                const Tensor&) {
+  unsupported("attention_merge");
+}
 void DeviceOps::adamw_step(const OpContext&, const Tensor&, const Tensor&, const Tensor&,
                            const Tensor&, const AdamWParams&, bool) {
   unsupported("adamw_step");

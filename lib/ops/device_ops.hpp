@@ -90,6 +90,8 @@ class DeviceOps {
                                   const AttentionSaved& saved, const VarlenAttentionLayout& layout,
                                   double scale, const Tensor& dq, const Tensor& dk,
                                   const Tensor& dv, AttentionGradModes modes);
+  virtual void attention_merge(const OpContext& ctx, const Tensor& out_acc, const Tensor& lse_acc,
+                               const Tensor& out_part, const Tensor& lse_part);
   virtual void adamw_step(const OpContext& ctx, const Tensor& param, const Tensor& grad,
                           const Tensor& exp_avg, const Tensor& exp_avg_sq,
                           const AdamWParams& params, bool apply_weight_decay);

@@ -25,21 +25,23 @@ void CpAttentionContext::begin_bin(const model::SeamContext& context,
   layout_.q_positions = layout.positions;
 
   core::Arena& keep = *context.activations;
+  core::Arena& host = context.host_arena();
   ScopedMilliseconds timer(cp_time());
-  const GroupBinLayout gathered = gather_group_bin_layout(*group_, keep, layout, "CP attention");
+  const GroupBinLayout gathered = gather_group_bin_layout(*group_, host, layout, "CP attention");
   const std::int64_t ranks = gathered.ranks;
   const std::int64_t sequences = gathered.sequences;
   const Tensor& all_positions = gathered.positions;
   const Tensor& all_cu = gathered.cu_seqlens;
 
   // Keys of sequence s: rank 0's rows of s, then rank 1's, ...
-  layout_.kv_cu_seqlens = keep.allocate({sequences + 1}, DType::i32);
-  layout_.kv_positions = keep.allocate({ranks * local_rows_}, DType::i32);
-  sequence_to_rank_row_ = keep.allocate({ranks * local_rows_}, DType::i32);
+  // Planned on the host; the kernels read only the key positions on the device.
+  layout_.kv_cu_seqlens = host.allocate({sequences + 1}, DType::i32);
+  const Tensor host_kv_positions = host.allocate({ranks * local_rows_}, DType::i32);
+  sequence_to_rank_row_ = host.allocate({ranks * local_rows_}, DType::i32);
   const std::int32_t* cu = all_cu.data<std::int32_t>();
   const std::int32_t* positions = all_positions.data<std::int32_t>();
   std::int32_t* kv_cu = layout_.kv_cu_seqlens.data<std::int32_t>();
-  std::int32_t* kv_positions = layout_.kv_positions.data<std::int32_t>();
+  std::int32_t* kv_positions = host_kv_positions.data<std::int32_t>();
   std::int32_t* order = sequence_to_rank_row_.data<std::int32_t>();
   std::int32_t next = 0;
   kv_cu[0] = 0;
@@ -56,6 +58,7 @@ void CpAttentionContext::begin_bin(const model::SeamContext& context,
     kv_cu[s + 1] = next;
   }
   DYNCP_CHECK(next == ranks * local_rows_, "every gathered row belongs to one sequence");
+  layout_.kv_positions = on_device_of(layout.positions, keep, host_kv_positions);
 }
 
 void CpAttentionContext::gather_sequence_order(const Tensor& local, const Tensor& rank_order,

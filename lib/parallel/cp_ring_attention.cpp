@@ -57,7 +57,11 @@ void CpRingAttentionContext::begin_bin(const model::SeamContext& context,
   // receive never needs resizing).
   ScopedMilliseconds timer(cp_time());
   const GroupBinLayout gathered =
-      gather_group_bin_layout(*group_, keep, layout, "CP ring attention");
+      gather_group_bin_layout(*group_, context.host_arena(), layout, "CP ring attention");
+  const Tensor& q_host_positions =
+      layout.host_positions.defined() ? layout.host_positions : layout.positions;
+  // The kernels read key positions on the device; visibility is decided on the host.
+  const Tensor kv_positions = on_device_of(layout.positions, keep, gathered.positions);
   const std::int64_t ranks = gathered.ranks;
   const std::int64_t sequences = gathered.sequences;
   const Tensor& all_positions = gathered.positions;
@@ -70,11 +74,11 @@ void CpRingAttentionContext::begin_bin(const model::SeamContext& context,
     block.q_cu_seqlens = layout.cu_seqlens;
     block.q_positions = layout.positions;
     block.kv_cu_seqlens = all_cu.slice(source * (sequences + 1), (source + 1) * (sequences + 1));
-    block.kv_positions = all_positions.slice(source * local_rows_, (source + 1) * local_rows_);
+    block.kv_positions = kv_positions.slice(source * local_rows_, (source + 1) * local_rows_);
     visible_[static_cast<std::size_t>(source)] =
-        any_visible(layout.cu_seqlens.data<std::int32_t>(), layout.positions.data<std::int32_t>(),
+        any_visible(layout.cu_seqlens.data<std::int32_t>(), q_host_positions.data<std::int32_t>(),
                     block.kv_cu_seqlens.data<std::int32_t>(),
-                    block.kv_positions.data<std::int32_t>(), sequences)
+                    all_positions.data<std::int32_t>() + source * local_rows_, sequences)
             ? 1
             : 0;
   }

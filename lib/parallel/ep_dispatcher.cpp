@@ -5,6 +5,7 @@
 
 #include "core/error.hpp"
 #include "model/local_seams.hpp"
+#include "parallel/row_copy.hpp"
 
 namespace dyncp::parallel {
 
@@ -65,10 +66,6 @@ void EpExpertDispatcher::regroup(const Tensor& received_expert_rows, const Tenso
                                  const Tensor& to, bool source_major_to_expert_major) {
   const std::int64_t* rows = received_expert_rows.data<std::int64_t>();
   const std::int64_t sources = group_.size();
-  const std::size_t row_bytes =
-      static_cast<std::size_t>(from.shape().row_numel()) * core::dtype_size(from.dtype());
-  const auto* src = static_cast<const std::byte*>(from.raw_data());
-  auto* dst = static_cast<std::byte*>(to.raw_data());
   // source_cursor_[s]: where the next (s, e) block starts in source-major order. Walking the
   // blocks in expert-major order visits each source's experts in ascending order.
   std::int64_t start = 0;
@@ -81,17 +78,11 @@ void EpExpertDispatcher::regroup(const Tensor& received_expert_rows, const Tenso
     for (std::int64_t s = 0; s < sources; ++s) {
       std::int64_t& source_major_offset = source_cursor_[static_cast<std::size_t>(s)];
       const std::int64_t block = rows[s * num_local_experts_ + e];
-      const std::size_t bytes = static_cast<std::size_t>(block) * row_bytes;
-      const std::size_t expert_major_byte =
-          static_cast<std::size_t>(expert_major_offset) * row_bytes;
-      const std::size_t source_major_byte =
-          static_cast<std::size_t>(source_major_offset) * row_bytes;
-      if (bytes > 0) {
-        if (source_major_to_expert_major) {
-          std::memcpy(dst + expert_major_byte, src + source_major_byte, bytes);
-        } else {
-          std::memcpy(dst + source_major_byte, src + expert_major_byte, bytes);
-        }
+      // Device rows move by device copies (row_copy.hpp), one per (source, expert) block.
+      if (source_major_to_expert_major) {
+        copy_rows(from, source_major_offset, to, expert_major_offset, block);
+      } else {
+        copy_rows(from, expert_major_offset, to, source_major_offset, block);
       }
       expert_major_offset += block;
       source_major_offset += block;
@@ -111,20 +102,20 @@ void EpExpertDispatcher::forward(const model::SeamContext& context, int layer, c
   }
   DYNCP_CHECK(expert_offsets.numel() == num_experts_ + 1, "expert offsets cover every expert");
   core::Arena& keep = *context.activations;
+  core::Arena& host = context.host_arena();  // counts and offsets: the host plans with them
   core::Arena& scratch = *context.scratch;
   const std::int64_t hidden = x_perm.size(1);
   const std::int64_t* offsets = expert_offsets.data<std::int64_t>();
 
   // 1. Per-(destination, expert) row counts are the global expert histogram, destination-major.
   Tensor& received = received_expert_rows_.at(static_cast<std::size_t>(layer));
-  received = keep.allocate({group_.size(), num_local_experts_}, DType::i64);
+  received = host.allocate({group_.size(), num_local_experts_}, DType::i64);
   {
-    core::ArenaScope scope(scratch);
-    const Tensor sent = scratch.allocate({num_experts_}, DType::i64);
+    sent_rows_.resize(static_cast<std::size_t>(num_experts_));
     for (std::int64_t e = 0; e < num_experts_; ++e)
-      sent.data<std::int64_t>()[e] = offsets[e + 1] - offsets[e];
+      sent_rows_[static_cast<std::size_t>(e)] = offsets[e + 1] - offsets[e];
     ScopedMilliseconds timer(ep_time());
-    group_.all_to_all(sent.raw_data(), received.raw_data(),
+    group_.all_to_all(sent_rows_.data(), received.raw_data(),
                       static_cast<std::size_t>(num_local_experts_), DType::i64);
   }
   fill_send_counts(expert_offsets, hidden);
@@ -136,7 +127,7 @@ void EpExpertDispatcher::forward(const model::SeamContext& context, int layer, c
 
   // 2-3. Rows to their experts' owners; regroup by local expert; run the experts.
   const Tensor rows = keep.allocate({received_rows, hidden}, x_perm.dtype());
-  const Tensor group_offsets = keep.allocate({num_local_experts_ + 1}, DType::i64);
+  const Tensor group_offsets = host.allocate({num_local_experts_ + 1}, DType::i64);
   {
     std::int64_t* group = group_offsets.data<std::int64_t>();
     const std::int64_t* counts = received.data<std::int64_t>();

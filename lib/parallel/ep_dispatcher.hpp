@@ -56,6 +56,7 @@ class EpExpertDispatcher final : public model::ExpertDispatcher {
   std::int64_t first_local_expert_;
   SeamCounters* counters_;
   double unreported_ms_ = 0;
+  std::vector<std::int64_t> sent_rows_;  // this rank's rows per global expert
   std::vector<std::size_t> send_counts_;
   std::vector<std::size_t> recv_counts_;
   std::vector<std::int64_t> source_cursor_;

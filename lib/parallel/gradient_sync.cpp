@@ -17,31 +17,62 @@ GradientSync::GradientSync(const ParameterPartition& partition, float* gradients
       expert_data_parallel_(expert_data_parallel),
       expert_parallel_(expert_parallel) {
   const std::int64_t largest = std::max(partition.dense_elements, partition.expert_elements);
-  bucket_.resize(static_cast<std::size_t>(std::min(bucket_elements, largest)));
+  bucket_elements_ = std::max<std::int64_t>(std::min(bucket_elements, largest), 1);
+  bucket_.resize(static_cast<std::size_t>(bucket_elements_));
   packed_.reserve(partition.ranges.size());
 }
 
 void GradientSync::set_device(core::Device device) {
+  if (device == device_) return;
   device_ = device;
   if (device == core::Device::cuda && !device_scratch_)
     device_scratch_ = std::make_unique<core::Arena>("gradient_sync.scratch", 1 << 20, device);
 }
 
+void GradientSync::reduce_spans_in_place(bool experts, dist::Comm& comm) {
+  // Ranges are in ascending offsets; a run of one kind's ranges is one span (the alignment
+  // gaps between them belong to no parameter and are never read).
+  std::int64_t begin = -1;
+  std::int64_t end = -1;
+  const auto flush = [&] {
+    if (end > begin && begin >= 0) {
+      comm.all_reduce(gradients_ + begin, gradients_ + begin, static_cast<std::size_t>(end - begin),
+                      core::DType::f32, dist::ReduceOp::sum);
+    }
+    begin = end = -1;
+  };
+  for (const ParameterRange& range : partition_.ranges) {
+    if (range.count == 0) continue;
+    if (range.is_expert != experts) {
+      flush();
+      continue;
+    }
+    if (begin < 0) begin = range.offset;
+    end = range.offset + range.count;
+  }
+  flush();
+}
+
 void GradientSync::reduce_kind(bool experts, dist::Comm& comm) {
   if (comm.size() == 1) return;
-  DYNCP_CHECK(device_ == core::Device::cpu,
-              "multi-rank reduction of device gradients is not built yet");
-  const auto bucket_size = static_cast<std::int64_t>(bucket_.size());
+  // Device gradients: sums in place over whole spans, no bucket copies (each element's sum is
+  // the same however the elements are grouped into calls, so the result equals the CPU path's).
+  if (device_ != core::Device::cpu) {
+    reduce_spans_in_place(experts, comm);
+    return;
+  }
+  const std::int64_t bucket_size = bucket_elements_;
+  float* bucket = bucket_.data();
   std::vector<const ParameterRange*>& packed = packed_;  // ranges waiting in the bucket
   packed.clear();
   std::int64_t used = 0;
   const auto flush = [&] {
     if (used == 0) return;
-    comm.all_reduce(bucket_.data(), bucket_.data(), static_cast<std::size_t>(used),
-                    core::DType::f32, dist::ReduceOp::sum);
+    comm.all_reduce(bucket, bucket, static_cast<std::size_t>(used), core::DType::f32,
+                    dist::ReduceOp::sum);
     std::int64_t at = 0;
     for (const ParameterRange* range : packed) {
-      std::memcpy(gradients_ + range->offset, bucket_.data() + at,
+      std::memcpy(gradients_ + range->offset, bucket + at,
                   static_cast<std::size_t>(range->count) * sizeof(float));
       at += range->count;
     }
@@ -56,7 +87,7 @@ void GradientSync::reduce_kind(bool experts, dist::Comm& comm) {
       continue;
     }
     if (used + range.count > bucket_size) flush();
-    std::memcpy(bucket_.data() + used, gradients_ + range.offset,
+    std::memcpy(bucket + used, gradients_ + range.offset,
                 static_cast<std::size_t>(range.count) * sizeof(float));
     packed.push_back(&range);
     used += range.count;

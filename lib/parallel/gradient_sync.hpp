@@ -23,8 +23,8 @@ class GradientSync {
                dist::Comm& expert_data_parallel, dist::Comm& expert_parallel,
                std::int64_t bucket_elements = std::int64_t{4} << 20);
 
-  // The gradients live on `device` (cuda: the norm is summed there, and only one value per
-  // range crosses to the host). Multi-rank reduction of device gradients is not built yet.
+  // The gradients live on `device` (cuda: each run of one kind's ranges is summed in place over
+  // the communicators' device channel, and only one norm value per range crosses to the host).
   void set_device(core::Device device);
 
   void reduce_gradients();
@@ -35,12 +35,14 @@ class GradientSync {
 
  private:
   void reduce_kind(bool experts, dist::Comm& comm);
+  void reduce_spans_in_place(bool experts, dist::Comm& comm);
 
   const ParameterPartition& partition_;
   float* gradients_;
   dist::Comm& pool_;
   dist::Comm& expert_data_parallel_;
   dist::Comm& expert_parallel_;
+  std::int64_t bucket_elements_ = 1;
   std::vector<float> bucket_;
   std::vector<const ParameterRange*> packed_;
   core::Device device_ = core::Device::cpu;

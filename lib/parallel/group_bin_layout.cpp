@@ -9,15 +9,18 @@ namespace dyncp::parallel {
 
 using core::DType;
 
-GroupBinLayout gather_group_bin_layout(dist::Comm& group, core::Arena& keep,
+GroupBinLayout gather_group_bin_layout(dist::Comm& group, core::Arena& host,
                                        const model::LocalBinLayout& local, std::string_view who) {
+  DYNCP_CHECK(host.device() == core::Device::cpu, "the group bin layout is host metadata");
+  const core::Tensor& local_positions =
+      local.host_positions.defined() ? local.host_positions : local.positions;
   GroupBinLayout out;
   out.ranks = group.size();
   out.local_rows = local.positions.numel();
   out.sequences = local.cu_seqlens.numel() - 1;
 
   const std::int64_t shape_mine[2] = {out.local_rows, out.sequences};
-  const core::Tensor shapes = keep.allocate({out.ranks, 2}, DType::i64);
+  const core::Tensor shapes = host.allocate({out.ranks, 2}, DType::i64);
   group.all_gather(shape_mine, 2, shapes.raw_data(), DType::i64);
   const std::int64_t* all_shapes = shapes.data<std::int64_t>();
   for (std::int64_t r = 0; r < out.ranks; ++r) {
@@ -31,9 +34,9 @@ GroupBinLayout gather_group_bin_layout(dist::Comm& group, core::Arena& keep,
           " (every rank of a group must hold the zigzag shard of the same bin)");
     }
   }
-  out.positions = keep.allocate({out.ranks * out.local_rows}, DType::i32);
-  out.cu_seqlens = keep.allocate({out.ranks * (out.sequences + 1)}, DType::i32);
-  group.all_gather(local.positions.raw_data(), static_cast<std::size_t>(out.local_rows),
+  out.positions = host.allocate({out.ranks * out.local_rows}, DType::i32);
+  out.cu_seqlens = host.allocate({out.ranks * (out.sequences + 1)}, DType::i32);
+  group.all_gather(local_positions.raw_data(), static_cast<std::size_t>(out.local_rows),
                    out.positions.raw_data(), DType::i32);
   group.all_gather(local.cu_seqlens.raw_data(), static_cast<std::size_t>(out.sequences + 1),
                    out.cu_seqlens.raw_data(), DType::i32);
@@ -91,6 +94,13 @@ MergedGroupRows merge_group_rows(const GroupBinLayout& gathered, int rank, core:
                               "' belong to no sequence");
   }
   return out;
+}
+
+core::Tensor on_device_of(const core::Tensor& like, core::Arena& keep, const core::Tensor& host) {
+  if (like.device() == core::Device::cpu) return host;
+  const core::Tensor copy = keep.allocate(host.shape(), host.dtype());
+  copy.copy_from(host);
+  return copy;
 }
 
 }  // namespace dyncp::parallel

@@ -30,8 +30,10 @@ struct GroupBinLayout {
   }
 };
 
-// The tensors come from `keep` and stay valid for the bin.
-GroupBinLayout gather_group_bin_layout(dist::Comm& group, core::Arena& keep,
+// Host metadata (the seams plan their row moves from it, on the host, whatever the device):
+// the tensors come from `host` and stay valid for the bin; it travels over the group's host
+// channel.
+GroupBinLayout gather_group_bin_layout(dist::Comm& group, core::Arena& host,
                                        const model::LocalBinLayout& local, std::string_view who);
 
 // The group's rows regrouped by sequence, in position order inside each sequence: what one rank
@@ -52,5 +54,9 @@ struct MergedGroupRows {
 MergedGroupRows merge_group_rows(const GroupBinLayout& gathered, int rank, core::Arena& keep,
                                  bool whole_sequences, std::string_view who,
                                  std::string_view group_name);
+
+// `host` itself when `like` is a host tensor, else a copy on `like`'s device from `keep`
+// (positions the kernels read on the device).
+core::Tensor on_device_of(const core::Tensor& like, core::Arena& keep, const core::Tensor& host);
 
 }  // namespace dyncp::parallel

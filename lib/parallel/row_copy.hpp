@@ -1,6 +1,8 @@
 #pragma once
 // Row moves between tensors whose leading dimension is rows and whose rows have the same width
 // (any dtype): what the CP seams do when they reorder gathered rows or cut out their own.
+// Tensors on the host or the device (device rows move by device copies, one per run of
+// consecutive rows); `index` is host memory.
 
 #include <cstdint>
 

@@ -14,6 +14,8 @@ void SequenceGather::begin_bin(dist::Comm& group, core::Arena& keep,
                                const model::LocalBinLayout& layout) {
   group_ = &group;
   local_rows_ = layout.positions.numel();
+  DYNCP_CHECK(keep.device() == core::Device::cpu,
+              "sequence gather plans on the host (the Gated DeltaNet CP path is host code)");
   const GroupBinLayout gathered = gather_group_bin_layout(group, keep, layout, "sequence gather");
   const MergedGroupRows merged =
       merge_group_rows(gathered, group.rank(), keep,

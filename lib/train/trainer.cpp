@@ -16,6 +16,7 @@
 #include "dist/launch_env.hpp"
 #include "dist/parallel_layout.hpp"
 #include "dist/parallel_state.hpp"
+#include "dist/routed_comm.hpp"
 #include "model/hf_checkpoint.hpp"
 #include "ops/grad_norm.hpp"
 #include "packing/alignment.hpp"
@@ -78,9 +79,16 @@ void add_rank_spread(StepMetrics& metrics, dist::Comm& world) {
 
 }  // namespace
 
-TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& world) {
+TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& launch_world) {
   const core::Device device = resolve_training_device(
-      config, world.size(), dist::discover_launch_env().local_rank, world.rank());
+      config, launch_world.size(), dist::discover_launch_env().local_rank, launch_world.rank());
+  // A GPU run sends tensors over NCCL and host metadata over MPI (dist/routed_comm.hpp).
+  const std::unique_ptr<dist::Comm> routed_world =
+      device == core::Device::cuda
+          ? dist::make_routed_world(
+                launch_world, 60.0 * static_cast<double>(config.dist.distributed_timeout_minutes))
+          : nullptr;
+  dist::Comm& world = routed_world ? *routed_world : launch_world;
   TrainerReport report;
   const auto& model_config = config.model;
   const dist::ParallelLayout layout =

@@ -5,6 +5,7 @@
 #include "core/device_memory.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "dist/routed_comm.hpp"
 
 namespace dyncp::train {
 namespace {
@@ -16,10 +17,10 @@ void refuse_unbuilt_gpu_features(const config::ConfigContainer& config, int worl
                                       " (dist.device: cuda; docs/cuda.md says what the GPU "
                                       "path runs today), or train with dist.device: cpu");
   };
-  if (world_size > 1)
+  if (world_size > 1 && !dist::has_device_comm_factory())
     refuse("dist.device",
-           "multi-rank GPU training needs NCCL collectives on device tensors, "
-           "which are not wired into the step yet: run one rank per job");
+           "multi-rank GPU training needs NCCL, and this binary was built without it: run one "
+           "rank per job or build with NCCL");
   if (config.model.architecture.is_hybrid())
     refuse("model.model_type", config.model.architecture.model_type +
                                    ": the Gated DeltaNet ops have no CUDA kernels yet");

@@ -158,5 +158,24 @@ GPU_TEST(attention_key_blocks_and_order) {
                   false);
 }
 
+GPU_TEST(attention_merge_key_blocks) {
+  // The ring's fold of one key block into the accumulated result: ordinary rows, rows where the
+  // part saw no key (lse -inf: unchanged) and rows where the accumulator saw none yet (copied).
+  const std::int64_t rows = 37, d = 24;
+  std::vector<float> out_acc = random_floats(rows * d, 11), out_part = random_floats(rows * d, 12);
+  std::vector<float> lse_acc = random_floats(rows, 13, -3.0f, 3.0f);
+  std::vector<float> lse_part = random_floats(rows, 14, -3.0f, 3.0f);
+  for (std::int64_t r = 0; r < rows; r += 5) lse_part[r] = -INFINITY;
+  for (std::int64_t r = 2; r < rows; r += 7) lse_acc[r] = -INFINITY;
+  DeviceBuffer<float> device_out(out_acc), device_lse(lse_acc), device_part(out_part),
+      device_part_lse(lse_part);
+  kernels::attention_merge_f32(device_out.get(), device_lse.get(), device_part.get(),
+                               device_part_lse.get(), rows, d, nullptr);
+  ops::attention_merge({}, view(out_acc, {rows, 1, d}), view(lse_acc, {rows, 1}),
+                       view(out_part, {rows, 1, d}), view(lse_part, {rows, 1}));
+  expect_close("merged out", device_out.download(), out_acc, kF32AtolRel, kF32Rtol);
+  expect_lse("merged lse", device_lse.download(), lse_acc);
+}
+
 }  // namespace
 }  // namespace dyncp::gpu_test

@@ -11,6 +11,11 @@
 // rank holds only its experts (dense parameters + experts / ep, seeded like the reference's
 // experts there); the reference's buffers are compared through the tensors of the same names.
 //
+// With --device cuda (the layout_equivalence_emulated build) the layout under test runs on the
+// emulated GPU: parameters, gradients, moments and activations in device memory, kernels,
+// tensors over NCCL (emulated over MPI) and host metadata over MPI, against the same CPU
+// reference.
+//
 // With --distributed-optimizer 1 the gradients are reduce-scattered: each rank checks its own
 // pieces (relative to the reference range's norm), holds optimizer state for only its
 // 1/shards of the elements (rounded up), and the moments gathered for a checkpoint match the
@@ -25,10 +30,12 @@
 #include <tuple>
 #include <vector>
 
+#include "core/device_memory.hpp"
 #include "core/error.hpp"
 #include "core/rng.hpp"
 #include "data/sample.hpp"
 #include "dist/abort.hpp"
+#include "dist/launch_env.hpp"
 #include "dist/mpi_comm.hpp"
 #include "dist/parallel_layout.hpp"
 #include "dist/parallel_state.hpp"
@@ -38,6 +45,11 @@
 #include "parallel/expert_gather.hpp"
 #include "train/optimizer.hpp"
 #include "train/step_engine.hpp"
+#ifdef DYNCP_EQUIVALENCE_ON_CUDA
+#include "dist/nccl_comm.hpp"
+#include "dist/routed_comm.hpp"
+#include "ops/cuda/cuda_backend.hpp"
+#endif
 
 using namespace dyncp;
 
@@ -142,6 +154,7 @@ struct Options {
   bool fold_alignment_padding = false;  // --fold 1
   config::CpCommType cp_comm_type = config::CpCommType::all_gather;
   config::PackingScheduler scheduler = config::PackingScheduler::dp_balanced;
+  core::Device device = core::Device::cpu;  // --device cuda: the layout under test on the GPU path
 };
 
 Options parse(int argc, char** argv) {
@@ -190,6 +203,13 @@ Options parse(int argc, char** argv) {
     } else if (key == "--mix") {
       if (value != "1248") throw std::runtime_error("--mix: 1248");
       options.mix_group_sizes = true;
+    } else if (key == "--device") {
+      if (value != "cpu" && value != "cuda") throw std::runtime_error("--device: cpu or cuda");
+      options.device = value == "cuda" ? core::Device::cuda : core::Device::cpu;
+#ifndef DYNCP_EQUIVALENCE_ON_CUDA
+      if (options.device == core::Device::cuda)
+        throw std::runtime_error("--device cuda: use layout_equivalence_emulated");
+#endif
     } else if (key == "--scheduler") {
       options.scheduler = value == "cost_aware" ? config::PackingScheduler::cost_aware
                           : value == "default_dynamic_cp"
@@ -200,6 +220,18 @@ Options parse(int argc, char** argv) {
     }
   }
   return options;
+}
+
+// The tensor's elements on the host, wherever it lives.
+std::vector<float> host_floats(const core::Tensor& tensor) {
+  std::vector<float> values(static_cast<std::size_t>(tensor.numel()));
+  if (tensor.device() == core::Device::cpu) {
+    std::memcpy(values.data(), tensor.raw_data(), values.size() * sizeof(float));
+  } else {
+    core::device_memory().copy(values.data(), core::Device::cpu, tensor.raw_data(), tensor.device(),
+                               values.size() * sizeof(float));
+  }
+  return values;
 }
 
 template <typename T>
@@ -295,7 +327,18 @@ int main(int argc, char** argv) {
   int failed = 0;
   try {
     const Options options = parse(argc, argv);
-    auto world = runtime.world();
+    auto launch_world = runtime.world();
+    std::unique_ptr<dist::Comm> routed_world;
+#ifdef DYNCP_EQUIVALENCE_ON_CUDA
+    if (options.device == core::Device::cuda) {
+      ops::cuda::install_backend();
+      dist::install_nccl_device_comms();
+      core::device_memory().select_device(dist::discover_launch_env().local_rank,
+                                          launch_world->rank());
+      routed_world = dist::make_routed_world(*launch_world, 600.0);
+    }
+#endif
+    dist::Comm* world = routed_world ? routed_world.get() : launch_world.get();
     const int rank = world->rank();
     const auto check = [&](bool ok, const std::string& what) {
       if (ok) {
@@ -378,6 +421,7 @@ int main(int argc, char** argv) {
     model::ModelOptions sliced_options = model_options;
     sliced_options.experts =
         parallel::local_expert_range(architecture.num_experts, parallel_state.expert_parallel());
+    sliced_options.device = options.device;
     model::Qwen3MoeModel model(architecture, sliced_options);
     model.parameters().init_random(7);
     {
@@ -406,7 +450,7 @@ int main(int argc, char** argv) {
                                                   dist::ReduceOp::sum);
       check(experts_held == every_expert, "the EP group's slices add up to every expert once");
       const std::vector<float> initial = laid_out_like(ours, full, full.all_values());
-      check(std::memcmp(initial.data(), ours.all_values().raw_data(),
+      check(std::memcmp(initial.data(), host_floats(ours.all_values()).data(),
                         initial.size() * sizeof(float)) == 0,
             "seeded init of this rank's slice equals the whole model's values there");
     }
@@ -486,7 +530,8 @@ int main(int argc, char** argv) {
           line);
     }
 
-    const float* ours = model.parameters().all_grads().data<float>();
+    const std::vector<float> our_grads = host_floats(model.parameters().all_grads());
+    const float* ours = our_grads.data();
     const std::vector<float> reference_grads = laid_out_like(
         model.parameters(), reference.parameters(), reference.parameters().all_grads());
     const float* theirs = reference_grads.data();
@@ -592,7 +637,8 @@ int main(int argc, char** argv) {
       optimizer.step(lr, step, 1.0);
     }
     if (options.optimizer_steps > 0) {
-      const float* after = model.parameters().all_values().data<float>();
+      const std::vector<float> values_after = host_floats(model.parameters().all_values());
+      const float* after = values_after.data();
       const std::vector<float> reference_values = laid_out_like(
           model.parameters(), reference.parameters(), reference.parameters().all_values());
       const float* reference_after = reference_values.data();
@@ -617,7 +663,7 @@ int main(int argc, char** argv) {
         const std::vector<float> expected =
             laid_out_like(model.parameters(), reference.parameters(), reference_moment);
         const auto n = static_cast<std::int64_t>(expected.size());
-        const double error = difference_norm(full.data<float>(), expected.data(), n) /
+        const double error = difference_norm(host_floats(full).data(), expected.data(), n) /
                              std::max(norm(expected.data(), n), 1e-30);
         std::snprintf(line, sizeof line, "gathered %s: relative error %.3g", name, error);
         check(full.numel() == n && error <= 1e-4, line);
@@ -626,9 +672,7 @@ int main(int argc, char** argv) {
         train::AdamWOptimizer reloaded(model.parameters(), *engine.sharded_state_sync(), {});
         reloaded.load_full_size_moments(moments);
         const auto same = [](const core::Tensor& a, const core::Tensor& b) {
-          return a.numel() == b.numel() &&
-                 std::memcmp(a.raw_data(), b.raw_data(),
-                             static_cast<std::size_t>(a.numel()) * sizeof(float)) == 0;
+          return a.numel() == b.numel() && host_floats(a) == host_floats(b);
         };
         check(same(reloaded.exp_avg(), optimizer.exp_avg()) &&
                   same(reloaded.exp_avg_sq(), optimizer.exp_avg_sq()),
@@ -638,9 +682,11 @@ int main(int argc, char** argv) {
 
     if (rank == 0) {
       std::printf(
-          "layout dp=%d cp=%d ep=%d dynamic=%d: microbatches %lld, worst gradient error %.3g\n",
+          "layout dp=%d cp=%d ep=%d dynamic=%d on %s: microbatches %lld, worst gradient error "
+          "%.3g\n",
           layout.data_parallel_size, layout.context_parallel_size,
           layout.expert_model_parallel_size, layout.dynamic_context_parallel ? 1 : 0,
+          options.device == core::Device::cuda ? "the emulated GPU" : "the CPU",
           static_cast<long long>(outcome.microbatches), worst);
     }
     int totals[2] = {passed, failed};

@@ -55,6 +55,19 @@ inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) {
   return {x, y, z, w};
 }
 
+enum cudaMemoryType {
+  cudaMemoryTypeUnregistered = 0,
+  cudaMemoryTypeHost = 1,
+  cudaMemoryTypeDevice = 2,
+  cudaMemoryTypeManaged = 3,
+};
+struct cudaPointerAttributes {
+  cudaMemoryType type = cudaMemoryTypeUnregistered;
+  int device = 0;
+  void* devicePointer = nullptr;
+  void* hostPointer = nullptr;
+};
+
 struct CUstream_st;
 struct CUevent_st;
 using cudaStream_t = CUstream_st*;
@@ -82,6 +95,7 @@ cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes);
 cudaError_t cudaMalloc(void** pointer, std::size_t bytes);
 cudaError_t cudaFree(void* pointer);
 cudaError_t cudaMallocHost(void** pointer, std::size_t bytes);
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* pointer);
 cudaError_t cudaFreeHost(void* pointer);
 cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,

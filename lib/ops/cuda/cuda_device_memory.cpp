@@ -44,6 +44,14 @@ class CudaDeviceMemory final : public core::DeviceMemory {
   void set_zero(void* dst, std::size_t bytes) override {
     DYNCP_CUDA_CHECK(cudaMemset(dst, 0, bytes));
   }
+  bool is_device_pointer(const void* pointer) const override {
+    cudaPointerAttributes attributes{};
+    if (cudaPointerGetAttributes(&attributes, pointer) != cudaSuccess) {
+      cudaGetLastError();  // an unregistered host pointer is an error on older runtimes
+      return false;
+    }
+    return attributes.type == cudaMemoryTypeDevice;
+  }
   std::string name() const override { return backend_name(); }
   int visible_devices() const override { return cuda::visible_devices(); }
   void select_device(int local_rank, int rank) override { cuda::select_device(local_rank, rank); }

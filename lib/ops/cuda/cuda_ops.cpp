@@ -420,6 +420,12 @@ class CudaOps final : public DeviceOps {
     }
   }
 
+  void attention_merge(const OpContext& ctx, const Tensor& out_acc, const Tensor& lse_acc,
+                       const Tensor& out_part, const Tensor& lse_part) override {
+    kernels::attention_merge_f32(f32(out_acc), f32(lse_acc), f32(out_part), f32(lse_part),
+                                 lse_acc.numel(), out_acc.size(2), stream_of(ctx));
+  }
+
   void adamw_step(const OpContext& ctx, const Tensor& param, const Tensor& grad,
                   const Tensor& exp_avg, const Tensor& exp_avg_sq, const AdamWParams& params,
                   bool apply_weight_decay) override {
