@@ -11,6 +11,9 @@
 #                 round; each resumed run's first loss equals, to 1e-5, the loss the saving
 #                 run's own device reaches at that step
 #   refusals      what the GPU path does not run yet exits 2 naming the key
+#   four_ranks    mpirun -np 4, dynamic CP over dp 2 x cp 2 with EP 2, fp32: the trainer on the
+#                 emulated GPU (tensors over the emulated NCCL, metadata over MPI) and on the
+#                 CPU give every step's loss and gradient norm to 1e-5
 set -euo pipefail
 cpu_train=$1
 gpu_train=$2
@@ -79,6 +82,23 @@ case $case_name in
       compare "$work/$load_name-resumed.jsonl" "$work/$save_name-full.jsonl" 3
       echo "checkpoints: saved on $save_name, resumed on $load_name"
     done
+    ;;
+  four_ranks)
+    mpiexec=${DYNCP_MPIEXEC:-mpirun}
+    layout=(model.context_parallel_size=2 model.expert_model_parallel_size=2
+            model.dynamic_context_parallel=true model.max_seqlen_per_dp_cp_rank=48
+            model.seq_length=96 model.moe_router_load_balancing_type=none
+            train.global_batch_size=8 train.train_iters=2
+            dataset.mock_length_distribution="lognormal(min=16,max=96,mean=40,sigma=0.5)")
+    for pair in "cpu $cpu_train" "cuda $gpu_train"; do
+      read -r device binary <<<"$pair"
+      OPENBLAS_NUM_THREADS=1 "$mpiexec" -np 4 "$binary" --config "$recipe" "${layout[@]}" \
+        dist.device="$device" logger.metrics_path="$work/$device.jsonl" >"$work/$device.log" 2>&1 \
+        || { cat "$work/$device.log"; exit 1; }
+    done
+    grep -q "cp2:" "$work/cuda.log"  # a microbatch ran on a CP group of two
+    compare "$work/cuda.jsonl" "$work/cpu.jsonl" 1
+    echo "four_ranks: dynamic CP + EP on 4 emulated GPUs equal the CPU run to 1e-5"
     ;;
   refusals)
     expect() {  # expect REGEX ARGS...: exit 2 and the message
