@@ -1,0 +1,7 @@
+# The state and manifest parsers alone (not the whole training library): their sources, with
+# the layers they need.
+set(FUZZ_SOURCES ${PROJECT_SOURCE_DIR}/lib/train/loop_state.cpp
+                 ${PROJECT_SOURCE_DIR}/lib/train/lr_schedule.cpp
+                 ${PROJECT_SOURCE_DIR}/lib/train/checkpoint_manifest.cpp
+                 ${PROJECT_SOURCE_DIR}/lib/train/checkpoint_store.cpp)
+set(FUZZ_DEPENDS dyncp_config dyncp_xxhash nlohmann_json::nlohmann_json)

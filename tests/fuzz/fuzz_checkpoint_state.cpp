@@ -1,0 +1,32 @@
+// libFuzzer target: a checkpoint's state.json and manifest.json texts through their schema
+// checks. Any input must be accepted or refused with a data error, never a crash or another
+// exception; an accepted state holds no negative counter.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/error.hpp"
+#include "train/checkpoint_manifest.hpp"
+#include "train/loop_state.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  try {
+    const auto state = dyncp::train::parse_loop_state(text, "state.json", 20);
+    if (state.iteration != 20 || state.consumed_samples < 0 || state.epoch < 0 ||
+        state.index_in_epoch < 0 || state.skipped_steps < 0 || state.skipped_steps > 20)
+      __builtin_trap();
+  } catch (const dyncp::core::Error& error) {
+    if (error.kind() != dyncp::core::ErrorKind::data) __builtin_trap();
+  }
+  try {
+    const auto manifest = dyncp::train::parse_checkpoint_manifest(text, "manifest.json");
+    for (const auto& file : manifest.files) {
+      if (file.path.empty() || file.path.front() == '/' || file.path.find("..") == 0)
+        __builtin_trap();
+    }
+  } catch (const dyncp::core::Error& error) {
+    if (error.kind() != dyncp::core::ErrorKind::data) __builtin_trap();
+  }
+  return 0;
+}

@@ -1,0 +1,1 @@
+set(FUZZ_DEPENDS dyncp_config)
