@@ -76,14 +76,18 @@ IndexedDataset::IndexedDataset(const std::filesystem::path& prefix) {
                                            std::to_string(expected));
   }
   // Lengths start at byte 34 and pointers at 34 + 4S: not aligned for direct access, so copy.
+  // (An empty vector's data() may be null, which memcpy must not get even for 0 bytes.)
+  const auto copy = [](auto& values, const std::byte* from) {
+    if (!values.empty()) std::memcpy(values.data(), from, values.size() * sizeof(values[0]));
+  };
   sequence_lengths_.resize(sequence_count);
-  std::memcpy(sequence_lengths_.data(), data + header_size, sequence_count * 4);
+  copy(sequence_lengths_, data + header_size);
   // Pointers start at 34 + 4S, which is 8-byte aligned only for some S: copy them when not.
   const std::byte* pointer_bytes = data + header_size + sequence_count * 4;
   std::vector<std::int64_t> pointers(sequence_count);
-  std::memcpy(pointers.data(), pointer_bytes, sequence_count * 8);
+  copy(pointers, pointer_bytes);
   document_indices_.resize(document_entries);
-  std::memcpy(document_indices_.data(), pointer_bytes + sequence_count * 8, document_entries * 8);
+  copy(document_indices_, pointer_bytes + sequence_count * 8);
   if (document_entries == 0 || document_indices_.front() != 0 ||
       document_indices_.back() != static_cast<std::int64_t>(sequence_count)) {
     core::throw_data_error(index_name, "document_indices must run from 0 to the sequence count");
