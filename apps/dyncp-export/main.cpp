@@ -17,6 +17,7 @@
 #include "config/config_loader.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/output_file.hpp"
 #include "core/version.hpp"
 #include "model/hf_checkpoint.hpp"
 #include "train/checkpoint_store.hpp"
@@ -70,6 +71,7 @@ fs::path tokenizer_of_run(const fs::path& folder) {
 int run(const Options& options) {
   using namespace dyncp;
   core::setup_logging({});
+  core::ignore_file_size_limit_signal();  // a write past `ulimit -f` is an error naming the file
   const fs::path folder = checkpoint_folder(options.checkpoint);
   const model::StoredDType dtype =
       options.dtype == "fp32" ? model::StoredDType::f32 : model::StoredDType::bf16;

@@ -17,6 +17,7 @@
 #include "config/resolve.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/output_file.hpp"
 #include "core/version.hpp"
 #include "dist/abort.hpp"
 #include "dist/launch_env.hpp"
@@ -43,6 +44,9 @@ int run(const Options& options) {
   // First, before any slow start-up work: a SIGTERM or SIGUSR1 during start-up then stops the
   // run cleanly (exit 0) at the first step boundary instead of killing it with status 143.
   train::install_stop_signal_handlers();
+  // A checkpoint write past `ulimit -f` then fails the save, naming the file, instead of
+  // killing the run with SIGXFSZ.
+  core::ignore_file_size_limit_signal();
   if (options.print_config_reference) {
     std::cout << config::generate_config_reference();
     return 0;

@@ -1,11 +1,11 @@
 #include "model/hf_checkpoint.hpp"
 
 #include <filesystem>
-#include <fstream>
 #include <set>
 
 #include "config/model_architecture.hpp"
 #include "core/error.hpp"
+#include "core/output_file.hpp"
 #include "model/whole_model_tensors.hpp"
 
 namespace dyncp::model {
@@ -210,9 +210,9 @@ void save_hf_checkpoint(const std::string& folder, const Qwen3MoeParameters& par
   });
   if (!write) return;
   const std::string config_path = (std::filesystem::path(folder) / "config.json").string();
-  std::ofstream out(config_path, std::ios::trunc);
-  if (!out) core::throw_runtime_error("cannot create " + config_path);
-  out << config::to_hf_config_json(parameters.architecture()) << "\n";
+  core::OutputFile out(config_path);
+  out.write(config::to_hf_config_json(parameters.architecture()) + "\n");
+  out.close();
 }
 
 }  // namespace dyncp::model

@@ -2,11 +2,11 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/dtype.hpp"
 #include "core/error.hpp"
+#include "core/output_file.hpp"
 #include "model/safetensors.hpp"
 
 namespace dyncp::model {
@@ -93,17 +93,17 @@ void write_safetensors_file(const std::string& path, std::span<const TensorToWri
   std::string header_text = header.dump();
   header_text.append((8 - (8 + header_text.size()) % 8) % 8, ' ');
 
-  // Write to a temporary name and rename, so a crash never leaves a half-written checkpoint.
+  // Write to a temporary name and rename, so a crash never leaves a half-written file under
+  // the final name; a failed write (full disk, file-size limit) removes the partial file.
   // One tensor at a time: memory beyond the caller's is one tensor's values and bytes.
   const std::string temporary = path + ".partial";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) core::throw_runtime_error("cannot create " + temporary);
+  try {
+    core::OutputFile out(temporary);
     std::uint8_t length[8];
     for (int i = 0; i < 8; ++i)
       length[i] = static_cast<std::uint8_t>(header_text.size() >> (8 * i));
-    out.write(reinterpret_cast<const char*>(length), 8);
-    out.write(header_text.data(), static_cast<std::streamsize>(header_text.size()));
+    out.write(length, 8);
+    out.write(header_text);
     std::vector<float> produced;
     std::vector<std::uint8_t> bytes;
     for (const auto& tensor : tensors) {
@@ -114,12 +114,20 @@ void write_safetensors_file(const std::string& path, std::span<const TensorToWri
         values = produced;
       }
       encode_values(bytes, values, dtype);
-      out.write(reinterpret_cast<const char*>(bytes.data()),
-                static_cast<std::streamsize>(bytes.size()));
-      if (!out) core::throw_runtime_error("failed writing " + temporary);
+      out.write(bytes.data(), bytes.size());
     }
+    out.close();
+  } catch (...) {
+    std::error_code ignored;
+    std::filesystem::remove(temporary, ignored);
+    throw;
   }
-  std::filesystem::rename(temporary, path);
+  std::error_code error;
+  std::filesystem::rename(temporary, path, error);
+  if (error) {
+    core::throw_runtime_error("renaming '" + temporary + "' to '" + path +
+                              "' failed: " + error.message());
+  }
 }
 
 std::vector<std::string> write_safetensors_folder(const std::string& folder,
@@ -162,9 +170,9 @@ std::vector<std::string> write_safetensors_folder(const std::string& folder,
   index["metadata"] = {{"total_size", total_bytes}};
   index["weight_map"] = weight_map;
   const std::string index_path = (fs::path(folder) / "model.safetensors.index.json").string();
-  std::ofstream out(index_path, std::ios::trunc);
-  if (!out) core::throw_runtime_error("cannot create " + index_path);
-  out << index.dump(2) << "\n";
+  core::OutputFile out(index_path);
+  out.write(index.dump(2) + "\n");
+  out.close();
   written.push_back(index_path);
   return written;
 }

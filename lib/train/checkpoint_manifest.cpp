@@ -15,7 +15,7 @@
 
 #include "core/error.hpp"
 #include "core/json_text_check.hpp"
-#include "train/checkpoint_store.hpp"
+#include "core/output_file.hpp"
 
 namespace dyncp::train {
 
@@ -92,8 +92,8 @@ void write_checkpoint_manifest(const fs::path& folder, std::int64_t iteration) {
   const nlohmann::json manifest = {
       {"format", manifest_format}, {"iteration", iteration}, {"files", listed}};
   const std::string text = manifest.dump(1) + "\n";
-  CheckpointFile file(folder / checkpoint_manifest_name);
-  file.write(text.data(), text.size());
+  core::OutputFile file(folder / checkpoint_manifest_name);
+  file.write(text);
   file.close();
 }
 

@@ -21,7 +21,7 @@ namespace dyncp::train {
 inline constexpr const char* checkpoint_manifest_name = "manifest.json";
 
 // Hashes every regular file under `folder` (recursively, manifest excluded) and writes the
-// manifest through CheckpointFile (fsynced; ENOSPC and fault injection surface as errors).
+// manifest through core::OutputFile (fsynced; ENOSPC and fault injection surface as errors).
 void write_checkpoint_manifest(const std::filesystem::path& folder, std::int64_t iteration);
 
 struct ManifestEntry {

@@ -5,29 +5,22 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 
 #include "core/error.hpp"
+#include "core/output_file.hpp"
 #include "train/checkpoint_manifest.hpp"
+#include "train/format1_checkpoint.hpp"
 
 namespace dyncp::train {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-// Bytes written through CheckpointFile by this process (for fault injection only).
-std::atomic<std::uint64_t> bytes_written_in_process{0};
-
-std::optional<std::uint64_t> injected_enospc_limit() {
-  const char* value = std::getenv("DYNCP_FAULT_ENOSPC_AFTER_BYTES");
-  if (value == nullptr || *value == '\0') return std::nullopt;
-  return std::strtoull(value, nullptr, 10);
-}
 
 [[noreturn]] void throw_io_error(const fs::path& path, const std::string& what, int error) {
   core::throw_runtime_error("checkpoint: " + what + " '" + path.string() +
@@ -71,6 +64,25 @@ std::optional<std::string> read_latest_name(const fs::path& path, std::string& p
   return name;
 }
 
+// The iteration `folder` verifies as: by its manifest, or for a format-1 folder by its
+// structure (the folder's own iteration, which the format-1 state.json must match).
+CheckpointChoice verify_folder(const fs::path& folder, std::int64_t folder_iteration) {
+  if (is_format1_checkpoint(folder)) {
+    verify_format1_checkpoint(folder, folder_iteration);
+    return CheckpointChoice{folder, folder_iteration, true};
+  }
+  return CheckpointChoice{folder, verify_checkpoint_manifest(folder)};
+}
+
+void warn_if_format1(const CheckpointChoice& choice) {
+  if (!choice.format1) return;
+  spdlog::warn(
+      "{}: a format-1 checkpoint (written before checkpoint manifests): its files and headers "
+      "check out, but without checksums its tensor data cannot be verified; resuming it with "
+      "the LR schedule of this run's settings. The next save writes a verified checkpoint",
+      choice.folder.string());
+}
+
 void fsync_path(const fs::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) return;  // best effort for directories on filesystems that refuse it
@@ -79,33 +91,6 @@ void fsync_path(const fs::path& path) {
 }
 
 }  // namespace
-
-CheckpointFile::CheckpointFile(const fs::path& path) : path_(path) {
-  file_ = std::fopen(path.c_str(), "wb");
-  if (file_ == nullptr) throw_io_error(path, "opening", errno);
-}
-
-CheckpointFile::~CheckpointFile() {
-  if (file_ != nullptr) std::fclose(file_);
-}
-
-void CheckpointFile::write(const void* data, std::size_t bytes) {
-  if (const auto limit = injected_enospc_limit()) {
-    if (bytes_written_in_process.load() + bytes > *limit) throw_io_error(path_, "writing", ENOSPC);
-  }
-  if (std::fwrite(data, 1, bytes, file_) != bytes) throw_io_error(path_, "writing", errno);
-  bytes_written_in_process += bytes;
-}
-
-void CheckpointFile::close() {
-  if (file_ == nullptr) return;
-  std::FILE* file = file_;
-  file_ = nullptr;
-  const bool flushed = std::fflush(file) == 0 && ::fsync(fileno(file)) == 0;
-  const int error = errno;
-  const bool closed = std::fclose(file) == 0;
-  if (!flushed || !closed) throw_io_error(path_, "closing", error);
-}
 
 CheckpointStore::CheckpointStore(fs::path save_dir, int keep_last)
     : save_dir_(std::move(save_dir)), keep_last_(keep_last) {}
@@ -147,7 +132,7 @@ fs::path CheckpointStore::commit(std::int64_t iteration) {
 
   const fs::path latest_tmp = save_dir_ / ".latest.tmp";
   {
-    CheckpointFile latest(latest_tmp);
+    core::OutputFile latest(latest_tmp);
     const std::string name = folder_name(iteration) + "\n";
     latest.write(name.data(), name.size());
     latest.close();
@@ -203,23 +188,24 @@ std::optional<CheckpointChoice> CheckpointStore::select(const fs::path& dir,
       core::throw_config_error("checkpoint.ckpt_step",
                                std::to_string(*step) + ": no folder '" + folder.string() + "'");
     }
-    const std::int64_t iteration = verify_checkpoint_manifest(folder);
-    if (iteration != *step) {
-      core::throw_data_error(
-          (folder / checkpoint_manifest_name).string(),
-          "records iteration " + std::to_string(iteration) + ", not " + std::to_string(*step));
+    const CheckpointChoice choice = verify_folder(folder, *step);
+    if (choice.iteration != *step) {
+      core::throw_data_error((folder / checkpoint_manifest_name).string(),
+                             "records iteration " + std::to_string(choice.iteration) + ", not " +
+                                 std::to_string(*step));
     }
-    return CheckpointChoice{folder, iteration};
+    warn_if_format1(choice);
+    return choice;
   }
 
   std::vector<std::string> problems;
   const auto verified = [&](const fs::path& folder,
                             std::int64_t expected) -> std::optional<CheckpointChoice> {
     try {
-      const std::int64_t iteration = verify_checkpoint_manifest(folder);
-      if (iteration == expected) return CheckpointChoice{folder, iteration};
+      const CheckpointChoice choice = verify_folder(folder, expected);
+      if (choice.iteration == expected) return choice;
       problems.push_back(folder.string() + ": its manifest records iteration " +
-                         std::to_string(iteration));
+                         std::to_string(choice.iteration));
     } catch (const core::Error& error) {
       if (error.kind() != core::ErrorKind::data) throw;
       problems.push_back(error.what());
@@ -236,6 +222,7 @@ std::optional<CheckpointChoice> CheckpointStore::select(const fs::path& dir,
     } else if (!fs::is_directory(dir / *name)) {
       problem = "names '" + *name + "', which does not exist";
     } else if (auto choice = verified(dir / *name, *iteration)) {
+      warn_if_format1(*choice);
       return choice;
     } else {
       problem = "names '" + *name + "', which does not verify: " + problems.back();
@@ -247,6 +234,7 @@ std::optional<CheckpointChoice> CheckpointStore::select(const fs::path& dir,
     if (auto choice = verified(dir / folder_name(*it), *it)) {
       spdlog::warn("{}: {}; using the newest checkpoint that verifies, {}", latest_path.string(),
                    problem, choice->folder.string());
+      warn_if_format1(*choice);
       return choice;
     }
   }

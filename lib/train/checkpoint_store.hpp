@@ -15,14 +15,15 @@
 // Choosing a checkpoint to load (select): `latest` must hold the plain name of a sibling
 // iter_* folder whose manifest verifies; otherwise (missing, empty, pointing elsewhere, or the
 // folder fails verification) the newest iter_* folder that verifies is used, with a warning;
-// if iter_* folders or `latest` exist but none verifies, that is a data error (exit 2).
+// if iter_* folders or `latest` exist but none verifies, that is a data error (exit 2). A
+// folder from before manifests (format 1) counts as verifying when its structure checks out
+// (train/format1_checkpoint.hpp); choosing one logs a warning saying what was not verified.
 //
-// Fault injection for tests: when DYNCP_FAULT_ENOSPC_AFTER_BYTES=N is set, writes made
-// through `CheckpointFile` fail with ENOSPC once N bytes have been written in this process.
+// Every file of a checkpoint is written through core::OutputFile (checked writes, fsync on
+// close), so a full disk or a file-size limit anywhere fails the save (tests inject ENOSPC with
+// DYNCP_FAULT_ENOSPC_AFTER_BYTES, core/output_file.hpp).
 
-#include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -30,27 +31,12 @@
 
 namespace dyncp::train {
 
-// A file written for a checkpoint: buffered, byte-counted, fault-injectable.
-class CheckpointFile {
- public:
-  explicit CheckpointFile(const std::filesystem::path& path);
-  ~CheckpointFile();
-  CheckpointFile(const CheckpointFile&) = delete;
-  CheckpointFile& operator=(const CheckpointFile&) = delete;
-
-  void write(const void* data, std::size_t bytes);
-  // Flush, fsync and close; throws on any failure (ENOSPC included).
-  void close();
-
- private:
-  std::filesystem::path path_;
-  std::FILE* file_ = nullptr;
-};
-
 // A verified checkpoint folder and its iteration.
 struct CheckpointChoice {
   std::filesystem::path folder;
   std::int64_t iteration = 0;
+  // Written before manifests: checked for structure only (train/format1_checkpoint.hpp).
+  bool format1 = false;
 };
 
 class CheckpointStore {

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/output_file.hpp"
 
 namespace dyncp::train {
 
@@ -37,9 +38,9 @@ nlohmann::json read_json(const fs::path& path) {
 }
 
 void write_json(const fs::path& path, const nlohmann::json& json) {
-  std::ofstream out(path, std::ios::trunc);
-  out << json.dump(2) << "\n";
-  if (!out) core::throw_runtime_error("cannot write " + path.string());
+  core::OutputFile out(path);
+  out.write(json.dump(2) + "\n");
+  out.close();
 }
 
 // The id of tokenizer_config.json's `field` token ("<|im_end|>" or {"content": ...}), looked up

@@ -18,13 +18,19 @@ struct LoopState {
   std::int64_t index_in_epoch = 0;
   std::int64_t skipped_steps = 0;
   std::int64_t seed = 0;
-  LrSchedule lr_schedule;  // the schedule the run that saved was following
+  LrSchedule lr_schedule;         // the schedule the run that saved was following
+  bool lr_schedule_saved = true;  // false for format 1, which did not store the schedule
 };
 
 // Parses and schema-checks state.json text (`where` names the file in errors); the iteration
 // must be `expected_iteration`.
 LoopState parse_loop_state(const std::string& text, const std::string& where,
                            std::int64_t expected_iteration);
+
+// A format-1 state.json (written before checkpoint manifests and the saved LR schedule): the
+// same counters and checks, no "lr_scheduler"; lr_schedule_saved is false.
+LoopState parse_format1_loop_state(const std::string& text, const std::string& where,
+                                   std::int64_t expected_iteration);
 
 // state.json text of `state` (format 2).
 std::string loop_state_json(const LoopState& state);

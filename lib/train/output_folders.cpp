@@ -50,6 +50,8 @@ void require_writable_outputs(const config::ConfigContainer& config) {
   }
   if (!config.logger.wandb_project.empty())
     require_writable_folder("logger.wandb_save_dir", wandb_directory(config));
+  if (!config.logger.tensorboard_dir.empty())
+    require_writable_folder("logger.tensorboard_dir", config.logger.tensorboard_dir);
   if (config.dataset.type != config::DatasetType::mock_varlen && !config.dataset.cache_dir.empty())
     require_writable_folder("dataset.cache_dir", config.dataset.cache_dir);
 }

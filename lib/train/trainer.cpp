@@ -12,6 +12,7 @@
 
 #include "config/config_loader.hpp"
 #include "core/error.hpp"
+#include "core/output_file.hpp"
 #include "data/sampler.hpp"
 #include "dist/launch_env.hpp"
 #include "dist/parallel_layout.hpp"
@@ -57,11 +58,9 @@ void log_run_start(const config::ConfigContainer& config, const std::string& run
   const fs::path folder(config.checkpoint.save);
   fs::create_directories(folder);
   const fs::path temporary = folder / ".config.yaml.tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out << "# dyncp-train run " << run_id << ": resolved configuration\n" << yaml;
-    if (!out) core::throw_runtime_error("cannot write " + temporary.string());
-  }
+  core::OutputFile out(temporary);
+  out.write("# dyncp-train run " + run_id + ": resolved configuration\n" + yaml);
+  out.close();
   fs::rename(temporary, folder / "config.yaml");
 }
 
@@ -267,8 +266,10 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& la
     optimizer.load_full_size_moments(moments);
     spdlog::info("resumed from {} at iteration {} ({} samples consumed)", resume->folder.string(),
                  state.iteration, state.consumed_samples);
-    lr_schedule = resumed_lr_schedule(state.lr_schedule, lr_schedule,
-                                      config.scheduler.override_opt_param_scheduler);
+    if (state.lr_schedule_saved) {  // format 1 saved none: this run's settings (warned)
+      lr_schedule = resumed_lr_schedule(state.lr_schedule, lr_schedule,
+                                        config.scheduler.override_opt_param_scheduler);
+    }
   }
   state.lr_schedule = lr_schedule;
   const data::SamplerOptions sampler_options = train::sampler_options(config);
@@ -308,7 +309,7 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& la
       fs::path folder;
       try {
         folder = store->begin(state.iteration);
-      } catch (const core::Error& error) {
+      } catch (const std::exception& error) {  // core::Error or std::filesystem's
         failure = error.what();
       }
       try {
@@ -317,7 +318,7 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& la
                                   &expert_gather, /*write=*/failure.empty());
         if (failure.empty())
           spdlog::info("checkpoint saved: {}", store->commit(state.iteration).string());
-      } catch (const core::Error& error) {
+      } catch (const std::exception& error) {
         if (failure.empty()) failure = error.what();
       }
       if (!failure.empty()) {

@@ -12,9 +12,11 @@
 
 #include "core/error.hpp"
 #include "core/json_text_check.hpp"
+#include "core/output_file.hpp"
 #include "model/hf_checkpoint.hpp"
 #include "model/safetensors.hpp"
 #include "train/checkpoint_store.hpp"
+#include "train/format1_checkpoint.hpp"
 
 namespace dyncp::train {
 
@@ -63,10 +65,9 @@ void write_training_checkpoint(const fs::path& folder, const model::Qwen3MoePara
   if (failure) std::rethrow_exception(failure);
   if (!write) return;
 
-  // Written last and through CheckpointFile, so a full disk shows up as a failed save.
-  CheckpointFile file(folder / "state.json");
-  const std::string text = loop_state_json(state);
-  file.write(text.data(), text.size());
+  // Written last: the loop state says the files before it are complete.
+  core::OutputFile file(folder / "state.json");
+  file.write(loop_state_json(state));
   file.close();
 }
 
@@ -81,7 +82,10 @@ LoopState read_training_checkpoint(const fs::path& folder, std::int64_t iteratio
     core::throw_data_error(state_path.string(), "larger than 64 KiB: not a loop state");
   std::ifstream in(state_path, std::ios::binary);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const LoopState state = parse_loop_state(text, state_path.string(), iteration);
+  // A format-1 folder was checked for structure when it was chosen (CheckpointStore::select).
+  const LoopState state = is_format1_checkpoint(folder)
+                              ? parse_format1_loop_state(text, state_path.string(), iteration)
+                              : parse_loop_state(text, state_path.string(), iteration);
 
   // Only the tensors these parameters hold: under EP, this rank's experts.
   model::load_hf_weights((folder / "model").string(), parameters);

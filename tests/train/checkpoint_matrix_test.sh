@@ -82,6 +82,32 @@ fresh
 : >"$work/case/latest"
 expect "latest empty" "$work/case" 4 "latest"
 
+# Checkpoints from before manifests (format 1: no manifest.json, no LR schedule in state.json)
+# resume with a warning once their structure checks out; a damaged one is skipped like any
+# folder that does not verify; the resumed run's own saves are format 2 with a manifest.
+make_format1() {  # FOLDER: what a format-1 writer left
+  rm "$1/manifest.json"
+  python3 -c 'import json, sys
+p = sys.argv[1]; s = json.load(open(p)); s["format"] = 1; del s["lr_scheduler"]
+json.dump(s, open(p, "w"), indent=2)' "$1/state.json"
+}
+fresh
+make_format1 "$work/case/iter_0000004"
+make_format1 "$work/case/iter_0000002"
+expect "format 1" "$work/case" 4 "iter_0000004: a format-1 checkpoint"
+run train.train_iters=5 checkpoint.save="$work/case" >"$work/out.log" 2>&1 \
+  || fail "format 1: resuming and saving failed: $(tail -1 "$work/out.log")"
+grep -q '"format": 2' "$work/case/iter_0000005/state.json" && [[ -f $work/case/iter_0000005/manifest.json ]] \
+  || fail "format 1: the resumed run's save is not format 2 with a manifest"
+cases=$((cases + 1))
+for file in optimizer.safetensors model/model.safetensors model/config.json; do
+  fresh
+  make_format1 "$work/case/iter_0000004"
+  make_format1 "$work/case/iter_0000002"
+  damage truncate "$work/case/iter_0000004/$file"
+  expect "format 1, $file truncated" "$work/case" 2 "iter_0000004/$file"
+done
+
 # kill -9 at several moments of a run that saves every step: whatever was interrupted, the
 # folder resumes from a verified checkpoint.
 for delay in 0.7 1.1 1.5; do
@@ -102,20 +128,58 @@ for delay in 0.7 1.1 1.5; do
   grep -q "resumed from $work/killed/iter_" "$work/out.log" || fail "kill -9 after ${delay}s: no resume"
 done
 
-# A full disk at several points of the save of iteration 6: exit 1 (the final save is lost,
-# and says so), latest unchanged, and the folder still resumes from iteration 4.
-# (The fault switch counts bytes written through the checkpoint's own files: state.json, about
-# 300 bytes, then the manifest; 0 fails the first, 400 the manifest half-way.)
-for bytes in 0 400; do
+# A failed write at several points of the save of iteration 6 must give exit 1 (the final
+# save is lost, and says so) naming the file, leave latest unchanged and nothing partial (no
+# temporary folder, no .partial file, no iter_0000006), and the folder still resumes from 4.
+expect_failed_save() {  # LABEL REASON FILE
+  local label=$1 reason=$2 file=$3
+  cases=$((cases + 1))
+  [[ $status -eq 1 ]] || { tail -3 "$work/out.log"; fail "$label: exit $status, expected 1"; }
+  grep -q "$reason" "$work/out.log" || fail "$label: '$reason' not reported"
+  grep -q "checkpoint at iteration 6 failed, the previous one is kept: .*$file.*$reason" \
+    "$work/out.log" || fail "$label: the failure does not name $file"
+  grep -q "the final checkpoint (iteration 6) could not be written" "$work/out.log" \
+    || fail "$label: the lost final checkpoint is not reported"
+  [[ $(cat "$work/case/latest") == iter_0000004 ]] || fail "$label: latest moved"
+  local leftovers
+  leftovers=$(find "$work/case" -name '.tmp_*' -o -name '*.partial' -o -name '.latest.tmp')
+  [[ -z $leftovers ]] || fail "$label: partial files left: $leftovers"
+  expect "after $label" "$work/case" 4
+}
+# Through the kernel: a file-size limit (ulimit -f, RLIMIT_FSIZE) makes the real write(2) of a
+# checkpoint file fail with EFBIG (the trainer ignores SIGXFSZ, which would kill it unreported)
+# half-way through model.safetensors, then half-way through optimizer.safetensors (the larger).
+model_bytes=$(stat -c %s "$work/base/iter_0000004/model/model.safetensors")
+optimizer_bytes=$(stat -c %s "$work/base/iter_0000004/optimizer.safetensors")
+(( optimizer_bytes > model_bytes + 4096 )) || fail "optimizer.safetensors is not the larger file"
+for target in model optimizer; do
+  if [[ $target == model ]]; then
+    limit_kib=$((model_bytes / 2048)) file=model/model.safetensors.partial
+  else
+    limit_kib=$(((model_bytes + optimizer_bytes) / 2048)) file=optimizer.safetensors.partial
+  fi
   fresh
   status=0
-  DYNCP_FAULT_ENOSPC_AFTER_BYTES=$bytes run train.train_iters=6 checkpoint.save="$work/case" \
-    >"$work/out.log" 2>&1 || status=$?
-  cases=$((cases + 1))
-  [[ $status -eq 1 ]] || fail "ENOSPC after $bytes bytes: exit $status, expected 1"
-  grep -q "No space left on device" "$work/out.log" || fail "ENOSPC after $bytes bytes: not reported"
-  [[ $(cat "$work/case/latest") == iter_0000004 ]] || fail "ENOSPC after $bytes bytes: latest moved"
-  expect "after ENOSPC at $bytes bytes" "$work/case" 4
+  # PMIx's shared-memory store (a file larger than the limit) would fail MPI_Init: its hash
+  # store keeps the limit for the checkpoint's files.
+  (ulimit -f "$limit_kib" && PMIX_MCA_gds=hash exec "$train" "${one_rank[@]}" \
+     train.train_iters=6 checkpoint.save="$work/case") >"$work/out.log" 2>&1 || status=$?
+  expect_failed_save "a ${limit_kib} KiB file-size limit" "File too large" "$file"
+done
+# Through the fault switch (core/output_file.hpp): ENOSPC in the last files of the save —
+# state.json, the manifest, and latest's temporary file (after the folder is in place).
+for file in state.json manifest.json .latest.tmp; do
+  fresh
+  status=0
+  DYNCP_FAULT_ENOSPC_FILE=$file DYNCP_FAULT_ENOSPC_AFTER_BYTES=0 run train.train_iters=6 \
+    checkpoint.save="$work/case" >"$work/out.log" 2>&1 || status=$?
+  if [[ $file == .latest.tmp ]]; then
+    # The folder was complete and in place when latest failed: it verifies, latest does not
+    # name it, and the resume takes latest's.
+    [[ -f $work/case/iter_0000006/manifest.json ]] || fail "ENOSPC in latest: iter_0000006 lost"
+    rm -rf "$work/case/iter_0000006"
+  fi
+  expect_failed_save "ENOSPC in $file" "No space left on device" "$file"
 done
 
 # Read-only or impossible save folders: refused at start-up, before any step.

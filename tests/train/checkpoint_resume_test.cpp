@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/output_file.hpp"
 #include "train/checkpoint_store.hpp"
 #include "train/lr_schedule.hpp"
 #include "train/output_folders.hpp"
@@ -17,7 +18,7 @@
 
 namespace fs = std::filesystem;
 using dyncp::core::Error;
-using dyncp::train::CheckpointFile;
+using dyncp::core::OutputFile;
 using dyncp::train::CheckpointStore;
 
 namespace {
@@ -32,7 +33,7 @@ fs::path fresh_dir(const std::string& name) {
 void save(const fs::path& dir, std::int64_t iteration) {
   CheckpointStore store(dir, -1);
   const fs::path folder = store.begin(iteration);
-  CheckpointFile file(folder / "state.json");
+  OutputFile file(folder / "state.json");
   file.write("{}", 2);
   file.close();
   store.commit(iteration);
@@ -180,5 +181,8 @@ TEST_CASE("unwritable output folders are refused at start-up naming the key", "[
   config.checkpoint.export_hf.clear();
   config.logger.metrics_path = "/proc/dyncp/metrics.jsonl";
   refused("logger.metrics_path");
+  config.logger.metrics_path.clear();
+  config.logger.tensorboard_dir = (dir / "a_file" / "tb").string();
+  refused("logger.tensorboard_dir");
   fs::remove_all(dir);
 }

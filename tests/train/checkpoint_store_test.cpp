@@ -7,10 +7,11 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/output_file.hpp"
 #include "train/checkpoint_manifest.hpp"
 
 namespace fs = std::filesystem;
-using dyncp::train::CheckpointFile;
+using dyncp::core::OutputFile;
 using dyncp::train::CheckpointStore;
 
 namespace {
@@ -25,7 +26,7 @@ fs::path fresh_dir(const std::string& name) {
 void save(CheckpointStore& store, std::int64_t iteration, std::size_t bytes) {
   const fs::path folder = store.begin(iteration);
   try {
-    CheckpointFile file(folder / "weights.bin");
+    OutputFile file(folder / "weights.bin");
     const std::string payload(bytes, 'x');
     file.write(payload.data(), payload.size());
     file.close();
@@ -171,7 +172,7 @@ TEST_CASE("files from another iteration do not pass as this one", "[train][ckpt]
   save(store, 10, 64);
   {
     const fs::path folder = store.begin(20);
-    CheckpointFile file(folder / "weights.bin");
+    OutputFile file(folder / "weights.bin");
     const std::string payload(64, 'z');
     file.write(payload.data(), payload.size());
     file.close();

@@ -180,8 +180,8 @@ PY
     # Resumes from iteration 2 (load unset: save's own checkpoints); every save of the run
     # fails, so the final one does too: exit 1, not 0.
     status=0
-    DYNCP_FAULT_ENOSPC_AFTER_BYTES=0 run train.train_iters=4 checkpoint.save="$work/ckpt" \
-      checkpoint.save_interval=1 >"$work/b.log" 2>&1 || status=$?
+    DYNCP_FAULT_ENOSPC_FILE=state.json DYNCP_FAULT_ENOSPC_AFTER_BYTES=0 run train.train_iters=4 \
+      checkpoint.save="$work/ckpt" checkpoint.save_interval=1 >"$work/b.log" 2>&1 || status=$?
     grep -q "No space left on device" "$work/b.log" || { echo "no ENOSPC reported"; exit 1; }
     [[ $status -eq 1 ]] || { echo "a failed final save exited $status, not 1"; exit 1; }
     grep -q "the final checkpoint (iteration 4) could not be written" "$work/b.log" \
