@@ -37,7 +37,8 @@ LengthsFile read_json(const std::string& path, const std::string& content) {
   nlohmann::json root;
   try {
     root = nlohmann::json::parse(content);
-  } catch (const nlohmann::json::parse_error& error) {
+  } catch (const nlohmann::json::exception& error) {
+    // parse_error, and out_of_range for a number past double's range.
     core::throw_data_error(path, std::string("invalid JSON: ") + error.what());
   }
   if (root.is_object() && root.contains("lengths")) root = root["lengths"];

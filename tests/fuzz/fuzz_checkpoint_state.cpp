@@ -1,6 +1,7 @@
 // libFuzzer target: a checkpoint's state.json (both formats) and manifest.json texts through
 // their schema checks. Any input must be accepted or refused with a data error, never a crash
 // or another exception; an accepted state holds no negative counter.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -26,8 +27,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     const auto manifest = dyncp::train::parse_checkpoint_manifest(text, "manifest.json");
     for (const auto& file : manifest.files) {
-      if (file.path.empty() || file.path.front() == '/' || file.path.find("..") == 0)
-        __builtin_trap();
+      // A listed path stays inside the folder: relative, and no part is "", "." or "..".
+      if (file.path.empty() || file.path.front() == '/') __builtin_trap();
+      std::size_t begin = 0;
+      while (begin <= file.path.size()) {
+        const std::size_t end = std::min(file.path.find('/', begin), file.path.size());
+        const std::string part = file.path.substr(begin, end - begin);
+        if (part.empty() || part == "." || part == "..") __builtin_trap();
+        begin = end + 1;
+      }
     }
   } catch (const dyncp::core::Error& error) {
     if (error.kind() != dyncp::core::ErrorKind::data) __builtin_trap();
