@@ -17,13 +17,11 @@ GradientSync::GradientSync(const ParameterPartition& partition, float* gradients
       expert_data_parallel_(expert_data_parallel),
       expert_parallel_(expert_parallel) {
   const std::int64_t largest = std::max(partition.dense_elements, partition.expert_elements);
-  bucket_elements_ = std::max<std::int64_t>(std::min(bucket_elements, largest), 1);
-  bucket_.resize(static_cast<std::size_t>(bucket_elements_));
+  bucket_.resize(static_cast<std::size_t>(std::min(bucket_elements, largest)));
   packed_.reserve(partition.ranges.size());
 }
 
 void GradientSync::set_device(core::Device device) {
-  if (device == device_) return;
   device_ = device;
   if (device == core::Device::cuda && !device_scratch_)
     device_scratch_ = std::make_unique<core::Arena>("gradient_sync.scratch", 1 << 20, device);
@@ -61,7 +59,7 @@ void GradientSync::reduce_kind(bool experts, dist::Comm& comm) {
     reduce_spans_in_place(experts, comm);
     return;
   }
-  const std::int64_t bucket_size = bucket_elements_;
+  const auto bucket_size = static_cast<std::int64_t>(bucket_.size());
   float* bucket = bucket_.data();
   std::vector<const ParameterRange*>& packed = packed_;  // ranges waiting in the bucket
   packed.clear();

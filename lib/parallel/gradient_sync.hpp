@@ -42,7 +42,6 @@ class GradientSync {
   dist::Comm& pool_;
   dist::Comm& expert_data_parallel_;
   dist::Comm& expert_parallel_;
-  std::int64_t bucket_elements_ = 1;
   std::vector<float> bucket_;
   std::vector<const ParameterRange*> packed_;
   core::Device device_ = core::Device::cpu;
