@@ -279,6 +279,38 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaM
   return copy(dst, src, bytes, kind, stream, true, "cudaMemcpyAsync");
 }
 
+cudaError_t cudaMemcpy2D(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+                         std::size_t width, std::size_t height, cudaMemcpyKind kind) {
+  if (width == 0 || height == 0) return cudaSuccess;
+  if (width > dst_pitch || width > src_pitch) return record_error(cudaErrorInvalidPitchValue);
+  // Each side must lie inside one allocation over its whole extent, as on a GPU.
+  DeviceHeap& heap = DeviceHeap::instance();
+  if (kind == cudaMemcpyDefault) {
+    const bool d = heap.in_range(dst), s = heap.in_range(src);
+    kind = d ? (s ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
+             : (s ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
+  }
+  const bool dst_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  const bool src_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  if (!check_side(dst, dst_pitch * (height - 1) + width, dst_device, "cudaMemcpy2D",
+                  "destination") ||
+      !check_side(src, src_pitch * (height - 1) + width, src_device, "cudaMemcpy2D", "source")) {
+    return cudaErrorInvalidValue;
+  }
+  std::lock_guard lock(state_mutex);
+  CUstream_st& s = resolve(nullptr);
+  ++s.enqueued;
+  {
+    DeviceAccess access;
+    for (std::size_t row = 0; row < height; ++row) {
+      std::memmove(static_cast<unsigned char*>(dst) + row * dst_pitch,
+                   static_cast<const unsigned char*>(src) + row * src_pitch, width);
+    }
+  }
+  deliver_all(s);
+  return cudaSuccess;
+}
+
 cudaError_t cudaMemset(void* dst, int value, std::size_t bytes) {
   return set(dst, bytes, value, bytes, 1, nullptr, "cudaMemset");
 }
@@ -413,6 +445,8 @@ const char* cudaGetErrorName(cudaError_t error) {
       return "cudaErrorInvalidConfiguration";
     case cudaErrorInvalidDevicePointer:
       return "cudaErrorInvalidDevicePointer";
+    case cudaErrorInvalidPitchValue:
+      return "cudaErrorInvalidPitchValue";
     case cudaErrorInvalidMemcpyDirection:
       return "cudaErrorInvalidMemcpyDirection";
     case cudaErrorInvalidResourceHandle:

@@ -25,6 +25,10 @@ class DeviceMemory {
   // Synchronous: returns when dst holds the bytes (any pair of devices).
   virtual void copy(void* dst, Device dst_device, const void* src, Device src_device,
                     std::size_t bytes) = 0;
+  // Synchronous device-to-device copy of `rows` rows of `width` bytes, rows `src_pitch` bytes
+  // apart in src and `dst_pitch` apart in dst (a column block of a row-major tensor).
+  virtual void copy_2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+                       std::size_t width, std::size_t rows) = 0;
   virtual void set_zero(void* dst, std::size_t bytes) = 0;
   // True when `pointer` is device memory of this backend (communicators route on it).
   virtual bool is_device_pointer(const void* pointer) const = 0;

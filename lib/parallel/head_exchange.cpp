@@ -25,13 +25,21 @@ void HeadSlices::assign_kv_side(const config::HeadSharding& sharding) {
   replicated = sharding.kv_replicas() > 1;
 }
 
-void HeadExchange::begin_bin(dist::Comm& group, core::Arena& keep,
+void HeadExchange::begin_bin(dist::Comm& group, const model::SeamContext& context,
                              const model::LocalBinLayout& local, bool whole_sequences,
                              std::string_view who) {
   group_ = &group;
+  ops_ = context.ops;
   local_rows_ = local.positions.numel();
-  const GroupBinLayout gathered = gather_group_bin_layout(group, keep, local, who);
-  merged_ = merge_group_rows(gathered, group.rank(), keep, whole_sequences, who, group.name());
+  core::Arena& host = context.host_arena();
+  const GroupBinLayout gathered = gather_group_bin_layout(group, host, local, who);
+  merged_ = merge_group_rows(gathered, group.rank(), host, whole_sequences, who, group.name());
+  const Tensor device_positions =
+      on_device_of(local.positions, *context.activations, merged_.layout.positions);
+  if (device_positions.raw_data() != merged_.layout.positions.raw_data()) {
+    merged_.layout.host_positions = merged_.layout.positions;
+    merged_.layout.positions = device_positions;
+  }
 }
 
 Tensor HeadExchange::allocate_heads(core::Arena& arena, const Tensor& local,
@@ -50,7 +58,7 @@ void HeadExchange::to_heads(const Tensor& local, const HeadSlices& slices, const
   core::ArenaScope scope(scratch);
   const Tensor send = allocate_heads(scratch, local, slices);  // rank-order blocks
   const Tensor received = allocate_heads(scratch, local, slices);
-  pack_head_blocks(local, slices.first_head, slices.heads_per_rank, send);
+  pack_head_blocks(ops_, local, slices.first_head, slices.heads_per_rank, send);
   {
     ScopedMilliseconds timer(comm_ms);
     group_->all_to_all(send.raw_data(), received.raw_data(),
@@ -73,7 +81,8 @@ void HeadExchange::from_heads(const Tensor& heads, const HeadSlices& slices, con
     group_->all_to_all(send.raw_data(), received.raw_data(),
                        static_cast<std::size_t>(send.numel() / group_->size()), heads.dtype());
   }
-  unpack_head_blocks(received, slices.first_head, slices.heads_per_rank, local, slices.replicated);
+  unpack_head_blocks(ops_, received, slices.first_head, slices.heads_per_rank, local,
+                     slices.replicated);
 }
 
 }  // namespace dyncp::parallel

@@ -44,9 +44,11 @@ class HeadExchange {
  public:
   // Collective over `group`: gathers every rank's layout and merges the rows. With
   // whole_sequences the group must hold every position of every sequence once (a2a: the group
-  // is the runtime group); a subgroup (a2a+p2p's inner group) holds any part.
-  void begin_bin(dist::Comm& group, core::Arena& keep, const model::LocalBinLayout& local,
-                 bool whole_sequences, std::string_view who);
+  // is the runtime group); a subgroup (a2a+p2p's inner group) holds any part. The row plan is
+  // host memory (context.host_arena()); the merged positions the kernels read are copied to
+  // the tensors' device (context.activations). The exchanges run with context.ops.
+  void begin_bin(dist::Comm& group, const model::SeamContext& context,
+                 const model::LocalBinLayout& local, bool whole_sequences, std::string_view who);
 
   int group_size() const { return group_->size(); }
   int group_rank() const { return group_->rank(); }
@@ -68,6 +70,7 @@ class HeadExchange {
 
  private:
   dist::Comm* group_ = nullptr;
+  ops::OpContext ops_;
   std::int64_t local_rows_ = 0;
   MergedGroupRows merged_;
 };
@@ -88,7 +91,7 @@ class RingLevel {
                  std::string_view who, double& comm_ms) {
     {
       ScopedMilliseconds timer(comm_ms);
-      exchange.begin_bin(*levels.all_to_all, *context.activations, layout,
+      exchange.begin_bin(*levels.all_to_all, context, layout,
                          /*whole_sequences=*/levels.ring == nullptr, who);
     }
     seam_.set_group(levels.ring);

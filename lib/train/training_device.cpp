@@ -27,11 +27,6 @@ void refuse_unbuilt_gpu_features(const config::ConfigContainer& config, int worl
   if (config.model.moe_router_load_balancing_type != config::LoadBalancingType::none)
     refuse("model.moe_router_load_balancing_type",
            "the MoE aux-loss ops have no CUDA kernels yet: set it to none");
-  if (config.model.cp_comm_type == config::CpCommType::a2a ||
-      config.model.cp_comm_type == config::CpCommType::a2a_p2p)
-    refuse("model.cp_comm_type",
-           "a2a and a2a+p2p plan their head blocks with host loops over the tensors so far: use "
-           "all_gather or p2p on the GPU");
   if (config.ddp.use_distributed_optimizer)
     refuse("ddp.use_distributed_optimizer", "the sharded optimizer state is host code so far");
   if (config.optimizer.exp_avg_dtype == config::StateDType::bfloat16 ||

@@ -48,7 +48,7 @@ TEST_CASE("head blocks: pack then unpack restores the tensor", "[parallel]") {
   for (int i = 0; i < 24; ++i) x[i] = static_cast<float>(i);
   const std::vector<std::int64_t> first = {0, 2};
   core::Tensor blocks = core::Tensor::empty({2 * 3, 2, 2}, core::DType::f32);
-  parallel::pack_head_blocks(local, first, 2, blocks);
+  parallel::pack_head_blocks(ops::OpContext{}, local, first, 2, blocks);
   const float* b = blocks.data<float>();
   // Block 1, row 0 holds heads 2-3 of row 0: elements 4..7.
   CHECK(b[12] == 4.0f);
@@ -56,7 +56,7 @@ TEST_CASE("head blocks: pack then unpack restores the tensor", "[parallel]") {
   // Block 0, row 2 holds heads 0-1 of row 2: elements 16..19.
   CHECK(b[8] == 16.0f);
   core::Tensor back = core::Tensor::zeros({3, 4, 2}, core::DType::f32);
-  parallel::unpack_head_blocks(blocks, first, 2, back, /*sum_repeated=*/false);
+  parallel::unpack_head_blocks(ops::OpContext{}, blocks, first, 2, back, /*sum_repeated=*/false);
   for (int i = 0; i < 24; ++i) CHECK(back.data<float>()[i] == x[i]);
 }
 
@@ -67,14 +67,14 @@ TEST_CASE("head blocks: replicated heads are summed on the way back", "[parallel
   core::Tensor blocks = core::Tensor::empty({4 * 2, 1}, core::DType::f64);
   double* b = blocks.data<double>();
   for (int i = 0; i < 8; ++i) b[i] = static_cast<double>(1 << i);
-  parallel::unpack_head_blocks(blocks, first, 1, local, /*sum_repeated=*/true);
+  parallel::unpack_head_blocks(ops::OpContext{}, blocks, first, 1, local, /*sum_repeated=*/true);
   const double* y = local.data<double>();
   CHECK(y[0] == 1.0 + 4.0);     // row 0, head 0: blocks 0 and 1
   CHECK(y[1] == 16.0 + 64.0);   // row 0, head 1: blocks 2 and 3
   CHECK(y[2] == 2.0 + 8.0);     // row 1, head 0
   CHECK(y[3] == 32.0 + 128.0);  // row 1, head 1
   // Packing sends each replica its own copy.
-  parallel::pack_head_blocks(local, first, 1, blocks);
+  parallel::pack_head_blocks(ops::OpContext{}, local, first, 1, blocks);
   CHECK(blocks.data<double>()[0] == y[0]);
   CHECK(blocks.data<double>()[2] == y[0]);
   CHECK(blocks.data<double>()[7] == y[3]);

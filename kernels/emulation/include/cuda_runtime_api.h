@@ -15,6 +15,7 @@ enum cudaError_t {
   cudaErrorInvalidValue = 1,
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidPitchValue = 12,
   cudaErrorInvalidDevicePointer = 17,
   cudaErrorInvalidMemcpyDirection = 21,
   cudaErrorInvalidResourceHandle = 400,
@@ -100,6 +101,8 @@ cudaError_t cudaFreeHost(void* pointer);
 cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t stream = nullptr);
+cudaError_t cudaMemcpy2D(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+                         std::size_t width, std::size_t height, cudaMemcpyKind kind);
 cudaError_t cudaMemset(void* dst, int value, std::size_t bytes);
 cudaError_t cudaMemsetAsync(void* dst, int value, std::size_t bytes, cudaStream_t stream = nullptr);
 cudaError_t cudaMemset2DAsync(void* dst, std::size_t pitch, int value, std::size_t width,

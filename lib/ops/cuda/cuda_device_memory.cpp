@@ -41,6 +41,11 @@ class CudaDeviceMemory final : public core::DeviceMemory {
             std::size_t bytes) override {
     DYNCP_CUDA_CHECK(cudaMemcpy(dst, src, bytes, kind_of(dst_device, src_device)));
   }
+  void copy_2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+               std::size_t width, std::size_t rows) override {
+    DYNCP_CUDA_CHECK(
+        cudaMemcpy2D(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDeviceToDevice));
+  }
   void set_zero(void* dst, std::size_t bytes) override {
     DYNCP_CUDA_CHECK(cudaMemset(dst, 0, bytes));
   }
