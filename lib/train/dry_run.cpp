@@ -1,5 +1,6 @@
 #include "train/dry_run.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 #include <vector>
@@ -19,12 +20,6 @@ namespace dyncp::train {
 
 namespace {
 
-std::string milliseconds(double seconds) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.3g ms", seconds * 1e3);
-  return buffer;
-}
-
 std::string ratio(double numerator, double denominator) {
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "%.2fx", numerator / denominator);
@@ -32,6 +27,17 @@ std::string ratio(double numerator, double denominator) {
 }
 
 }  // namespace
+
+std::string milliseconds(double seconds) {
+  // Plain decimals at any size (a long step is "12300 ms", never "1.23e+04 ms"), three
+  // significant digits below 100 ms.
+  const double ms = seconds * 1e3;
+  const double size = std::fabs(ms);
+  const int decimals = size >= 100 ? 0 : size >= 10 ? 1 : size >= 1 ? 2 : 3;
+  char buffer[48];
+  std::snprintf(buffer, sizeof buffer, "%.*f ms", decimals, ms);
+  return buffer;
+}
 
 SchedulePreview preview_first_step(const config::ConfigContainer& config,
                                    const data::SampleSource& source) {
@@ -199,7 +205,12 @@ bool write_dry_run_report(std::ostream& out, const config::ConfigContainer& conf
     out << "static-CP baseline of this recipe: " << suggest_static_layout(config) << "\n";
   const MemoryEstimateInput input = memory_estimate_input(config);
   const MemoryEstimate estimate = estimate_memory(input);
-  out << "memory estimate per rank (fp32; " << input.tokens_per_rank << " tokens per rank; "
+  out << "memory estimate per rank ("
+      << (input.bf16_products ? std::string("bf16_mixed: fp32 master weights, main_grad and "
+                                            "activations, bf16 operand copies") +
+                                    (input.on_gpu ? " on the GPU" : " held as fp32 on the CPU")
+                              : std::string("fp32"))
+      << "; " << input.tokens_per_rank << " tokens per rank; "
       << (input.recompute_full ? "recompute full" : "no recompute") << "):\n"
       << format_memory_table(estimate);
   if (config.dist.device == config::Device::cpu) {

@@ -41,6 +41,9 @@ std::string format_group_histogram(const std::map<std::int64_t, std::int64_t>& g
 
 std::string format_schedule_preview(const SchedulePreview& preview);
 
+// A duration in plain milliseconds ("373 ms", "12300 ms", "4.56 ms"; never an exponent).
+std::string milliseconds(double seconds);
+
 // The static-CP layout nearest to a dynamic-CP recipe, as overrides: the same world and
 // max_seqlen_per_dp_cp_rank, the smallest cp that holds seq_length (the cap grows only when
 // even cp = world cannot). Followed by a note on the layout it gives.

@@ -8,6 +8,8 @@
 
 #include "config/head_sharding.hpp"
 #include "model/qwen3_moe_parameters.hpp"
+#include "packing/alignment.hpp"
+#include "packing/schedule.hpp"
 
 namespace dyncp::train {
 
@@ -91,6 +93,29 @@ double backward_scratch_per_token(const Shape& s, bool moe_layers) {
   return std::max(attention, mlp);
 }
 
+// Values of the bf16 operand copies the largest single matrix product holds under bf16_mixed
+// (lib/ops/cuda/cuda_ops.cpp converts them into scratch per call; the CPU rounds fp32 copies):
+// a linear's backward converts dy [T, out], x [T, in] and W [in, out]; the grouped expert
+// products the same over T x k rows and the rank's experts; the fused LM head converts the
+// whole hidden [T, h] and W_lm [V, h]; attention its q, k, v, out and dout.
+double bf16_operand_values(const Shape& s, double tokens, double local_experts, bool any_moe,
+                           bool any_dense) {
+  const auto linear = [&](double in, double out) { return tokens * (in + out) + in * out; };
+  double worst = std::max({linear(s.hidden, s.q_width), linear(s.q_width, s.hidden),
+                           linear(s.hidden, s.kv_width),
+                           tokens * (3 * s.q_width + 2 * s.kv_width),  // attention
+                           tokens * s.hidden + s.vocab * s.hidden});   // LM head
+  if (any_dense)
+    worst = std::max({worst, linear(s.hidden, 2 * s.dense_intermediate),
+                      linear(s.dense_intermediate, s.hidden)});
+  if (any_moe) {
+    const double rows = tokens * s.top_k;
+    worst = std::max(worst, rows * (s.hidden + 2 * s.moe_intermediate) +
+                                local_experts * s.hidden * 2 * s.moe_intermediate);
+  }
+  return worst;
+}
+
 std::string with_commas(double value) {
   char buffer[64];
   std::snprintf(buffer, sizeof buffer, "%.0f", value);
@@ -134,12 +159,17 @@ MemoryEstimate estimate_memory(const MemoryEstimateInput& input) {
   const double parameter_bytes = static_cast<double>(out.num_parameters) * bytes_per_value;
   const std::string parameters =
       with_commas(static_cast<double>(out.num_parameters)) + " fp32" +
+      (input.bf16_products ? std::string(" (master)") : std::string()) +
       (ep > 1 ? " (experts 1/" + std::to_string(ep) + ": " +
                     with_commas(static_cast<double>(count_expert_parameters(a, ep))) + " of " +
                     with_commas(static_cast<double>(count_expert_parameters(a))) + ")"
               : "");
   out.lines.push_back({"weights", parameter_bytes, parameters});
-  out.lines.push_back({"gradients", parameter_bytes, parameters});
+  out.lines.push_back({"gradients", parameter_bytes,
+                       input.bf16_products
+                           ? with_commas(static_cast<double>(out.num_parameters)) +
+                                 " fp32 (main_grad: bf16 products accumulate in fp32)"
+                           : parameters});
   const double moment_bytes = input.exp_avg_bytes + input.exp_avg_sq_bytes;
   const auto dtype_name = [](double bytes) { return bytes == 2 ? "bf16" : "fp32"; };
   const std::string moment_dtypes = moment_bytes == 8
@@ -171,9 +201,11 @@ MemoryEstimate estimate_memory(const MemoryEstimateInput& input) {
   double kept_layers = 0;  // saved for backward through the whole bin
   double largest_layer = 0;
   bool any_moe = false;
+  bool any_dense = false;
   for (std::int64_t layer = 0; layer < a.num_hidden_layers; ++layer) {
     const bool moe = a.is_moe_layer(layer);
     any_moe = any_moe || moe;
+    any_dense = any_dense || !moe;
     const double mixer =
         a.mixer_of_layer(layer) == config::LayerMixer::linear_attention
             ? deltanet_saved_per_token(a)
@@ -258,7 +290,8 @@ MemoryEstimate estimate_memory(const MemoryEstimateInput& input) {
     out.lines.push_back(
         {"CP all-gather",
          input.largest_cp_group > 1 ? 5 * group * tokens * s.kv_width * bytes_per_value : 0.0,
-         "K, V, dK, dV + staging of a group of " + std::to_string(input.largest_cp_group)});
+         "K, V, dK, dV + staging of a group of " + std::to_string(input.largest_cp_group) +
+             (input.largest_cp_group_why.empty() ? "" : " (" + input.largest_cp_group_why + ")")});
   }
   out.lines.push_back({"EP dispatch",
                        input.expert_model_parallel_size > 1 && any_moe
@@ -266,8 +299,46 @@ MemoryEstimate estimate_memory(const MemoryEstimateInput& input) {
                            : 0.0,
                        "received rows + expert outputs, balanced routing over ep " +
                            std::to_string(input.expert_model_parallel_size)});
+  if (input.bf16_products) {
+    const double copy_bytes = input.on_gpu ? 2.0 : bytes_per_value;
+    const double local_experts = static_cast<double>(std::max<std::int64_t>(a.num_experts / ep, 1));
+    out.lines.push_back(
+        {"bf16 operand copies",
+         bf16_operand_values(s, tokens, local_experts, any_moe, any_dense) * copy_bytes,
+         std::string("the largest product's operands, converted per call (bf16_mixed; ") +
+             (input.on_gpu ? "2 bytes each on the GPU)" : "fp32-held on the CPU)")});
+  }
   for (std::size_t i = 3; i < out.lines.size(); ++i) out.per_bin_bytes += out.lines[i].bytes;
   return out;
+}
+
+std::int64_t largest_cp_group_for(const config::ConfigContainer& config, std::string* why) {
+  const auto& model = config.model;
+  const auto say = [&](std::string text) {
+    if (why != nullptr) *why = std::move(text);
+  };
+  if (!model.dynamic_context_parallel) {
+    say("static CP");
+    return model.context_parallel_size;
+  }
+  const std::int64_t pool = std::max<std::int64_t>(config.layout.pool_size, 1);
+  const auto scheduler =
+      model.sequence_packing_scheduler.value_or(config::PackingScheduler::default_dynamic_cp);
+  const bool power_of_two = (pool & (pool - 1)) == 0;
+  if (scheduler != config::PackingScheduler::default_dynamic_cp || !power_of_two) {
+    say(std::string(scheduler == config::PackingScheduler::cost_aware
+                        ? "cost_aware may fill the whole pool"
+                        : "a pool that is not a power of two may fall back to one pool group"));
+    return pool;
+  }
+  const std::int64_t cap = model.max_seqlen_per_dp_cp_rank.value_or(model.seq_length);
+  const std::int64_t needed =
+      std::min(pool, packing::group_size_needed(model.seq_length, cap,
+                                                model.min_dynamic_context_parallel_size,
+                                                packing::alignment_rule(config)));
+  say("the longest sample's group: seq_length " + std::to_string(model.seq_length) + " over " +
+      std::to_string(cap) + " tokens per rank; the pool is " + std::to_string(pool));
+  return needed;
 }
 
 MemoryEstimateInput memory_estimate_input(const config::ConfigContainer& config) {
@@ -278,11 +349,9 @@ MemoryEstimateInput memory_estimate_input(const config::ConfigContainer& config)
   input.recompute_full = config.model.recompute_granularity == config::RecomputeGranularity::full;
   if (input.recompute_full && config.model.recompute_method == config::RecomputeMethod::block)
     input.recompute_first_layers = config.model.recompute_num_layers.value_or(1);
-  const auto& sizes = config.layout.dynamic_group_sizes;
-  input.largest_cp_group = sizes.empty() ? config.model.context_parallel_size
-                                         : *std::max_element(sizes.begin(), sizes.end());
-  if (!config.model.dynamic_context_parallel)
-    input.largest_cp_group = config.model.context_parallel_size;
+  input.largest_cp_group = largest_cp_group_for(config, &input.largest_cp_group_why);
+  input.bf16_products = config.mixed_precision == config::MixedPrecision::bf16_mixed;
+  input.on_gpu = config.dist.device == config::Device::cuda;
   input.expert_model_parallel_size = config.model.expert_model_parallel_size;
   input.pool_size = config.layout.pool_size;
   input.distributed_optimizer = config.ddp.use_distributed_optimizer;

@@ -1,6 +1,10 @@
 #pragma once
 // Per-rank memory estimate for `--dry-run`, and the figure the trainer compares its measured
-// peak with. Every buffer is fp32, as the model computes in fp32.
+// peak with. Every stored buffer is fp32: the model keeps fp32 master weights, fp32 gradients
+// (main_grad) and fp32 activations on both devices, also under mixed_precision: bf16_mixed.
+// What bf16_mixed adds is the bf16 operands of each matrix product, converted per call into the
+// scratch arena (docs/precision.md): the largest single product's copies are counted, 2 bytes a
+// value on the GPU (real bf16) and 4 on the CPU (which rounds fp32 copies).
 //
 // Persistent state: weights, gradients, AdamW exp_avg and exp_avg_sq, 4 bytes per parameter
 // each (a bf16 moment of the precision-aware optimizer: 2), of the parameters a rank holds: every
@@ -22,7 +26,8 @@
 //   backward scratch  one layer's temporaries (dq/dk/dv, d attention, MoE dy/dx_perm, d router)
 //   cross-entropy     one token_chunk x vocab_chunk logits tile and its row buffers
 //   CP all-gather     K and V of the largest group (c x T rows), their rank-order staging copy
-//                     and dK/dV: 5 x c x T x Hkv x d
+//                     and dK/dV: 5 x c x T x Hkv x d. c is the largest group whose tokens a step
+//                     can gather (largest_cp_group_for below), not the pool
 //   CP ring           (cp_comm_type p2p, instead) K/V blocks in flight and dK/dV accumulators:
 //                     10 x T x Hkv x d whatever c (docs/dist.md)
 //   CP all-to-all     (a2a, a2a+p2p, instead) the head-sharded Q, K, V, out and lse kept per
@@ -55,6 +60,9 @@ struct MemoryEstimateInput {
   std::int64_t hierarchical_inner_size = 0;      // a2a+p2p
   std::int64_t cross_entropy_token_chunk = 256;  // model::ModelOptions defaults
   std::int64_t cross_entropy_vocab_chunk = 32768;
+  bool bf16_products = false;        // mixed_precision: bf16_mixed
+  bool on_gpu = false;               // dist.device: cuda (bf16 copies are 2 bytes, not 4)
+  std::string largest_cp_group_why;  // how largest_cp_group was derived, for the table
 };
 
 struct MemoryLine {
@@ -82,7 +90,23 @@ std::int64_t count_expert_parameters(const config::ModelArchitecture& architectu
 
 MemoryEstimate estimate_memory(const MemoryEstimateInput& input);
 
-// The input a resolved recipe implies (cap, recompute, largest group, EP size).
+// The largest CP group whose K/V a step can all-gather, from the recipe's scheduler rules:
+//   static CP                    context_parallel_size;
+//   default_dynamic_cp, a pool   needed(seq_length) = the least power of two >= min size with
+//   that is a power of two       the longest sample's padded length <= c x cap. A sample opens a
+//                                larger group than it needs only while its own work (L^2 / c)
+//                                would set the microbatch's maximum rank load, and the longest
+//                                sample's group already sets that maximum, so no group opens
+//                                above needed(longest); doubling idle groups spreads the same
+//                                tokens over more ranks, so c x local rows does not grow;
+//   cost_aware, other pools      the pool (promotion and the parent-block bins, or the
+//                                whole-pool fallback of pools that are not a power of two, can
+//                                fill a pool-wide group).
+// `why` receives a short explanation.
+std::int64_t largest_cp_group_for(const config::ConfigContainer& config,
+                                  std::string* why = nullptr);
+
+// The input a resolved recipe implies (cap, recompute, largest group, EP size, precision).
 MemoryEstimateInput memory_estimate_input(const config::ConfigContainer& config);
 
 // Whether `ranks_here` ranks of this estimate fit in `available_bytes` (0: unknown), as one

@@ -105,6 +105,21 @@ TEST_CASE("dry-run preview: every scheduler and the static layout give valid sch
   }
 }
 
+TEST_CASE("dry-run preview: times are plain milliseconds at any size", "[train][dry_run]") {
+  CHECK(train::milliseconds(0.373) == "373 ms");
+  CHECK(train::milliseconds(12.3) == "12300 ms");  // "%.3g" printed 1.23e+04 ms
+  CHECK(train::milliseconds(1234.5) == "1234500 ms");
+  CHECK(train::milliseconds(0.0456) == "45.6 ms");
+  CHECK(train::milliseconds(0.00456) == "4.56 ms");
+  CHECK(train::milliseconds(0.000456) == "0.456 ms");
+  train::SchedulePreview preview;
+  preview.step_seconds = 25.0;
+  preview.lower_bound_seconds = 20.0;
+  const std::string text = train::format_schedule_preview(preview);
+  CHECK(text.find("25000 ms") != std::string::npos);
+  CHECK(text.find("e+") == std::string::npos);
+}
+
 TEST_CASE("dry-run preview: group histogram format", "[train][dry_run]") {
   CHECK(train::format_group_histogram({{1, 12}, {2, 3}, {4, 1}}) == "cp1:12 cp2:3 cp4:1");
   CHECK(train::format_group_histogram({}) == "");

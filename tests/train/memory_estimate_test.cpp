@@ -32,6 +32,12 @@ double line_bytes(const train::MemoryEstimate& estimate, const std::string& name
   return 0;
 }
 
+bool has_line(const train::MemoryEstimate& estimate, const std::string& name) {
+  for (const auto& line : estimate.lines)
+    if (line.name == name) return true;
+  return false;
+}
+
 }  // namespace
 
 TEST_CASE("memory estimate: parameter count matches the model's layout", "[train][memory]") {
@@ -104,8 +110,11 @@ TEST_CASE("memory estimate: grows with tokens per rank, shrinks with recompute",
   // Weights, gradients and two moments: 16 bytes per parameter.
   CHECK(large_estimate.parameter_state_bytes ==
         Approx(16.0 * static_cast<double>(large_estimate.num_parameters)));
-  // The smoke layout has cp 2 inside a dynamic pool of 4 and EP 2: both buffers are counted.
-  CHECK(line_bytes(large_estimate, "CP all-gather") > 0);
+  // The smoke layout has cp 2 inside a dynamic pool of 4 and EP 2: at 128 tokens per rank the
+  // 256-token samples need groups of 2, so both buffers are counted; at 512 every sample fits
+  // one rank and no group gathers.
+  CHECK(line_bytes(small_estimate, "CP all-gather") > 0);
+  CHECK(line_bytes(large_estimate, "CP all-gather") == 0);
   CHECK(line_bytes(large_estimate, "EP dispatch") > 0);
   const auto single = smoke_config(
       1, {"model.context_parallel_size=1", "model.expert_model_parallel_size=1",
@@ -113,6 +122,60 @@ TEST_CASE("memory estimate: grows with tokens per rank, shrinks with recompute",
   const auto single_estimate = train::estimate_memory(train::memory_estimate_input(single));
   CHECK(line_bytes(single_estimate, "CP all-gather") == 0);
   CHECK(line_bytes(single_estimate, "EP dispatch") == 0);
+}
+
+TEST_CASE("memory estimate: dynamic CP gathers for the largest group a step forms, not the pool",
+          "[train][memory]") {
+  // tiny_mock: 128 tokens per rank, seq_length 256, dynamic CP over the dp x cp pool.
+  const auto group = [](std::int64_t world, std::vector<std::string> overrides) {
+    return train::memory_estimate_input(smoke_config(world, overrides)).largest_cp_group;
+  };
+  CHECK(group(4, {}) == 2);  // 256 tokens need 2 ranks of 128; the pool is 4
+  CHECK(group(8, {}) == 2);  // the pool is 8: still 2
+  CHECK(group(8, {"model.seq_length=512"}) == 4);
+  CHECK(group(8, {"model.seq_length=4096", "model.max_seqlen_per_dp_cp_rank=1024"}) == 4);
+  const std::string short_samples =
+      "dataset.mock_length_distribution=lognormal(min=16,max=128,mean=64,sigma=0.8)";
+  CHECK(group(4, {"model.seq_length=128", short_samples}) == 1);  // every sample fits one rank
+  CHECK(group(4, {"model.seq_length=128", short_samples,
+                  "model.min_dynamic_context_parallel_size=2"}) == 2);
+  // cost_aware may promote sequences and lift bins up to the whole pool.
+  CHECK(group(8, {"model.sequence_packing_scheduler=cost_aware"}) == 8);
+  // Static CP: the configured size.
+  CHECK(group(8, {"model.dynamic_context_parallel=false", "model.context_parallel_size=4",
+                  "model.sequence_packing_scheduler=dp_balanced"}) == 4);
+
+  // The all-gather line: 5 buffers of c x T K/V rows for that group.
+  auto architecture = smoke_config(8).model.architecture;
+  architecture.resolve();
+  const double kv_width =
+      static_cast<double>(architecture.num_key_value_heads * architecture.head_dim);
+  const auto estimate = train::estimate_memory(train::memory_estimate_input(smoke_config(8)));
+  CHECK(line_bytes(estimate, "CP all-gather") == Approx(5.0 * 2 * 128 * kv_width * 4));
+}
+
+TEST_CASE("memory estimate: bf16_mixed keeps fp32 state and adds the largest product's copies",
+          "[train][memory]") {
+  const auto estimate = [](std::vector<std::string> overrides) {
+    overrides.push_back("model.max_seqlen_per_dp_cp_rank=256");
+    return train::estimate_memory(train::memory_estimate_input(smoke_config(4, overrides)));
+  };
+  const auto fp32 = estimate({});
+  const auto cpu = estimate({"mixed_precision=bf16_mixed"});
+  const auto gpu = estimate({"mixed_precision=bf16_mixed", "dist.device=cuda"});
+  // fp32 master weights, fp32 main_grad and fp32 moments: the same 16 bytes per parameter.
+  CHECK(cpu.parameter_state_bytes == fp32.parameter_state_bytes);
+  CHECK(gpu.parameter_state_bytes == fp32.parameter_state_bytes);
+  CHECK_FALSE(has_line(fp32, "bf16 operand copies"));
+  const double cpu_copies = line_bytes(cpu, "bf16 operand copies");
+  CHECK(cpu_copies > 0);
+  // The GPU converts to real bf16 (2 bytes), the CPU keeps rounded fp32 copies (4 bytes).
+  CHECK(line_bytes(gpu, "bf16 operand copies") == Approx(cpu_copies / 2));
+  CHECK(cpu.per_bin_bytes == Approx(fp32.per_bin_bytes + cpu_copies));
+  CHECK(gpu.per_bin_bytes == Approx(fp32.per_bin_bytes + cpu_copies / 2));
+  // Fewer experts per rank under EP 4: smaller expert copies, never larger.
+  CHECK(line_bytes(estimate({"mixed_precision=bf16_mixed", "model.expert_model_parallel_size=4"}),
+                   "bf16 operand copies") <= cpu_copies);
 }
 
 TEST_CASE("memory estimate: the ring's CP buffers do not grow with the group", "[train][memory]") {
@@ -215,38 +278,41 @@ TEST_CASE("memory estimate: EP divides the expert weights, gradients and moments
 TEST_CASE("memory estimate: close to the arenas' high-water mark on a full bin",
           "[train][memory]") {
   for (const char* recipe : {"tiny_mock.yaml", "tiny_hybrid_mock.yaml"})
-    for (const bool recompute : {false, true}) {
-      INFO(recipe << ", recompute " << recompute);
-      auto input = train::memory_estimate_input(smoke_config(
-          1,
-          {"model.context_parallel_size=1", "model.expert_model_parallel_size=1",
-           "model.dynamic_context_parallel=false", "model.max_seqlen_per_dp_cp_rank=256"},
-          recipe));
-      input.recompute_full = recompute;
-      const auto estimate = train::estimate_memory(input);
+    for (const bool recompute : {false, true})
+      for (const bool bf16 : {false, true}) {
+        INFO(recipe << ", recompute " << recompute << ", bf16_mixed " << bf16);
+        auto input = train::memory_estimate_input(smoke_config(
+            1,
+            {"model.context_parallel_size=1", "model.expert_model_parallel_size=1",
+             "model.dynamic_context_parallel=false", "model.max_seqlen_per_dp_cp_rank=256",
+             std::string("mixed_precision=") + (bf16 ? "bf16_mixed" : "fp32")},
+            recipe));
+        input.recompute_full = recompute;
+        const auto estimate = train::estimate_memory(input);
 
-      model::ModelOptions options;
-      options.recompute_full = recompute;
-      model::Qwen3MoeModel model(input.architecture, options);
-      model.parameters().init_random(7);
-      // Two sequences filling the 256-token bin.
-      model::TokenSequences sequences(2);
-      for (std::int32_t i = 0; i < 128; ++i) {
-        sequences[0].push_back((i * 37 + 5) % 512);
-        sequences[1].push_back((i * 91 + 11) % 512);
+        model::ModelOptions options;
+        options.recompute_full = recompute;
+        if (bf16) options.precision = ops::ComputePrecision::bf16;
+        model::Qwen3MoeModel model(input.architecture, options);
+        model.parameters().init_random(7);
+        // Two sequences filling the 256-token bin.
+        model::TokenSequences sequences(2);
+        for (std::int32_t i = 0; i < 128; ++i) {
+          sequences[0].push_back((i * 37 + 5) % 512);
+          sequences[1].push_back((i * 91 + 11) % 512);
+        }
+        const auto packed = model::pack_sequences(sequences);
+        model::LocalSeams seams;
+        model::BinOptions bin_options;
+        bin_options.loss_grad_scale = 1.0 / 254.0;
+        model.run_bin(packed.bin, seams.seams(), bin_options);
+
+        const double measured = static_cast<double>(model.activation_high_water_bytes());
+        INFO("measured " << measured << " bytes, estimated " << estimate.per_bin_bytes);
+        // A slight over-estimate: it adds peaks the arenas may reach at different times.
+        CHECK(estimate.per_bin_bytes >= measured);
+        CHECK(estimate.per_bin_bytes < 1.4 * measured);
       }
-      const auto packed = model::pack_sequences(sequences);
-      model::LocalSeams seams;
-      model::BinOptions bin_options;
-      bin_options.loss_grad_scale = 1.0 / 254.0;
-      model.run_bin(packed.bin, seams.seams(), bin_options);
-
-      const double measured = static_cast<double>(model.activation_high_water_bytes());
-      INFO("measured " << measured << " bytes, estimated " << estimate.per_bin_bytes);
-      // A slight over-estimate: it adds peaks the arenas may reach at different times.
-      CHECK(estimate.per_bin_bytes >= measured);
-      CHECK(estimate.per_bin_bytes < 1.4 * measured);
-    }
 }
 
 TEST_CASE("memory estimate: the fit verdict compares every rank's total with what is available",
