@@ -68,7 +68,8 @@ class BuddyTree {
 
   // Per-rank fixed seconds of one bin on a group of `size`.
   double bin_overhead(std::int64_t size) const {
-    return cost_.parameters().microbatch_overhead_seconds + cost_.communication_seconds(0, size);
+    return cost_.parameters().microbatch_overhead_seconds +
+           cost_.communication_seconds(0, size, /*sequences=*/0);
   }
 
   double rank_seconds(std::int64_t length, std::int64_t size) const {

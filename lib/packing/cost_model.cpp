@@ -58,6 +58,14 @@ ModelCost model_cost_from_architecture(config::ModelArchitecture a) {
         2.0;
     cost.linear_key_heads = a.linear_num_key_heads;
     cost.linear_value_heads = a.linear_num_value_heads;
+    const double dk = static_cast<double>(a.linear_key_head_dim);
+    const double dv = static_cast<double>(a.linear_value_head_dim);
+    const double tail_rows =
+        static_cast<double>(std::max<std::int64_t>(a.linear_conv_kernel_dim - 1, 0));
+    const double conv_channels = 2.0 * key_heads * dk + value_heads * dv;  // raw q, k and v
+    cost.linear_state_bytes_per_segment_per_layer =
+        4.0 *
+        (value_heads * dk * (dk + dv) + value_heads * dk * dv + 3.0 * tail_rows * conv_channels);
   }
   return cost;
 }
@@ -113,8 +121,8 @@ double CostModel::bandwidth(std::int64_t group_size) const {
                                                   : parameters_.network_bytes_per_second;
 }
 
-CostModel::ExchangeSeconds CostModel::exchange_seconds(std::int64_t tokens,
-                                                       std::int64_t group_size) const {
+CostModel::ExchangeSeconds CostModel::exchange_seconds(std::int64_t tokens, std::int64_t group_size,
+                                                       std::int64_t sequences) const {
   ExchangeSeconds seconds;
   if (group_size <= 1) return seconds;
   const double c = static_cast<double>(group_size);
@@ -141,14 +149,26 @@ CostModel::ExchangeSeconds CostModel::exchange_seconds(std::int64_t tokens,
     seconds.transfer += 2.0 * (ranks - 1.0) / ranks * rows *
                         (attention * attention_bytes + linear * linear_bytes) / bandwidth(a);
   };
+  // DeltaNet chunk states passed over `ranks` ranks of the group, each holding 1 / head_split
+  // of the value heads.
+  const auto state_passing = [&](std::int64_t ranks, std::int64_t head_split) {
+    if (ranks <= 1 || linear == 0.0) return;
+    seconds.latency += linear * 4.0 * alpha;
+    seconds.transfer += linear * static_cast<double>(sequences) * 2.0 *
+                        static_cast<double>(ranks - 1) *
+                        model_.linear_state_bytes_per_segment_per_layer /
+                        static_cast<double>(head_split) / bandwidth(group_size);
+  };
   switch (parameters_.cp_comm_type) {
     case config::CpCommType::all_gather:
       seconds.latency = attention * 2.0 * alpha;
       seconds.transfer = attention * 2.0 * (c - 1.0) / c * n * kv / bandwidth(group_size);
+      state_passing(group_size, 1);
       break;
     case config::CpCommType::p2p:
       seconds.latency = attention * 2.0 * (c - 1.0) * alpha;
       seconds.transfer = attention * 2.0 * (c - 1.0) / c * n * kv / bandwidth(group_size);
+      state_passing(group_size, 1);
       break;
     case config::CpCommType::a2a:
       all_to_all(group_size);
@@ -162,18 +182,21 @@ CostModel::ExchangeSeconds CostModel::exchange_seconds(std::int64_t tokens,
       seconds.latency += attention * 2.0 * (ring - 1.0) * alpha;
       seconds.transfer += attention * 2.0 * (ring - 1.0) * (n / c) *
                           replicas(model_.kv_heads, inner) * kv / bandwidth(group_size);
+      state_passing(group_size / inner, inner);
       break;
     }
   }
   return seconds;
 }
 
-double CostModel::transfer_seconds(std::int64_t tokens, std::int64_t group_size) const {
-  return exchange_seconds(tokens, group_size).transfer;
+double CostModel::transfer_seconds(std::int64_t tokens, std::int64_t group_size,
+                                   std::int64_t sequences) const {
+  return exchange_seconds(tokens, group_size, sequences).transfer;
 }
 
-double CostModel::communication_seconds(std::int64_t tokens, std::int64_t group_size) const {
-  const ExchangeSeconds seconds = exchange_seconds(tokens, group_size);
+double CostModel::communication_seconds(std::int64_t tokens, std::int64_t group_size,
+                                        std::int64_t sequences) const {
+  const ExchangeSeconds seconds = exchange_seconds(tokens, group_size, sequences);
   return seconds.latency + seconds.transfer;
 }
 
@@ -185,7 +208,8 @@ double CostModel::bin_seconds(std::span<const std::int64_t> lengths,
     seconds += compute_seconds(length, group_size);
     tokens += length;
   }
-  return seconds + communication_seconds(tokens, group_size);
+  return seconds +
+         communication_seconds(tokens, group_size, static_cast<std::int64_t>(lengths.size()));
 }
 
 CostModel::StepTime CostModel::step_time(const Schedule& schedule,

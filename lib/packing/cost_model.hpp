@@ -21,11 +21,17 @@
 //   a2a+p2p     a = min(c, inner), b = c / a: the a2a terms on a ranks (bw(a)), plus the
 //                 ring of b over all-to-all groups: A·2·((b−1)·α + (b−1)·(N/c)·ρ·kv / bw(c))
 // A = attention layers, D = Gated DeltaNet layers (a2a exchanges their raw q/k (dk per token)
-// and v/g/beta/out (dv) too; under the other exchanges their state passing is not charged),
-// ρ = K/V head replicas of an all-to-all group (config/head_sharding.hpp), ρ_D the same for
-// the DeltaNet key heads. Not charged: all_gather's and p2p's backward re-exchange of K/V (as
-// many bytes again as the forward) and a2a's lse (1/head_dim of out); the measured bytes in
-// docs/benchmarks/dist.md include them.
+// and v/g/beta/out (dv) too), ρ = K/V head replicas of an all-to-all group
+// (config/head_sharding.hpp), ρ_D the same for the DeltaNet key heads.
+// DeltaNet layers under all_gather and p2p pass chunk-boundary states instead
+// (parallel/cp_linear_attention_states.hpp): per layer four collectives (conv tails and the
+// [F | P] transfer forward; the tails' gradients and G backward) and, per sequence, about
+// 2(c−1) segments' states received per rank, σ bytes each (σ = Hv·dk·(dk + dv) + Hv·dk·dv fp32
+// plus three conv tails), independent of the sequence's length:
+//   state passing  D·4·α + D·S·2(c−1)·σ / bw(c)            (S sequences in the bin)
+// a2a+p2p passes them on its ring of b ranks over heads split a ways: D·4·α + D·S·2(b−1)·σ/a. Not
+// charged: all_gather's and p2p's backward re-exchange of K/V (as many bytes again as the forward)
+// and a2a's lse (1/head_dim of out); the measured bytes in docs/benchmarks/dist.md include them.
 // Step time: every rank runs its microbatches in order; a group starts when all its members
 // have finished their previous microbatch; the step ends when the last rank finishes.
 //
@@ -79,6 +85,8 @@ struct ModelCost {
   double linear_key_bytes_per_token_per_layer = 0.0;
   double linear_value_bytes_per_token_per_layer = 0.0;
   std::int64_t linear_key_heads = 1, linear_value_heads = 1;
+  // σ above: the state-passing bytes of one segment of one DeltaNet layer, fp32.
+  double linear_state_bytes_per_segment_per_layer = 0.0;
 };
 
 // From an HF-style architecture (Qwen3-MoE or the Qwen3.5 hybrid).
@@ -98,10 +106,13 @@ class CostModel {
   double sequence_flops(std::int64_t length) const;
   // Per-rank compute seconds of one sequence on a group of `group_size`.
   double compute_seconds(std::int64_t length, std::int64_t group_size) const;
-  // Per-rank CP communication seconds for a bin of `tokens` on `group_size` ranks.
-  double communication_seconds(std::int64_t tokens, std::int64_t group_size) const;
+  // Per-rank CP communication seconds for a bin of `tokens` in `sequences` sequences on
+  // `group_size` ranks (DeltaNet state passing is charged per sequence).
+  double communication_seconds(std::int64_t tokens, std::int64_t group_size,
+                               std::int64_t sequences = 1) const;
   // The bandwidth part only (no latency), per rank.
-  double transfer_seconds(std::int64_t tokens, std::int64_t group_size) const;
+  double transfer_seconds(std::int64_t tokens, std::int64_t group_size,
+                          std::int64_t sequences = 1) const;
   double bin_seconds(std::span<const std::int64_t> lengths, std::int64_t group_size) const;
 
   struct StepTime {
@@ -136,7 +147,8 @@ class CostModel {
     double latency = 0.0;
     double transfer = 0.0;
   };
-  ExchangeSeconds exchange_seconds(std::int64_t tokens, std::int64_t group_size) const;
+  ExchangeSeconds exchange_seconds(std::int64_t tokens, std::int64_t group_size,
+                                   std::int64_t sequences) const;
 
   ModelCost model_;
   CostModelParameters parameters_;

@@ -157,3 +157,54 @@ TEST_CASE("each CP exchange has its own latency and bytes terms", "[packing]") {
   CHECK(from_recipe.cp_comm_type == CpCommType::a2a_p2p);
   CHECK(from_recipe.hierarchical_inner_size == 8);
 }
+
+TEST_CASE("DeltaNet state passing is charged per sequence under all_gather, p2p and a2a+p2p",
+          "[packing]") {
+  dyncp::config::ModelArchitecture hybrid = qwen3_30b_a3b_architecture();
+  hybrid.model_type = "qwen3_5_moe_text";
+  hybrid.num_hidden_layers = 8;  // interval 4: 6 DeltaNet and 2 attention layers
+  const ModelCost model = model_cost_from_architecture(hybrid);
+  CHECK(model.linear_attention_layers == 6);
+  // 32 value heads of 128 x (128 + 128) for [F | P] and 128 x 128 for G, plus three conv tails
+  // of 3 rows of raw q, k and v (2 x 16 x 128 + 32 x 128 channels), fp32.
+  CHECK(model.linear_state_bytes_per_segment_per_layer ==
+        4.0 * (32 * 128 * 256 + 32 * 128 * 128 + 3 * 3 * (2 * 16 * 128 + 32 * 128)));
+  const auto priced = [&](dyncp::config::CpCommType type, std::int64_t inner = 0) {
+    CostModelParameters parameters;
+    parameters.ranks_per_node = 1 << 20;
+    parameters.cp_comm_type = type;
+    parameters.hierarchical_inner_size = inner;
+    return CostModel(model, parameters);
+  };
+  using dyncp::config::CpCommType;
+  const double alpha = CostModelParameters{}.collective_latency_seconds;
+  const double link = CostModelParameters{}.link_bytes_per_second;
+  const double sigma = model.linear_state_bytes_per_segment_per_layer;
+  const std::int64_t n = 1 << 15;
+  for (const CpCommType type : {CpCommType::all_gather, CpCommType::p2p}) {
+    const CostModel cost = priced(type);
+    // Five sequences receive 2 (c - 1) segments' states each per layer, whatever their length.
+    CHECK(cost.transfer_seconds(n, 4, 5) - cost.transfer_seconds(n, 4, 0) ==
+          Approx(6 * 5 * 2 * 3 * sigma / link));
+    CHECK(cost.transfer_seconds(n, 4, 1) - cost.transfer_seconds(n, 4, 0) ==
+          Approx(cost.transfer_seconds(2 * n, 4, 1) - cost.transfer_seconds(2 * n, 4, 0)));
+    // Four collectives per DeltaNet layer on top of the attention layers' phases.
+    const double attention_latency = type == CpCommType::p2p ? 2 * 2 * 3 * alpha : 2 * 2 * alpha;
+    CHECK(cost.communication_seconds(0, 4, 0) == Approx(attention_latency + 6 * 4 * alpha));
+    CHECK(cost.communication_seconds(n, 1, 5) == 0.0);
+  }
+  // a2a runs DeltaNet heads over whole sequences: nothing per sequence.
+  const CostModel a2a = priced(CpCommType::a2a);
+  CHECK(a2a.transfer_seconds(n, 4, 5) == a2a.transfer_seconds(n, 4, 0));
+  // a2a+p2p: states on the ring of c / inner ranks, over 1 / inner of the value heads.
+  const CostModel hierarchical = priced(CpCommType::a2a_p2p, 2);
+  CHECK(hierarchical.transfer_seconds(n, 8, 3) - hierarchical.transfer_seconds(n, 8, 0) ==
+        Approx(6 * 3 * 2 * 3 * sigma / 2 / link));
+  CHECK(hierarchical.transfer_seconds(n, 2, 3) == hierarchical.transfer_seconds(n, 2, 0));
+  // A bin's time counts its sequences.
+  const std::int64_t lengths[] = {4096, 4096};
+  CHECK(priced(CpCommType::all_gather).bin_seconds(lengths, 4) ==
+        Approx(CostModelParameters{}.microbatch_overhead_seconds +
+               2 * priced(CpCommType::all_gather).compute_seconds(4096, 4) +
+               priced(CpCommType::all_gather).communication_seconds(8192, 4, 2)));
+}

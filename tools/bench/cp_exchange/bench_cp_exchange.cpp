@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
                                                  architecture.num_key_value_heads, a2a_group)
                        .empty();
         const packing::CostModel cost_model(model, parameters);
-        latency[t] = cost_model.communication_seconds(0, c);
+        latency[t] = cost_model.communication_seconds(0, c, /*sequences=*/0);
         per_token[t] = cost_model.transfer_seconds(1 << 20, c) / static_cast<double>(1 << 20);
         for (int b = 0; b < 3; ++b) cost[t][b] = cost_model.communication_seconds(bin_tokens[b], c);
       }
