@@ -15,6 +15,7 @@
 #include "config/config_loader.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/output_file.hpp"
 #include "data/chat_json.hpp"
 #include "data/chat_template.hpp"
 #include "data/dataset_source.hpp"
@@ -288,6 +289,8 @@ int main(int argc, char** argv) {
 
   return dyncp::apps::parse_and_run(app, argc, argv, "dyncp-data", [&] {
     dyncp::core::setup_logging({});
+    // A cache write past `ulimit -f` then fails naming the file, instead of a SIGXFSZ kill.
+    dyncp::core::ignore_file_size_limit_signal();
     if (*tokenize_command) {
       if (tokenize.text_file.empty() && text_option->count() == 0) {
         dyncp::core::throw_usage_error("tokenize needs --text or --text-file");

@@ -65,6 +65,28 @@ void OutputFile::close() {
   if (!flushed || !closed) throw_write_error(path_, "closing", flushed ? errno : error);
 }
 
+void write_file_replacing(const std::filesystem::path& path,
+                          const std::function<void(OutputFile&)>& write,
+                          std::string_view temporary_suffix) {
+  std::filesystem::path temporary = path;
+  temporary += temporary_suffix;
+  try {
+    OutputFile out(temporary);
+    write(out);
+    out.close();
+    std::error_code error;
+    std::filesystem::rename(temporary, path, error);
+    if (error) {
+      throw_runtime_error("renaming '" + temporary.string() + "' to '" + path.string() +
+                          "' failed: " + error.message());
+    }
+  } catch (...) {
+    std::error_code ignored;
+    std::filesystem::remove(temporary, ignored);
+    throw;
+  }
+}
+
 void ignore_file_size_limit_signal() {
   std::signal(SIGXFSZ, SIG_IGN);
 }

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <string_view>
 
 namespace dyncp::core {
@@ -37,6 +38,14 @@ class OutputFile {
   std::filesystem::path path_;
   std::FILE* file_ = nullptr;
 };
+
+// Writes `path` through the temporary `path` + `temporary_suffix` beside it, renamed over `path`
+// once `write` returned and the file closed cleanly: a reader never sees a partial file under
+// the final name, and any failure (thrown by `write`, a failed write or close, the rename)
+// removes the temporary and propagates.
+void write_file_replacing(const std::filesystem::path& path,
+                          const std::function<void(OutputFile&)>& write,
+                          std::string_view temporary_suffix = ".partial");
 
 // A write past the file-size limit (RLIMIT_FSIZE, `ulimit -f`) kills the process with SIGXFSZ
 // before it can say anything. Called first in main: with the signal ignored such a write fails

@@ -1,10 +1,10 @@
 #include "data/indexed_dataset.hpp"
 
 #include <cstring>
-#include <fstream>
 #include <limits>
 
 #include "core/error.hpp"
+#include "core/output_file.hpp"
 
 namespace dyncp::data {
 
@@ -169,30 +169,35 @@ void write_indexed_dataset(const std::filesystem::path& prefix,
                            std::uint8_t dtype_code) {
   const int item_size = dtype_size(dtype_code);
   DYNCP_CHECK(item_size > 0, "unsupported dtype code for writing");
-  std::ofstream bin(prefix.string() + ".bin", std::ios::binary);
-  std::ofstream index(prefix.string() + ".idx", std::ios::binary);
-  if (!bin || !index) core::throw_data_error(prefix.string(), "cannot create .bin/.idx files");
-  const auto write = [](std::ofstream& out, const auto& value) {
-    out.write(reinterpret_cast<const char*>(&value), sizeof(value));
-  };
+  // .bin first, then .idx, each through a temporary and a rename: a failed write leaves no
+  // partial file under either name (a reader opens the .idx first).
   std::vector<std::int64_t> pointers;
-  std::int64_t offset = 0;
-  for (const auto& document : documents) {
-    pointers.push_back(offset);
-    for (const std::int32_t id : document) {
-      const std::int64_t wide = id;
-      bin.write(reinterpret_cast<const char*>(&wide), item_size);  // little-endian truncation
+  core::write_file_replacing(prefix.string() + ".bin", [&](core::OutputFile& bin) {
+    std::int64_t offset = 0;
+    std::vector<char> bytes;
+    for (const auto& document : documents) {
+      pointers.push_back(offset);
+      bytes.clear();
+      for (const std::int32_t id : document) {
+        const std::int64_t wide = id;
+        const char* first = reinterpret_cast<const char*>(&wide);  // little-endian truncation
+        bytes.insert(bytes.end(), first, first + item_size);
+      }
+      bin.write(bytes.data(), bytes.size());
+      offset += static_cast<std::int64_t>(document.size()) * item_size;
     }
-    offset += static_cast<std::int64_t>(document.size()) * item_size;
-  }
-  index.write(index_magic, sizeof(index_magic));
-  write(index, std::uint64_t{1});
-  write(index, dtype_code);
-  write(index, static_cast<std::uint64_t>(documents.size()));
-  write(index, static_cast<std::uint64_t>(documents.size() + 1));
-  for (const auto& document : documents) write(index, static_cast<std::int32_t>(document.size()));
-  for (const std::int64_t pointer : pointers) write(index, pointer);
-  for (std::size_t k = 0; k <= documents.size(); ++k) write(index, static_cast<std::int64_t>(k));
+  });
+  core::write_file_replacing(prefix.string() + ".idx", [&](core::OutputFile& index) {
+    const auto write = [&index](const auto& value) { index.write(&value, sizeof(value)); };
+    index.write(index_magic, sizeof(index_magic));
+    write(std::uint64_t{1});
+    write(dtype_code);
+    write(static_cast<std::uint64_t>(documents.size()));
+    write(static_cast<std::uint64_t>(documents.size() + 1));
+    for (const auto& document : documents) write(static_cast<std::int32_t>(document.size()));
+    for (const std::int64_t pointer : pointers) write(pointer);
+    for (std::size_t k = 0; k <= documents.size(); ++k) write(static_cast<std::int64_t>(k));
+  });
 }
 
 }  // namespace dyncp::data

@@ -5,9 +5,9 @@
 
 #include <chrono>
 #include <cstring>
-#include <fstream>
 
 #include "core/error.hpp"
+#include "core/output_file.hpp"
 #include "data/content_hash.hpp"
 
 namespace dyncp::data {
@@ -155,26 +155,24 @@ void write_cache(const std::filesystem::path& path, const PrepareOptions& option
   header.num_samples = stats.samples_kept;
   header.total_tokens = stats.total_tokens;
   header.stats = stats;
-  // Write to a private temporary name and rename: readers never see a partial cache.
-  const auto temporary = path.string() + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out)
-      core::throw_data_error(temporary, "cannot create cache file (check dataset.cache_dir)");
-    char padded_header[header_size] = {};
-    std::memcpy(padded_header, &header, sizeof(header));
-    out.write(padded_header, header_size);
-    const auto write_vector = [&out](const auto& values) {
-      out.write(reinterpret_cast<const char*>(values.data()),
-                static_cast<std::streamsize>(values.size() * sizeof(values[0])));
-    };
-    write_vector(offsets);
-    write_vector(loss_tokens);
-    write_vector(tokens);
-    write_vector(target_mask);
-    if (!out.flush()) core::throw_data_error(temporary, "write failed (disk full?)");
-  }
-  std::filesystem::rename(temporary, path);
+  // Written through a private temporary name and renamed: readers never see a partial cache,
+  // and a full disk, a file-size limit or a failed close is an error naming the file (the
+  // temporary is removed), never a truncated cache under the final name.
+  core::write_file_replacing(
+      path,
+      [&](core::OutputFile& out) {
+        char padded_header[header_size] = {};
+        std::memcpy(padded_header, &header, sizeof(header));
+        out.write(padded_header, header_size);
+        const auto write_vector = [&out](const auto& values) {
+          out.write(values.data(), values.size() * sizeof(values[0]));
+        };
+        write_vector(offsets);
+        write_vector(loss_tokens);
+        write_vector(tokens);
+        write_vector(target_mask);
+      },
+      ".tmp." + std::to_string(::getpid()));
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   spdlog::info("preparation took {:.1f} s", seconds);

@@ -96,9 +96,7 @@ void write_safetensors_file(const std::string& path, std::span<const TensorToWri
   // Write to a temporary name and rename, so a crash never leaves a half-written file under
   // the final name; a failed write (full disk, file-size limit) removes the partial file.
   // One tensor at a time: memory beyond the caller's is one tensor's values and bytes.
-  const std::string temporary = path + ".partial";
-  try {
-    core::OutputFile out(temporary);
+  core::write_file_replacing(path, [&](core::OutputFile& out) {
     std::uint8_t length[8];
     for (int i = 0; i < 8; ++i)
       length[i] = static_cast<std::uint8_t>(header_text.size() >> (8 * i));
@@ -116,18 +114,7 @@ void write_safetensors_file(const std::string& path, std::span<const TensorToWri
       encode_values(bytes, values, dtype);
       out.write(bytes.data(), bytes.size());
     }
-    out.close();
-  } catch (...) {
-    std::error_code ignored;
-    std::filesystem::remove(temporary, ignored);
-    throw;
-  }
-  std::error_code error;
-  std::filesystem::rename(temporary, path, error);
-  if (error) {
-    core::throw_runtime_error("renaming '" + temporary + "' to '" + path +
-                              "' failed: " + error.message());
-  }
+  });
 }
 
 std::vector<std::string> write_safetensors_folder(const std::string& folder,

@@ -62,3 +62,20 @@ TEST_CASE("truncated or foreign .idx/.bin files are data errors naming the file"
 
   REQUIRE_THROWS_WITH(IndexedDataset(dir / "missing"), Catch::Contains("missing.idx"));
 }
+
+TEST_CASE("a failed write of an indexed dataset leaves no index and no partial file",
+          "[data][indexed]") {
+  const auto dir = scratch_dir("indexed_enospc");
+  // 0: the .bin fails at once; 40: the .bin (24 bytes) is written, the .idx fails midway.
+  const char* limit = GENERATE("0", "40");
+  ::setenv("DYNCP_FAULT_ENOSPC_AFTER_BYTES", limit, 1);
+  REQUIRE_THROWS_WITH(write_indexed_dataset(dir / "docs", {{1, 2, 3}, {4, 5, 6}}),
+                      Catch::Contains("No space left on device") && Catch::Contains("docs."));
+  ::unsetenv("DYNCP_FAULT_ENOSPC_AFTER_BYTES");
+  CHECK_FALSE(std::filesystem::exists(dir / "docs.idx"));
+  CHECK_FALSE(std::filesystem::exists(dir / "docs.idx.partial"));
+  CHECK_FALSE(std::filesystem::exists(dir / "docs.bin.partial"));
+  // Without its index the data cannot be opened (the index is written last).
+  REQUIRE_THROWS_WITH(IndexedDataset(dir / "docs"), Catch::Contains("docs.idx"));
+  std::filesystem::remove(dir / "docs.bin");
+}

@@ -281,3 +281,36 @@ TEST_CASE("max_records prepares only a prefix, in its own cache", "[data][prepar
   CHECK(PreparedDataset(prefix).size() == 2);
   CHECK(PreparedDataset(prefix).stats().records_read == 2);
 }
+
+namespace {
+
+// Files left in `folder` (the cache and any temporary beside it).
+std::vector<std::string> files_in(const std::filesystem::path& folder) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(folder))
+    if (entry.path().extension() != ".lock") names.push_back(entry.path().filename().string());
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("a full disk while writing the cache is an error and leaves no cache behind",
+          "[data][prepare]") {
+  // Before, the cache went through an unchecked std::ofstream: a failed close published a
+  // truncated file under the final name, and the next run trusted it.
+  const auto dir = scratch_dir("prepare_enospc");
+  write_file(dir / "chat.jsonl", good_chat_a + "\n" + good_chat_b + "\n");
+  const Tokenizer& tokenizer = demo_tokenizer();
+  const PrepareOptions options = chat_options(dir);
+  // 0: the header write fails; 200: the header is written, the sample arrays are not.
+  const char* limit = GENERATE("0", "200");
+  ::setenv("DYNCP_FAULT_ENOSPC_AFTER_BYTES", limit, 1);
+  REQUIRE_THROWS_WITH(prepare_dataset(options, tokenizer),
+                      Catch::Contains("No space left on device") && Catch::Contains("prepared-"));
+  ::unsetenv("DYNCP_FAULT_ENOSPC_AFTER_BYTES");
+  CHECK(files_in(options.cache_dir).empty());
+  // With room again the cache is prepared from scratch and complete.
+  const PreparedDataset dataset(prepare_dataset(options, tokenizer), &tokenizer);
+  CHECK(dataset.size() == 2);
+  CHECK(files_in(options.cache_dir).size() == 1);
+}
