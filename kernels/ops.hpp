@@ -84,7 +84,8 @@ void unpermute_backward(const float* dy, const float* y_perm, const std::int32_t
                         int top_k, std::int64_t hidden, cudaStream_t stream);
 
 // ops::adamw_step (PyTorch AdamW); bias corrections are computed on the host in double like
-// the CPU op. grad_scale folds normalisation / clipping in.
+// the CPU op. grad_scale folds normalisation / clipping in. Each operation is rounded on its
+// own, in the CPU op's order, so the results equal the CPU's bit for bit.
 struct AdamWKernelParams {
   double lr = 1e-5, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
   std::int64_t step = 1;
@@ -92,6 +93,14 @@ struct AdamWKernelParams {
   bool apply_weight_decay = true;
 };
 void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::int64_t n,
+                const AdamWKernelParams& params, cudaStream_t stream);
+// The precision-aware optimizer: either moment stored in bf16, widened to fp32 for the update
+// and rounded to nearest even when stored; the parameter update reads the moments as stored.
+void adamw_step(float* param, const float* grad, bf16* exp_avg, bf16* exp_avg_sq, std::int64_t n,
+                const AdamWKernelParams& params, cudaStream_t stream);
+void adamw_step(float* param, const float* grad, bf16* exp_avg, float* exp_avg_sq, std::int64_t n,
+                const AdamWKernelParams& params, cudaStream_t stream);
+void adamw_step(float* param, const float* grad, float* exp_avg, bf16* exp_avg_sq, std::int64_t n,
                 const AdamWKernelParams& params, cudaStream_t stream);
 
 // ops::sum_of_squares: *result += Σ x² (accumulated in double; zero *result first).

@@ -89,19 +89,42 @@ __global__ void swiglu_backward_kernel(const float* dout, const float* gate, con
   }
 }
 
-__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, std::int64_t n,
-                             float decay, float beta1, float beta2, float grad_scale,
-                             float step_size, float inv_sqrt_bias2, float eps) {
+// AdamW moments in fp32, or in bf16 for the precision-aware optimizer: widened to fp32 on load,
+// rounded to nearest even on store.
+__device__ inline float load_moment(const float* m, std::int64_t i) {
+  return m[i];
+}
+__device__ inline float load_moment(const bf16* m, std::int64_t i) {
+  return __bfloat162float(m[i]);
+}
+__device__ inline void store_moment(float* m, std::int64_t i, float value) {
+  m[i] = value;
+}
+__device__ inline void store_moment(bf16* m, std::int64_t i, float value) {
+  m[i] = __float2bfloat16_rn(value);
+}
+
+// The CPU op's arithmetic (ops::adamw_step) in its order, each operation rounded on its own
+// (no fused multiply-adds), so the result is the CPU's bit for bit; the parameter update reads
+// the moments as stored, which is what makes bf16 moments round-trip like the CPU's.
+template <typename M, typename V>
+__global__ void adamw_kernel(float* p, const float* g, M* m, V* v, std::int64_t n, float decay,
+                             float beta1, float beta2, float grad_scale, float step_size,
+                             float inv_sqrt_bias2, float eps) {
+  const float one_minus_beta1 = __fsub_rn(1.0f, beta1), one_minus_beta2 = __fsub_rn(1.0f, beta2);
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
        i += std::int64_t(gridDim.x) * blockDim.x) {
-    float param = p[i];
-    param -= decay * param;
-    const float grad = grad_scale * g[i];
-    const float mi = beta1 * m[i] + (1.0f - beta1) * grad;
-    const float vi = beta2 * v[i] + (1.0f - beta2) * grad * grad;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = param - step_size * mi / (sqrtf(vi) * inv_sqrt_bias2 + eps);
+    const float grad = __fmul_rn(g[i], grad_scale);
+    const float param = __fsub_rn(p[i], __fmul_rn(decay, p[i]));
+    const float mi =
+        __fadd_rn(__fmul_rn(beta1, load_moment(m, i)), __fmul_rn(one_minus_beta1, grad));
+    const float vi = __fadd_rn(__fmul_rn(beta2, load_moment(v, i)),
+                               __fmul_rn(__fmul_rn(one_minus_beta2, grad), grad));
+    store_moment(m, i, mi);
+    store_moment(v, i, vi);
+    const float denominator =
+        __fadd_rn(__fmul_rn(__fsqrt_rn(load_moment(v, i)), inv_sqrt_bias2), eps);
+    p[i] = __fsub_rn(param, __fdiv_rn(__fmul_rn(step_size, load_moment(m, i)), denominator));
   }
 }
 
@@ -167,18 +190,44 @@ void swiglu_backward(const float* dout, const float* gate, const float* up, std:
   DYNCP_CUDA_CHECK_LAUNCH();
 }
 
-void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::int64_t n,
-                const AdamWKernelParams& p, cudaStream_t stream) {
+namespace {
+
+template <typename M, typename V>
+void launch_adamw(float* param, const float* grad, M* exp_avg, V* exp_avg_sq, std::int64_t n,
+                  const AdamWKernelParams& p, cudaStream_t stream) {
   if (p.step < 1) core::throw_runtime_error("kernels::adamw_step: step must be >= 1");
   if (n == 0) return;
   const double bias1 = 1.0 - std::pow(p.beta1, static_cast<double>(p.step));
   const double bias2 = 1.0 - std::pow(p.beta2, static_cast<double>(p.step));
   const float decay = p.apply_weight_decay ? static_cast<float>(p.lr * p.weight_decay) : 0.0f;
-  DYNCP_LAUNCH(adamw_kernel, grid_for(n), kBlock, 0, stream)
+  auto* const adamw = &adamw_kernel<M, V>;  // one macro argument
+  DYNCP_LAUNCH(adamw, grid_for(n), kBlock, 0, stream)
   (param, grad, exp_avg, exp_avg_sq, n, decay, static_cast<float>(p.beta1),
    static_cast<float>(p.beta2), static_cast<float>(p.grad_scale), static_cast<float>(p.lr / bias1),
    static_cast<float>(1.0 / std::sqrt(bias2)), static_cast<float>(p.eps));
   DYNCP_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::int64_t n,
+                const AdamWKernelParams& p, cudaStream_t stream) {
+  launch_adamw(param, grad, exp_avg, exp_avg_sq, n, p, stream);
+}
+
+void adamw_step(float* param, const float* grad, bf16* exp_avg, bf16* exp_avg_sq, std::int64_t n,
+                const AdamWKernelParams& p, cudaStream_t stream) {
+  launch_adamw(param, grad, exp_avg, exp_avg_sq, n, p, stream);
+}
+
+void adamw_step(float* param, const float* grad, bf16* exp_avg, float* exp_avg_sq, std::int64_t n,
+                const AdamWKernelParams& p, cudaStream_t stream) {
+  launch_adamw(param, grad, exp_avg, exp_avg_sq, n, p, stream);
+}
+
+void adamw_step(float* param, const float* grad, float* exp_avg, bf16* exp_avg_sq, std::int64_t n,
+                const AdamWKernelParams& p, cudaStream_t stream) {
+  launch_adamw(param, grad, exp_avg, exp_avg_sq, n, p, stream);
 }
 
 void sum_of_squares(const float* x, std::int64_t n, double* result, cudaStream_t stream) {

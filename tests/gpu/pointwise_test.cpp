@@ -133,6 +133,90 @@ GPU_TEST(adamw_three_steps) {
   }
 }
 
+// Bits of a host or device vector, for bit-for-bit comparisons.
+template <typename T>
+std::vector<std::uint32_t> bits_of(const std::vector<T>& values) {
+  std::vector<std::uint32_t> bits(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    std::uint32_t word = 0;
+    std::memcpy(&word, &values[i], sizeof(T));
+    bits[i] = word;
+  }
+  return bits;
+}
+
+// One moment in both places: host storage for the CPU op (fp32 or bf16 bits) and the device
+// buffer the kernel updates.
+struct MomentPair {
+  bool bf16;
+  std::vector<float> host_f32;
+  std::vector<std::uint16_t> host_bf16;
+  DeviceBuffer<float> device_f32;
+  DeviceBuffer<kernels::bf16> device_bf16;
+  MomentPair(bool in_bf16, std::size_t n)
+      : bf16(in_bf16),
+        host_f32(in_bf16 ? 0 : n, 0.0f),
+        host_bf16(in_bf16 ? n : 0, 0),
+        device_f32(host_f32),
+        device_bf16(std::vector<kernels::bf16>(in_bf16 ? n : 0, kernels::bf16{})) {}
+  Tensor host_view() {
+    return bf16 ? Tensor::view_of(host_bf16.data(), {static_cast<std::int64_t>(host_bf16.size())},
+                                  DType::bf16)
+                : view(host_f32, {static_cast<std::int64_t>(host_f32.size())});
+  }
+  bool same_bits() const {
+    return bf16 ? bits_of(device_bf16.download()) == bits_of(host_bf16)
+                : bits_of(device_f32.download()) == bits_of(host_f32);
+  }
+};
+
+void run_adamw_kernel(DeviceBuffer<float>& p, DeviceBuffer<float>& g, MomentPair& m, MomentPair& v,
+                      int n, const kernels::AdamWKernelParams& k) {
+  if (m.bf16 && v.bf16) {
+    kernels::adamw_step(p.get(), g.get(), m.device_bf16.get(), v.device_bf16.get(), n, k, nullptr);
+  } else if (m.bf16) {
+    kernels::adamw_step(p.get(), g.get(), m.device_bf16.get(), v.device_f32.get(), n, k, nullptr);
+  } else if (v.bf16) {
+    kernels::adamw_step(p.get(), g.get(), m.device_f32.get(), v.device_bf16.get(), n, k, nullptr);
+  } else {
+    kernels::adamw_step(p.get(), g.get(), m.device_f32.get(), v.device_f32.get(), n, k, nullptr);
+  }
+}
+
+// The CPU op is element-wise and deterministic, and the kernel does its operations in the same
+// order with each rounded on its own: parameters and both moments equal the CPU's bit for bit,
+// for fp32 moments and for bf16 ones (the precision-aware optimizer), in every combination.
+GPU_TEST(adamw_moments_fp32_and_bf16_bit_for_bit) {
+  const int n = 4099;
+  for (const auto& [bf16_avg, bf16_avg_sq] : {std::pair{false, false}, std::pair{true, true},
+                                              std::pair{true, false}, std::pair{false, true}}) {
+    std::vector<float> p = random_floats(n, 21, -2.0f, 2.0f);
+    DeviceBuffer<float> d_p(p), d_g(n);
+    MomentPair m(bf16_avg, n), v(bf16_avg_sq, n);
+    for (int step = 1; step <= 5; ++step) {
+      // Gradients over many magnitudes, so the bf16 moments round in every binade.
+      std::vector<float> g = random_floats(n, 40 + step, -1.0f, 1.0f);
+      for (int i = 0; i < n; ++i) g[i] = std::ldexp(g[i], (i * 7) % 40 - 30);
+      const bool decay = step % 2 == 1;
+      const ops::AdamWParams params{
+          .lr = 3e-3, .weight_decay = 0.1, .step = step, .grad_scale = 0.25};
+      ops::adamw_step(cpu, view(p, {n}), view(g, {n}), m.host_view(), v.host_view(), params, decay);
+      d_g.upload(g);
+      const kernels::AdamWKernelParams k{.lr = 3e-3,
+                                         .weight_decay = 0.1,
+                                         .step = step,
+                                         .grad_scale = 0.25,
+                                         .apply_weight_decay = decay};
+      run_adamw_kernel(d_p, d_g, m, v, n, k);
+    }
+    const std::string name = std::string("adamw exp_avg ") + (bf16_avg ? "bf16" : "fp32") +
+                             ", exp_avg_sq " + (bf16_avg_sq ? "bf16" : "fp32");
+    expect(bits_of(d_p.download()) == bits_of(p), name + ": parameters equal the CPU's bits");
+    expect(m.same_bits(), name + ": exp_avg equals the CPU's bits");
+    expect(v.same_bits(), name + ": exp_avg_sq equals the CPU's bits");
+  }
+}
+
 GPU_TEST(grad_norm_sum_of_squares) {
   std::vector<float> a = random_floats(100003, 7), b = random_floats(17, 8, -30, 30);
   const std::vector<Tensor> grads = {view(a, {100003}), view(b, {17})};

@@ -33,6 +33,24 @@
 inline float rsqrtf(float x) {
   return 1.0f / std::sqrt(x);
 }
+// IEEE single operations rounded to nearest even, one at a time: kernels spell them out where
+// a result must equal the CPU's bit for bit (nvcc would otherwise fuse a * b + c). On the host
+// each is already one rounded operation.
+inline float __fadd_rn(float a, float b) {
+  return a + b;
+}
+inline float __fsub_rn(float a, float b) {
+  return a - b;
+}
+inline float __fmul_rn(float a, float b) {
+  return a * b;
+}
+inline float __fdiv_rn(float a, float b) {
+  return a / b;
+}
+inline float __fsqrt_rn(float x) {
+  return std::sqrt(x);
+}
 inline int min(int a, int b) {
   return a < b ? a : b;
 }

@@ -429,11 +429,6 @@ class CudaOps final : public DeviceOps {
   void adamw_step(const OpContext& ctx, const Tensor& param, const Tensor& grad,
                   const Tensor& exp_avg, const Tensor& exp_avg_sq, const AdamWParams& params,
                   bool apply_weight_decay) override {
-    if (exp_avg.dtype() != DType::f32 || exp_avg_sq.dtype() != DType::f32) {
-      core::throw_runtime_error(
-          "adamw_step: bf16 Adam moments (optimizer.use_precision_aware_optimizer) have no CUDA "
-          "kernel yet; keep the moments in fp32 on the GPU");
-    }
     kernels::AdamWKernelParams p;
     p.lr = params.lr;
     p.beta1 = params.beta1;
@@ -443,8 +438,24 @@ class CudaOps final : public DeviceOps {
     p.step = params.step;
     p.grad_scale = params.grad_scale;
     p.apply_weight_decay = apply_weight_decay;
-    kernels::adamw_step(f32(param), f32(grad), f32(exp_avg), f32(exp_avg_sq), param.numel(), p,
-                        stream_of(ctx));
+    // Each moment is fp32 or bf16 (the precision-aware optimizer), independently.
+    const auto bf16_of = [](const Tensor& t) { return static_cast<bf16*>(t.raw_data()); };
+    const bool bf16_avg = exp_avg.dtype() == DType::bf16;
+    const bool bf16_avg_sq = exp_avg_sq.dtype() == DType::bf16;
+    const std::int64_t n = param.numel();
+    if (bf16_avg && bf16_avg_sq) {
+      kernels::adamw_step(f32(param), f32(grad), bf16_of(exp_avg), bf16_of(exp_avg_sq), n, p,
+                          stream_of(ctx));
+    } else if (bf16_avg) {
+      kernels::adamw_step(f32(param), f32(grad), bf16_of(exp_avg), f32(exp_avg_sq), n, p,
+                          stream_of(ctx));
+    } else if (bf16_avg_sq) {
+      kernels::adamw_step(f32(param), f32(grad), f32(exp_avg), bf16_of(exp_avg_sq), n, p,
+                          stream_of(ctx));
+    } else {
+      kernels::adamw_step(f32(param), f32(grad), f32(exp_avg), f32(exp_avg_sq), n, p,
+                          stream_of(ctx));
+    }
   }
 
   double sum_of_squares(const OpContext& ctx, const Tensor& x) override {
