@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/device_memory.hpp"
 #include "core/error.hpp"
 
 namespace dyncp::parallel {
@@ -34,21 +35,34 @@ KindShards::KindShards(std::vector<ParameterRange> ranges, int shards, int index
   }
 }
 
-void KindShards::read(const float* flat, std::int64_t begin, std::int64_t end, float* out) const {
+namespace {
+
+void copy_floats(float* to, const float* from, std::int64_t count, core::Device device) {
+  const auto bytes = static_cast<std::size_t>(count) * sizeof(float);
+  if (device == core::Device::cpu) {
+    std::memcpy(to, from, bytes);
+  } else {
+    core::device_memory().copy(to, device, from, device, bytes);
+  }
+}
+
+}  // namespace
+
+void KindShards::read(const float* flat, std::int64_t begin, std::int64_t end, float* out,
+                      core::Device device) const {
   for_each_segment(
       begin, end,
       [&](const ParameterRange&, std::int64_t offset, std::int64_t logical, std::int64_t count) {
-        std::memcpy(out + (logical - begin), flat + offset,
-                    static_cast<std::size_t>(count) * sizeof(float));
+        copy_floats(out + (logical - begin), flat + offset, count, device);
       });
 }
 
-void KindShards::write(const float* in, std::int64_t begin, std::int64_t end, float* flat) const {
+void KindShards::write(const float* in, std::int64_t begin, std::int64_t end, float* flat,
+                       core::Device device) const {
   for_each_segment(
       begin, end,
       [&](const ParameterRange&, std::int64_t offset, std::int64_t logical, std::int64_t count) {
-        std::memcpy(flat + offset, in + (logical - begin),
-                    static_cast<std::size_t>(count) * sizeof(float));
+        copy_floats(flat + offset, in + (logical - begin), count, device);
       });
 }
 

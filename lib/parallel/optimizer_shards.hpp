@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/tensor.hpp"
 #include "parallel/parameter_partition.hpp"
 
 namespace dyncp::parallel {
@@ -60,9 +61,12 @@ class KindShards {
       logical += count;
     }
   }
-  // Logical [begin, end) of a flat buffer into `out` (end - begin elements), and back.
-  void read(const float* flat, std::int64_t begin, std::int64_t end, float* out) const;
-  void write(const float* in, std::int64_t begin, std::int64_t end, float* flat) const;
+  // Logical [begin, end) of a flat buffer into `out` (end - begin elements), and back. Both
+  // buffers on `device` (cuda: one device copy per segment).
+  void read(const float* flat, std::int64_t begin, std::int64_t end, float* out,
+            core::Device device = core::Device::cpu) const;
+  void write(const float* in, std::int64_t begin, std::int64_t end, float* flat,
+             core::Device device = core::Device::cpu) const;
 
  private:
   std::vector<ParameterRange> ranges_;

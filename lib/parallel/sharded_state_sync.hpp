@@ -13,10 +13,20 @@
 // The sums are the all-reduce's sums: MpiComm adds in rank order in both collectives, so a
 // rank's piece of the gradient is bitwise what the replicated path (parallel::GradientSync)
 // computes there.
+//
+// Buffers live on the host or on the device (a GPU run: parameters, gradients and moments in
+// device memory). Device buffers stage through device buckets: the pieces move by device
+// copies (one per contiguous segment), the collectives take the communicators' device channel
+// (NCCL, whose sums are MpiComm's bits), and only one Σ g² per owned range crosses to the host.
+// Host buffers (the checkpoint's full-size moments) stage through host buckets over the host
+// channel, so a GPU run gathers and scatters its checkpoint state through host copies.
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "core/arena.hpp"
+#include "core/tensor.hpp"
 #include "dist/comm.hpp"
 #include "parallel/optimizer_shards.hpp"
 
@@ -28,35 +38,47 @@ class ShardedStateSync {
   // sizes and this rank's places in them).
   ShardedStateSync(OptimizerShards shards, dist::Comm& pool, dist::Comm& expert_data_parallel,
                    std::int64_t bucket_elements = std::int64_t{4} << 20);
+  ~ShardedStateSync();
 
   const OptimizerShards& shards() const { return shards_; }
 
-  // Sums a buffer laid out like all_grads() over each kind's group. Afterwards this rank's
+  // Sums an f32 buffer laid out like all_grads() over each kind's group. Afterwards this rank's
   // owned pieces hold the sums; its other positions keep partial values and must not be used.
-  void reduce_scatter(float* gradients);
+  void reduce_scatter(const core::Tensor& gradients);
 
   // Σ g² over this rank's owned pieces, summed over the pool: every element of the model
-  // counted once; identical on every rank. Call after reduce_scatter.
-  double global_sum_of_squares(const float* gradients);
+  // counted once; identical on every rank. Call after reduce_scatter. One sum per owned range
+  // (ops::sum_of_squares, on the buffer's device), added in owned_ranges order on the host.
+  double global_sum_of_squares(const core::Tensor& gradients);
 
-  // Writes every rank's pieces into `flat` (laid out like all_values()), over each kind's
+  // Writes every rank's pieces into `flat` (f32, laid out like all_values()), over each kind's
   // group. The local piece comes from `flat` itself at the owned positions, or, when
-  // `owned_values` is given, from a packed buffer of owned_elements values in owned_ranges
-  // order (the optimizer's moments).
-  void all_gather(float* flat, const float* owned_values = nullptr);
+  // `owned_values` is given (on flat's device), from a packed buffer of owned_elements values
+  // in owned_ranges order (the optimizer's moments).
+  void all_gather(const core::Tensor& flat, const core::Tensor& owned_values = {});
 
  private:
+  // Staging buckets on one device: `many` holds shards blocks (reduce-scatter send, all-gather
+  // receive), `one` one block (reduce-scatter receive, all-gather send).
+  struct Buckets {
+    core::Tensor many;
+    core::Tensor one;
+  };
+  Buckets& buckets(core::Device device);
   std::int64_t block_elements(const KindShards& kind) const;
-  void reduce_scatter_kind(const KindShards& kind, dist::Comm& comm, float* flat);
-  void all_gather_kind(const KindShards& kind, dist::Comm& comm, float* flat,
+  void reduce_scatter_kind(const KindShards& kind, dist::Comm& comm, const core::Tensor& flat);
+  void all_gather_kind(const KindShards& kind, dist::Comm& comm, const core::Tensor& flat,
                        const float* owned_values);
 
   OptimizerShards shards_;
   dist::Comm& pool_;
   dist::Comm& expert_data_parallel_;
   std::int64_t bucket_elements_;
-  std::vector<float> many_;  // shards blocks: reduce-scatter send, all-gather receive
-  std::vector<float> one_;   // one block: reduce-scatter receive, all-gather send
+  std::int64_t many_elements_ = 0;
+  std::int64_t one_elements_ = 0;
+  Buckets host_buckets_;
+  Buckets device_buckets_;                       // allocated on the first device call
+  std::unique_ptr<core::Arena> device_scratch_;  // ops::sum_of_squares on the device
 };
 
 }  // namespace dyncp::parallel

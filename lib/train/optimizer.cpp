@@ -26,7 +26,8 @@ DType moment_dtype(DType dtype, const char* name) {
   return dtype;
 }
 
-// fp32 <-> the stored dtype; a plain copy when both are fp32 (bit-identical to before).
+// fp32 <-> the stored dtype on the host; a plain copy when both are fp32 (bit-identical to
+// before).
 void convert_into(const Tensor& src, const Tensor& dst) {
   if (src.raw_data() == dst.raw_data()) return;
   if (src.dtype() == dst.dtype()) {
@@ -36,13 +37,38 @@ void convert_into(const Tensor& src, const Tensor& dst) {
   }
 }
 
+// A moment as host fp32 (the checkpoint form): itself when it already is, else a host copy,
+// widened from bf16 exactly.
+Tensor host_f32(const Tensor& moment) {
+  if (moment.device() == core::Device::cpu && moment.dtype() == DType::f32) return moment;
+  Tensor host = moment;
+  if (moment.device() != core::Device::cpu) {
+    host = Tensor::empty(moment.shape(), moment.dtype());
+    host.copy_from(moment);  // checkpoint writers and readers are host code
+  }
+  if (host.dtype() == DType::f32) return host;
+  const Tensor widened = Tensor::empty(moment.shape(), DType::f32);
+  convert_into(host, widened);
+  return widened;
+}
+
+// `stored` (the optimizer's moment, host or device, fp32 or bf16) from host fp32 values: bf16
+// rounds to nearest even on the host, then one copy up.
+void store_from_host_f32(const Tensor& values, const Tensor& stored) {
+  if (stored.device() == core::Device::cpu) return convert_into(values, stored);
+  if (stored.dtype() == DType::f32) return stored.copy_from(values);
+  const Tensor rounded = Tensor::empty(stored.shape(), stored.dtype());
+  convert_into(values, rounded);
+  stored.copy_from(rounded);
+}
+
 }  // namespace
 
 AdamWOptimizer::AdamWOptimizer(const model::Qwen3MoeParameters& parameters,
                                const parallel::ParameterPartition& partition,
                                const AdamWSettings& settings)
     : settings_(settings),
-      values_(parameters.all_values().data<float>()),
+      values_(parameters.all_values()),
       full_shape_(parameters.all_values().shape()),
       device_(parameters.device()),
       exp_avg_(
@@ -58,12 +84,13 @@ AdamWOptimizer::AdamWOptimizer(const model::Qwen3MoeParameters& parameters,
                                parallel::ShardedStateSync& sync, const AdamWSettings& settings)
     : settings_(settings),
       sync_(&sync),
-      values_(parameters.all_values().data<float>()),
+      values_(parameters.all_values()),
       full_shape_(parameters.all_values().shape()),
+      device_(parameters.device()),
       exp_avg_(Tensor::zeros({sync.shards().owned_elements},
-                             moment_dtype(settings.exp_avg_dtype, "exp_avg"))),
+                             moment_dtype(settings.exp_avg_dtype, "exp_avg"), device_)),
       exp_avg_sq_(Tensor::zeros({sync.shards().owned_elements},
-                                moment_dtype(settings.exp_avg_sq_dtype, "exp_avg_sq"))),
+                                moment_dtype(settings.exp_avg_sq_dtype, "exp_avg_sq"), device_)),
       owned_elements_(sync.shards().owned_elements) {
   std::int64_t packed = 0;
   for (const parallel::ParameterRange& range : sync.shards().owned_ranges) {
@@ -102,52 +129,35 @@ void AdamWOptimizer::step(double lr, std::int64_t step, double grad_scale) {
 AdamWOptimizer::FullSizeMoments AdamWOptimizer::full_size_moments() const {
   if (sync_ != nullptr)
     return {Tensor::zeros(full_shape_, DType::f32), Tensor::zeros(full_shape_, DType::f32)};
-  FullSizeMoments full;
-  for (const auto& [own, out] :
-       {std::pair{&exp_avg_, &full.exp_avg}, std::pair{&exp_avg_sq_, &full.exp_avg_sq}}) {
-    if (own->device() != core::Device::cpu) {
-      // Checkpoint writers and readers are host code: a host copy of the device moments.
-      *out = Tensor::empty(full_shape_, own->dtype());
-      out->copy_from(*own);
-    } else if (own->dtype() == DType::f32) {
-      *out = *own;
-    } else {
-      *out = Tensor::empty(full_shape_, DType::f32);
-      convert_into(*own, *out);
-    }
-  }
-  return full;
+  return {host_f32(exp_avg_), host_f32(exp_avg_sq_)};
 }
 
 void AdamWOptimizer::gather_full_size_moments(const FullSizeMoments& full) {
   if (sync_ == nullptr) return;
-  for (const auto& [own, out] :
-       {std::pair{&exp_avg_, &full.exp_avg}, std::pair{&exp_avg_sq_, &full.exp_avg_sq}}) {
-    if (own->dtype() == DType::f32) {
-      sync_->all_gather(out->data<float>(), own->data<float>());
-    } else {
-      const Tensor widened = Tensor::empty(own->shape(), DType::f32);
-      convert_into(*own, widened);
-      sync_->all_gather(out->data<float>(), widened.data<float>());
-    }
-  }
+  // Host pieces gathered over the host channel (a GPU run's checkpoint state goes through host
+  // copies of its device moments).
+  sync_->all_gather(full.exp_avg, host_f32(exp_avg_));
+  sync_->all_gather(full.exp_avg_sq, host_f32(exp_avg_sq_));
 }
 
 void AdamWOptimizer::load_full_size_moments(const FullSizeMoments& full) {
   DYNCP_CHECK(full.exp_avg.shape() == full_shape_ && full.exp_avg_sq.shape() == full_shape_,
               "full-size moments are laid out like the parameters");
   if (sync_ == nullptr) {
-    convert_into(full.exp_avg, exp_avg_);
-    convert_into(full.exp_avg_sq, exp_avg_sq_);
+    store_from_host_f32(full.exp_avg, exp_avg_);
+    store_from_host_f32(full.exp_avg_sq, exp_avg_sq_);
     return;
   }
-  std::int64_t packed = 0;
-  for (const parallel::ParameterRange& range : sync_->shards().owned_ranges) {
-    convert_into(view(full.exp_avg, range.offset, range.count),
-                 view(exp_avg_, packed, range.count));
-    convert_into(view(full.exp_avg_sq, range.offset, range.count),
-                 view(exp_avg_sq_, packed, range.count));
-    packed += range.count;
+  // This rank's pieces packed on the host, then stored (one copy up on the GPU).
+  for (const auto& [from, stored] :
+       {std::pair{&full.exp_avg, &exp_avg_}, std::pair{&full.exp_avg_sq, &exp_avg_sq_}}) {
+    const Tensor packed = Tensor::empty({owned_elements_}, DType::f32);
+    std::int64_t at = 0;
+    for (const parallel::ParameterRange& range : sync_->shards().owned_ranges) {
+      view(packed, at, range.count).copy_from(view(*from, range.offset, range.count));
+      at += range.count;
+    }
+    store_from_host_f32(packed, *stored);
   }
 }
 

@@ -16,6 +16,10 @@
 // fp32, ops::adamw_step). The full-size checkpoint form is always fp32: bf16 widens to it
 // exactly and rounds back to the same bits, and fp32 moments round to nearest even on loading
 // into a bf16 run.
+//
+// The moments live where the parameters do (host or device, ops::adamw_step dispatching on
+// it); the full-size form is always host memory, so a GPU run saves and resumes through host
+// copies and its checkpoints are the CPU path's, bit for bit.
 
 #include <cstdint>
 #include <vector>
@@ -65,8 +69,8 @@ class AdamWOptimizer {
     core::Tensor exp_avg;
     core::Tensor exp_avg_sq;
   };
-  // fp32. Replicated: the optimizer's own fp32 buffers, or copies of its bf16 ones. Distributed:
-  // new zeroed buffers.
+  // Host fp32. Replicated: the optimizer's own buffers when they are host fp32, else host fp32
+  // copies of them. Distributed: new zeroed buffers.
   FullSizeMoments full_size_moments() const;
   // Distributed: every owner's pieces into `full` (collective; afterwards the dense ranges and
   // this EP index's experts are complete, as in the replicated buffers). Replicated: nothing.
@@ -84,7 +88,7 @@ class AdamWOptimizer {
 
   AdamWSettings settings_;
   parallel::ShardedStateSync* sync_ = nullptr;
-  float* values_ = nullptr;
+  core::Tensor values_;  // the parameters' flat buffer (all_values())
   core::Shape full_shape_;
   core::Device device_ = core::Device::cpu;
   core::Tensor exp_avg_;

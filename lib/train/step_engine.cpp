@@ -232,7 +232,7 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
 
   outcome.time.straggler_wait_ms += straggler_wait_ms(parallel_state_.pool());
   clock = std::chrono::steady_clock::now();
-  float* gradients = model_.parameters().all_grads().data<float>();
+  const core::Tensor& gradients = model_.parameters().all_grads();
   if (compute_gradients && sharded_state_sync_) sharded_state_sync_->reduce_scatter(gradients);
   if (compute_gradients && gradient_sync_) gradient_sync_->reduce_gradients();
   parallel_state_.pool().all_reduce(local_sums, local_sums, 2, core::DType::f64,

@@ -244,9 +244,14 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& la
           ? AdamWOptimizer(model.parameters(), *engine.sharded_state_sync(), adam)
           : AdamWOptimizer(model.parameters(), engine.partition(), adam);
   if (optimizer.distributed()) {
-    spdlog::info("distributed optimizer: this rank holds {} of the state's elements ({:.1f} MiB)",
-                 optimizer.exp_avg().numel(),
-                 static_cast<double>(optimizer.owned_state_bytes()) / (1024.0 * 1024.0));
+    spdlog::info(
+        "distributed optimizer: this rank holds {} of the state's elements ({:.1f} MiB, exp_avg "
+        "{}, exp_avg_sq {}, on {})",
+        optimizer.exp_avg().numel(),
+        static_cast<double>(optimizer.owned_state_bytes()) / (1024.0 * 1024.0),
+        core::dtype_name(optimizer.exp_avg().dtype()),
+        core::dtype_name(optimizer.exp_avg_sq().dtype()),
+        core::device_name(optimizer.exp_avg().device()));
   }
   LrSchedule lr_schedule;
   lr_schedule.max_lr = config.optimizer.lr;

@@ -27,11 +27,6 @@ void refuse_unbuilt_gpu_features(const config::ConfigContainer& config, int worl
   if (config.model.moe_router_load_balancing_type != config::LoadBalancingType::none)
     refuse("model.moe_router_load_balancing_type",
            "the MoE aux-loss ops have no CUDA kernels yet: set it to none");
-  if (config.ddp.use_distributed_optimizer)
-    refuse("ddp.use_distributed_optimizer", "the sharded optimizer state is host code so far");
-  if (config.optimizer.exp_avg_dtype == config::StateDType::bfloat16 ||
-      config.optimizer.exp_avg_sq_dtype == config::StateDType::bfloat16)
-    refuse("optimizer.exp_avg_dtype", "bf16 Adam moments have no CUDA kernel yet: keep fp32");
 }
 
 }  // namespace

@@ -2,6 +2,10 @@
 // computed references, under mpirun with 1 to 4 ranks: dense state over the world, expert
 // state over the ranks of equal parity (they hold the same expert ranges, as an expert-DP
 // group does). Bucket sizes from one element up force many staging rounds and uneven padding.
+//
+// Built a second time against the emulated CUDA backend (DYNCP_SHARDED_ON_CUDA): the same checks
+// with every buffer in device memory, which host code cannot read, over a RoutedComm whose
+// device channel is the emulated NCCL.
 
 #include "parallel/sharded_state_sync.hpp"
 
@@ -10,6 +14,11 @@
 #include <vector>
 
 #include "mpi_test_world.hpp"
+#ifdef DYNCP_SHARDED_ON_CUDA
+#include "dist/nccl_comm.hpp"
+#include "dist/routed_comm.hpp"
+#include "ops/cuda/cuda_backend.hpp"
+#endif
 
 using namespace dyncp;
 using parallel::ParameterRange;
@@ -38,8 +47,24 @@ bool in_kind(const parallel::ParameterPartition& partition, std::int64_t i, bool
   return false;
 }
 
-void check_collectives(const parallel::ParameterPartition& partition, std::int64_t bucket) {
-  dist::Comm& world = dist::testing::test_world();
+// `values` where the sync under test reads them: a host view, or a device copy.
+core::Tensor placed(std::vector<float>& values, core::Device device) {
+  const core::Tensor host = core::Tensor::view_of(
+      values.data(), {static_cast<std::int64_t>(values.size())}, core::DType::f32);
+  if (device == core::Device::cpu) return host;
+  const core::Tensor copy = core::Tensor::empty(host.shape(), core::DType::f32, device);
+  copy.copy_from(host);
+  return copy;
+}
+
+// Back into `values` after the sync wrote `buffer`.
+void fetch(const core::Tensor& buffer, std::vector<float>& values) {
+  if (buffer.device() == core::Device::cpu) return;
+  core::Tensor::view_of(values.data(), buffer.shape(), core::DType::f32).copy_from(buffer);
+}
+
+void check_collectives(dist::Comm& world, const parallel::ParameterPartition& partition,
+                       std::int64_t bucket, core::Device device = core::Device::cpu) {
   const int rank = world.rank();
   const std::unique_ptr<dist::Comm> same_parity = world.split(rank % 2, rank, "expert_dp");
   const int parity_ranks = same_parity->size();
@@ -66,7 +91,9 @@ void check_collectives(const parallel::ParameterPartition& partition, std::int64
     return sum;
   };
   const dist::OpCounter before = world.counters()[dist::CommOp::reduce_scatter];
-  sync.reduce_scatter(gradients.data());
+  const core::Tensor gradient_buffer = placed(gradients, device);
+  sync.reduce_scatter(gradient_buffer);
+  fetch(gradient_buffer, gradients);
   const dist::OpCounter after = world.counters()[dist::CommOp::reduce_scatter];
   for (const ParameterRange& range : shards.owned_ranges) {
     for (std::int64_t i = range.offset; i < range.offset + range.count; ++i) {
@@ -94,7 +121,7 @@ void check_collectives(const parallel::ParameterPartition& partition, std::int64
         expected_squares += static_cast<double>(parity_sum(parity, i)) * parity_sum(parity, i);
     }
   }
-  CHECK(sync.global_sum_of_squares(gradients.data()) == Approx(expected_squares).epsilon(1e-12));
+  CHECK(sync.global_sum_of_squares(gradient_buffer) == Approx(expected_squares).epsilon(1e-12));
 
   // All-gather from the flat buffer: each rank holds only its pieces; afterwards every rank
   // holds every element of its kinds' ranges. Gaps keep their value.
@@ -103,7 +130,9 @@ void check_collectives(const parallel::ParameterPartition& partition, std::int64
   for (const ParameterRange& range : shards.owned_ranges)
     for (std::int64_t i = range.offset; i < range.offset + range.count; ++i)
       parameters[static_cast<std::size_t>(i)] = value(i);
-  sync.all_gather(parameters.data());
+  const core::Tensor parameter_buffer = placed(parameters, device);
+  sync.all_gather(parameter_buffer);
+  fetch(parameter_buffer, parameters);
   for (std::int64_t i = 0; i < flat_size; ++i) {
     const bool covered = in_kind(partition, i, false) || in_kind(partition, i, true);
     CHECK(parameters[static_cast<std::size_t>(i)] == (covered ? value(i) : -1.0f));
@@ -116,36 +145,69 @@ void check_collectives(const parallel::ParameterPartition& partition, std::int64
       packed.push_back(value(i) * 2);
   REQUIRE(static_cast<std::int64_t>(packed.size()) == shards.owned_elements);
   std::vector<float> full(flat_size, 0.0f);
-  sync.all_gather(full.data(), packed.data());
+  const core::Tensor full_buffer = placed(full, device);
+  sync.all_gather(full_buffer, placed(packed, device));
+  fetch(full_buffer, full);
   for (std::int64_t i = 0; i < flat_size; ++i) {
     const bool covered = in_kind(partition, i, false) || in_kind(partition, i, true);
     CHECK(full[static_cast<std::size_t>(i)] == (covered ? value(i) * 2 : 0.0f));
   }
 }
 
+parallel::ParameterPartition uneven_partition() {
+  return make_partition({{0, 37, false, true},
+                         {40, 23, true, true},
+                         {64, 5, false, false},
+                         {70, 50, true, true},
+                         {128, 101, false, true},
+                         {232, 1, false, false},
+                         {240, 17, true, true}});
+}
+
 }  // namespace
 
 TEST_CASE("sharded collectives on uneven dense and expert ranges", "[parallel][shards]") {
-  const auto partition = make_partition({{0, 37, false, true},
-                                         {40, 23, true, true},
-                                         {64, 5, false, false},
-                                         {70, 50, true, true},
-                                         {128, 101, false, true},
-                                         {232, 1, false, false},
-                                         {240, 17, true, true}});
-  for (const std::int64_t bucket : {1, 3, 7, 64, 1 << 20}) check_collectives(partition, bucket);
+  for (const std::int64_t bucket : {1, 3, 7, 64, 1 << 20})
+    check_collectives(dist::testing::test_world(), uneven_partition(), bucket);
 }
 
 TEST_CASE("sharded collectives with more shards than elements", "[parallel][shards]") {
   const auto partition =
       make_partition({{0, 2, false, true}, {16, 1, true, true}, {32, 1, false, false}});
-  for (const std::int64_t bucket : {1, 2, 1 << 20}) check_collectives(partition, bucket);
+  for (const std::int64_t bucket : {1, 2, 1 << 20})
+    check_collectives(dist::testing::test_world(), partition, bucket);
 }
 
 TEST_CASE("sharded collectives without expert ranges", "[parallel][shards]") {
   const auto partition = make_partition({{0, 100, false, true}, {112, 9, false, false}});
-  for (const std::int64_t bucket : {5, 1 << 20}) check_collectives(partition, bucket);
+  for (const std::int64_t bucket : {5, 1 << 20})
+    check_collectives(dist::testing::test_world(), partition, bucket);
 }
+
+#ifdef DYNCP_SHARDED_ON_CUDA
+// The GPU path: gradients, parameters and packed moments in device memory. The emulated device
+// memory faults on any host access, so passing means the pieces moved by device copies only;
+// the collectives went over the device channel (the emulated NCCL), and the host channel
+// carried only the Σ g² scalar.
+TEST_CASE("sharded collectives on device buffers", "[parallel][shards][cuda]") {
+  ops::cuda::install_backend();
+  dist::install_nccl_device_comms();
+  const std::unique_ptr<dist::Comm> routed =
+      dist::make_routed_world(dist::testing::test_world(), 60.0);
+  auto& channels = dynamic_cast<dist::RoutedComm&>(*routed);
+  for (const std::int64_t bucket : {3, 64, 1 << 20}) {
+    const std::uint64_t host_before = channels.host_channel().counters().total().calls;
+    check_collectives(*routed, uneven_partition(), bucket, core::Device::cuda);
+    // Host calls: the split's, and one all-reduce of the squares.
+    const std::uint64_t host_calls = channels.host_channel().counters().total().calls - host_before;
+    INFO("host channel calls " << host_calls);
+    CHECK(host_calls <= 2);
+  }
+  const auto partition =
+      make_partition({{0, 2, false, true}, {16, 1, true, true}, {32, 1, false, false}});
+  check_collectives(*routed, partition, 1, core::Device::cuda);
+}
+#endif
 
 TEST_CASE("sharded state refuses groups it was not planned for", "[parallel][shards]") {
   dist::Comm& world = dist::testing::test_world();
