@@ -6,7 +6,7 @@
 //
 //   bench_model --size tiny|small|qwen3-30b-a3b [--layers N] [--vocab N] [--bin-tokens N]
 //               [--steps N] [--bins N] [--mock-varlen SPEC] [--recompute] [--device cpu|cuda]
-//               [--write-batch FILE] [--write-config FILE]
+//               [--write-batch FILE] [--write-config FILE] [--write-only]
 //
 // Bins: by default one bin of sequences drawn with core::Rng from seed 1 (lengths
 // 64..bin/2, the last one filling the bin). With --mock-varlen SPEC, `--bins` bins are filled
@@ -194,6 +194,7 @@ struct Arguments {
   std::int64_t bin_tokens = 2048, layers = 0, vocab = 0;
   int steps = 3, bins = 1;
   bool recompute = false;
+  bool write_only = false;  // write the batch and config, run nothing (gpu_step.sh's HF anchor)
 };
 
 Arguments parse_arguments(int argc, char** argv) {
@@ -234,6 +235,8 @@ Arguments parse_arguments(int argc, char** argv) {
       a.write_batch = value();
     else if (arg == "--write-config")
       a.write_config = value();
+    else if (arg == "--write-only")
+      a.write_only = true;
     else
       core::throw_usage_error("unknown argument '" + arg + "'");
   }
@@ -263,6 +266,7 @@ int main(int argc, char** argv) {
     if (!args.write_config.empty())
       std::ofstream(args.write_config) << config::to_hf_config_json(architecture) << "\n";
     // The bins and config are written first: the anchors of gpu_step.sh need them either way.
+    if (args.write_only) return 0;
     if (args.device == "cuda") {
       // The kernels are tested one by one (tests/gpu); the model step does not run on them
       // yet, so there is nothing honest to time here.
@@ -312,7 +316,7 @@ int main(int argc, char** argv) {
         "{\"impl\": \"dyncp\", \"device\": \"%s\", \"size\": \"%s\", \"layers\": %lld, "
         "\"bin_tokens\": %lld, \"bins\": %zu, \"sequences\": %zu, \"recompute\": %s, "
         "\"steps\": %d, \"median_s\": %.4f, \"min_s\": %.4f, \"tokens_per_s\": %.1f, "
-        "\"model_tflops\": %.4f, \"flops_per_step\": %.6e, \"attention_s\": %.4f, "
+        "\"model_tflops\": %.6g, \"flops_per_step\": %.6e, \"attention_s\": %.4f, "
         "\"experts_s\": %.4f, \"other_s\": %.4f}\n",
         args.device.c_str(), args.size.c_str(),
         static_cast<long long>(architecture.num_hidden_layers),
