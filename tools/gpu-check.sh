@@ -60,15 +60,16 @@ phase() { echo "== $1 (at $((SECONDS - start)) s)"; phase_start=$SECONDS; }
 # phase_end NAME BUDGET_S STATUS: one row of the closing table
 phase_end() {
   local took=$((SECONDS - phase_start))
+  # The budgets are the GPU machine's; emulated times are not held to them.
   summary+=("$(printf '  %-10s %-8s %4d s (budget %3d s)%s' "$1" "$3" "$took" "$2" \
-               "$([[ $took -gt $2 ]] && echo ' OVER')")")
+               "$([[ $took -gt $2 && $emulate != 1 ]] && echo ' OVER')")")
   [[ $3 == passed || $3 == skipped ]] || failed=1
 }
 finish() {
   echo "== summary ($([[ $emulate == 1 ]] && echo emulated backend || echo GPU))"
   printf '%s\n' "${summary[@]}"
   local total=$((SECONDS - start))
-  echo "  total      $total s of the 480 s budget$([[ $total -gt 480 ]] && echo ': OVER')"
+  echo "  total      $total s of the 480 s budget$([[ $total -gt 480 && $emulate != 1 ]] && echo ': OVER')"
   echo "gpu-check: $([[ $failed == 0 ]] && echo passed || echo FAILED)"
   exit $((failed == 0 ? 0 : 1))
 }
