@@ -141,22 +141,24 @@ case $case_name in
         "${state[@]}" dist.device="$device" logger.metrics_path="$work/$name.jsonl" "$@" \
         >"$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
     }
+    # Each device's uninterrupted run saves at iteration 2 on its way to 3; the resumes load
+    # that checkpoint (checkpoint.ckpt_step) and run step 3 again.
     for device in cpu cuda; do
-      run2 "$device-full" "$device" train.train_iters=3
-      run2 "$device-save" "$device" train.train_iters=2 checkpoint.save="$work/ckpt-$device" \
+      run2 "$device-full" "$device" train.train_iters=3 checkpoint.save="$work/ckpt-$device" \
         checkpoint.save_interval=2
     done
     grep -q "distributed optimizer: this rank holds .*exp_avg bf16, exp_avg_sq bf16, on cuda" \
       "$work/cuda-full.log"
     compare "$work/cuda-full.jsonl" "$work/cpu-full.jsonl" 1
     echo "distopt_checkpoints: bf16 moments, sharded over 2 emulated GPUs, equal the CPU run"
-    run2 cuda-resumed-cuda cuda train.train_iters=3 checkpoint.load="$work/ckpt-cuda"
+    run2 cuda-resumed-cuda cuda train.train_iters=3 checkpoint.load="$work/ckpt-cuda" \
+      checkpoint.ckpt_step=2
     compare "$work/cuda-resumed-cuda.jsonl" "$work/cuda-full.jsonl" 3 0
     echo "distopt_checkpoints: resumed on the GPU, bitwise the uninterrupted GPU run"
     for pair in "cuda cpu" "cpu cuda"; do
       read -r saved_on resumed_on <<<"$pair"
       run2 "$resumed_on-resumed-$saved_on" "$resumed_on" train.train_iters=3 \
-        checkpoint.load="$work/ckpt-$saved_on"
+        checkpoint.load="$work/ckpt-$saved_on" checkpoint.ckpt_step=2
       grep -q "resumed from" "$work/$resumed_on-resumed-$saved_on.log"
       compare "$work/$resumed_on-resumed-$saved_on.jsonl" "$work/$saved_on-full.jsonl" 3
       echo "distopt_checkpoints: saved on $saved_on, resumed on $resumed_on"
