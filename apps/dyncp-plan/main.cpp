@@ -114,6 +114,27 @@ int run(const Options& options) {
   if (options.global_batch_size && *options.global_batch_size < 1) {
     core::throw_usage_error("--global-batch-size must be >= 1");
   }
+  // The limits dyncp-train's keys have (config/key_builder.hpp), so a plan is never asked to
+  // draw or schedule more than a real job could: every step's lengths are held at once.
+  constexpr std::int64_t max_batch = std::int64_t{1} << 20;
+  constexpr std::int64_t max_tokens = std::int64_t{1} << 24;
+  constexpr std::int64_t max_lengths = std::int64_t{1} << 24;
+  if (options.global_batch_size && *options.global_batch_size > max_batch) {
+    core::throw_usage_error("--global-batch-size " + std::to_string(*options.global_batch_size) +
+                            ": too large: must be at most " + std::to_string(max_batch) +
+                            " (train.global_batch_size's limit)");
+  }
+  if (options.cap > max_tokens) {
+    core::throw_usage_error("--cap " + std::to_string(options.cap) +
+                            ": too large: must be at most " + std::to_string(max_tokens) +
+                            " (model.max_seqlen_per_dp_cp_rank's limit)");
+  }
+  if (options.global_batch_size && options.steps * *options.global_batch_size > max_lengths) {
+    core::throw_usage_error("--steps " + std::to_string(options.steps) + " x --global-batch-size " +
+                            std::to_string(*options.global_batch_size) +
+                            ": too many lengths: at most " + std::to_string(max_lengths) +
+                            " in one plan");
+  }
   if (!options.distribution.empty() && !options.global_batch_size) {
     core::throw_usage_error("--distribution needs --global-batch-size (samples per step)");
   }

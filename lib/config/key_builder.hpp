@@ -17,6 +17,15 @@ namespace dyncp::config::detail {
 // Sizes are bounded well below int64 so products of two sizes never overflow.
 inline constexpr std::int64_t max_size = std::numeric_limits<std::int32_t>::max();
 
+// Job sizes far past any real run, refused by the loader (exit 2, naming the key and the
+// limit) before anything is drawn: a global batch's ids, lengths and schedule are built every
+// step and by --dry-run (2^31 samples took minutes and 20 GB), a mock dataset's epoch
+// permutation holds 8 bytes a sample and is drawn sample by sample, and a sequence's tokens
+// size the activation arenas.
+inline constexpr std::int64_t max_global_batch_size = std::int64_t{1} << 20;
+inline constexpr std::int64_t max_mock_samples = std::int64_t{1} << 24;
+inline constexpr std::int64_t max_sequence_tokens = std::int64_t{1} << 24;
+
 template <typename T>
 struct IsOptional : std::false_type {};
 template <typename T>

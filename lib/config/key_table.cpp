@@ -36,7 +36,8 @@ void append_parallel_keys(std::vector<KeySpec>& keys) {
                                     "multiple by tp"}));
   keys.push_back(make_key("model.seq_length", DYNCP_FIELD(model.seq_length),
                           "Longest sample in tokens (after the chat template)",
-                          {.rules = "multiple of the alignment multiple; <= pool x "
+                          {.max = detail::max_sequence_tokens,
+                           .rules = "multiple of the alignment multiple; <= pool x "
                                     "model.max_seqlen_per_dp_cp_rank"}));
   keys.push_back(make_key(
       "model.dynamic_context_parallel", DYNCP_FIELD(model.dynamic_context_parallel),
@@ -50,7 +51,8 @@ void append_parallel_keys(std::vector<KeySpec>& keys) {
   keys.push_back(make_key(
       "model.max_seqlen_per_dp_cp_rank", DYNCP_FIELD(model.max_seqlen_per_dp_cp_rank),
       "Token capacity of one pool rank in one microbatch (sizes bins and CP groups)",
-      {.rules = "must be set explicitly; pool x value >= seq_length (pool = cp static, dp x cp "
+      {.max = detail::max_sequence_tokens,
+       .rules = "must be set explicitly; pool x value >= seq_length (pool = cp static, dp x cp "
                 "dynamic)"}));
   keys.push_back(make_key(
       "model.sequence_packing_scheduler", DYNCP_FIELD(model.sequence_packing_scheduler),
@@ -111,7 +113,8 @@ void append_data_keys(std::vector<KeySpec>& keys) {
                           "Held-out data for evaluation (same format as dataset.type)"));
   keys.push_back(make_key("dataset.seq_length", DYNCP_FIELD(dataset.seq_length),
                           "Dataset sequence cap; unset: model.seq_length",
-                          {.rules = "<= model.seq_length; multiple of the alignment multiple"}));
+                          {.max = detail::max_sequence_tokens,
+                           .rules = "<= model.seq_length; multiple of the alignment multiple"}));
   keys.push_back(make_key("dataset.enable_global_batch_packing",
                           DYNCP_FIELD(dataset.enable_global_batch_packing),
                           "Pack each global batch online with the packing scheduler",
@@ -127,7 +130,8 @@ void append_data_keys(std::vector<KeySpec>& keys) {
       DYNCP_FIELD(dataset.global_batch_packing_pad_to_multiple_of),
       "Per-sequence alignment multiple; unset: derived (2 x dp x cp dynamic, 2 x cp static, 1 "
       "without CP)",
-      {.rules = "a multiple of the derived alignment multiple"}));
+      {.max = detail::max_sequence_tokens,
+       .rules = "a multiple of the derived alignment multiple"}));
   keys.push_back(make_key("dataset.cache_dir", DYNCP_FIELD(dataset.cache_dir),
                           "Folder for prepared (tokenized, indexed) data"));
   keys.push_back(make_key("dataset.truncation", DYNCP_FIELD(dataset.truncation),
@@ -148,7 +152,7 @@ void append_data_keys(std::vector<KeySpec>& keys) {
                "fixed(length=)",
                {.rules = "max <= seq_length"}));
   keys.push_back(make_key("dataset.mock_num_samples", DYNCP_FIELD(dataset.mock_num_samples),
-                          "Number of mock_varlen samples"));
+                          "Number of mock_varlen samples", {.max = detail::max_mock_samples}));
   keys.push_back(make_key("dataset.chat_template_kwargs", DYNCP_FIELD(dataset.chat_template_kwargs),
                           "chat_jsonl: extra chat-template variables as a JSON object, e.g. "
                           "{\"enable_thinking\": false} (apply_chat_template's **kwargs)",
@@ -184,7 +188,8 @@ void append_training_keys(std::vector<KeySpec>& keys) {
                           "Samples per loader microbatch (the scheduler packs them)",
                           {.rules = "must be 1"}));
   keys.push_back(make_key("train.global_batch_size", DYNCP_FIELD(train.global_batch_size),
-                          "Samples per optimizer step", {.rules = "divisible by dp"}));
+                          "Samples per optimizer step",
+                          {.max = detail::max_global_batch_size, .rules = "divisible by dp"}));
   keys.push_back(make_key("train.train_iters", DYNCP_FIELD(train.train_iters), "Optimizer steps"));
   keys.push_back(make_key("train.stop_on_nan", DYNCP_FIELD(train.stop_on_nan),
                           "Stop with an error when the loss or gradient norm is not finite"));

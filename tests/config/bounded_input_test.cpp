@@ -129,6 +129,71 @@ TEST_CASE("sizes no machine can hold are refused before anything is derived from
   fs::remove_all(dir);
 }
 
+TEST_CASE("job sizes near 2^31 and 2^63 are refused naming the key and the limit",
+          "[config][bounded]") {
+  // Before, every size key took anything up to 2^31 - 1: a global batch or a mock dataset of
+  // that many samples made --dry-run draw them (minutes, 20 GB) before failing or passing.
+  struct Case {
+    const char* key;
+    const char* limit;
+  };
+  const Case cases[] = {{"train.global_batch_size", "1048576"},
+                        {"dataset.mock_num_samples", "16777216"},
+                        {"model.seq_length", "16777216"},
+                        {"dataset.seq_length", "16777216"},
+                        {"model.max_seqlen_per_dp_cp_rank", "16777216"},
+                        {"dataset.global_batch_packing_pad_to_multiple_of", "16777216"}};
+  const auto start = std::chrono::steady_clock::now();
+  for (const Case& entry : cases) {
+    for (const char* value : {"2147483647", "2147483648", "9223372036854775807"}) {
+      const std::string error =
+          load_error(config::test::valid_recipe, {std::string(entry.key) + "=" + value});
+      INFO(entry.key << "=" << value);
+      CHECK_THAT(error,
+                 Catch::Contains(std::string(entry.key) + " (override") &&
+                     Catch::Contains(std::string("too large: must be at most ") + entry.limit));
+    }
+    const std::string overflow =
+        load_error(config::test::valid_recipe, {std::string(entry.key) + "=9223372036854775808"});
+    CHECK_THAT(overflow, Catch::Contains(entry.key) && Catch::Contains("overflows"));
+  }
+  // At the limit itself the key is accepted (other rules may still apply).
+  CHECK_THAT(load_error(config::test::valid_recipe, {"train.global_batch_size=1048576"}),
+             !Catch::Contains("train.global_batch_size"));
+  // Step counts cost time, not memory (nothing is drawn per step ahead of time): accepted up
+  // to 2^31 - 1, refused past it.
+  CHECK(load_error(config::test::valid_recipe, {"train.train_iters=2147483647"}).empty());
+  CHECK_THAT(load_error(config::test::valid_recipe, {"train.train_iters=9223372036854775807"}),
+             Catch::Contains("train.train_iters") && Catch::Contains("must be at most 2147483647"));
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+
+  // HF config.json sizes near 2^31 and 2^63 (the recipe's key bounds do not apply there).
+  const fs::path dir = scratch("hf_huge_sizes");
+  const std::string recipe =
+      "model:\n  hf_model_path: " + dir.string() + "\n" +
+      config::test::valid_recipe.substr(config::test::valid_recipe.find("  context_parallel_size"));
+  for (const char* field : {"vocab_size", "hidden_size", "moe_intermediate_size", "num_experts",
+                            "num_attention_heads", "max_position_embeddings"}) {
+    for (const char* value : {"2147483647", "9223372036854775807", "9223372036854775808"}) {
+      // A context length drives no allocation (RoPE is computed per position): up to 2^32.
+      if (field == std::string("max_position_embeddings") && value == std::string("2147483647"))
+        continue;
+      std::string json = R"({"model_type": "qwen3_moe", "vocab_size": 512, "hidden_size": 64,
+          "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "head_dim": 16, "num_experts": 8, "num_experts_per_tok": 2,
+          "moe_intermediate_size": 32, "max_position_embeddings": 256})";
+      const std::string key = std::string("\"") + field + "\": ";
+      const std::size_t at = json.find(key) + key.size();
+      json.replace(at, json.find_first_of(",}", at) - at, value);
+      std::ofstream(dir / "config.json") << json;
+      INFO(field << " = " << value);
+      CHECK_THAT(load_error(recipe), Catch::Contains(field));
+    }
+  }
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("a deeply nested or NUL-carrying config.json is a data error naming the file",
           "[config][bounded]") {
   const fs::path dir = scratch("hf_deep");

@@ -120,7 +120,9 @@ TEST_CASE("zero, negative and overflowing sizes are rejected", "[config]") {
   CHECK_THAT(error_of([] { test::load({"model.seq_length=99999999999999999999"}); }),
              Contains("model.seq_length") && Contains("overflows a 64-bit integer"));
   CHECK_THAT(error_of([] { test::load({"model.seq_length=4294967296"}); }),
-             Contains("model.seq_length") && Contains("must be at most 2147483647"));
+             Contains("model.seq_length") && Contains("must be at most 16777216"));
+  CHECK_THAT(error_of([] { test::load({"train.train_iters=4294967296"}); }),
+             Contains("train.train_iters") && Contains("must be at most 2147483647"));
   CHECK_THAT(error_of([] { test::load({"optimizer.lr=1e999"}); }),
              Contains("optimizer.lr") && Contains("not a finite number"));
 }
