@@ -4,6 +4,7 @@
 
 #include "ops/causal_conv1d.hpp"
 #include "ops/cu_seqlens_check.hpp"
+#include "ops/device_ops.hpp"
 #include "ops/op_checks.hpp"
 
 namespace dyncp::ops {
@@ -45,12 +46,15 @@ void pre_activation(const T* x, const T* w, std::int64_t channels, std::int64_t 
 void causal_conv1d_silu_forward(const OpContext& ctx, const Tensor& x, const Tensor& weight,
                                 const Tensor& cu_seqlens, const Tensor& y) {
   constexpr std::string_view op = "causal_conv1d_silu_forward";
-  detail::require_float_operands(op, ctx, {{"x", &x}, {"weight", &weight}, {"y", &y}});
+  detail::require_float_operands_on_any_device(op, ctx,
+                                               {{"x", &x}, {"weight", &weight}, {"y", &y}});
   const auto [channels, kernel] = check(op, x, weight, cu_seqlens);
   detail::require_shape(op, "y", y, x.shape());
   if (y.raw_data() == x.raw_data() && x.numel() > 0) detail::fail(op, "y must not alias x");
   const std::int32_t* cu = cu_seqlens.data<std::int32_t>();
   const std::int64_t sequences = cu_seqlens.size(0) - 1;
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).causal_conv1d_silu_forward(ctx, x, weight, cu_seqlens, y);
   detail::dispatch_float(op, x.dtype(), [&, channels = channels, kernel = kernel](auto zero) {
     using T = decltype(zero);
     const T* xs = x.data<T>();
@@ -70,7 +74,7 @@ void causal_conv1d_silu_backward(const OpContext& ctx, const Tensor& dy, const T
                                  const Tensor& weight, const Tensor& cu_seqlens, const Tensor& dx,
                                  const Tensor& dweight) {
   constexpr std::string_view op = "causal_conv1d_silu_backward";
-  detail::require_float_operands(
+  detail::require_float_operands_on_any_device(
       op, ctx, {{"dy", &dy}, {"x", &x}, {"weight", &weight}, {"dx", &dx}, {"dweight", &dweight}});
   const auto [channels, kernel] = check(op, x, weight, cu_seqlens);
   detail::require_shape(op, "dy", dy, x.shape());
@@ -81,6 +85,9 @@ void causal_conv1d_silu_backward(const OpContext& ctx, const Tensor& dy, const T
   if (dweight.defined()) detail::require_shape(op, "dweight", dweight, weight.shape());
   const std::int32_t* cu = cu_seqlens.data<std::int32_t>();
   const std::int64_t sequences = cu_seqlens.size(0) - 1;
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).causal_conv1d_silu_backward(ctx, dy, x, weight, cu_seqlens, dx,
+                                                              dweight);
   detail::dispatch_float(op, x.dtype(), [&, channels = channels, kernel = kernel](auto zero) {
     using T = decltype(zero);
     const T* xs = x.data<T>();

@@ -13,13 +13,22 @@
 
 #include "ops/adamw.hpp"
 #include "ops/attention.hpp"
+#include "ops/causal_conv1d.hpp"
 #include "ops/context.hpp"
 #include "ops/cross_entropy.hpp"
+#include "ops/gated_delta_gates.hpp"
+#include "ops/gated_delta_rule.hpp"
+#include "ops/gated_rmsnorm.hpp"
 #include "ops/gemm.hpp"
+#include "ops/head_halves.hpp"
+#include "ops/l2norm.hpp"
+#include "ops/moe_aux_loss.hpp"
 #include "ops/permute.hpp"
 #include "ops/rmsnorm.hpp"
 #include "ops/rope.hpp"
 #include "ops/router.hpp"
+#include "ops/segment_states.hpp"
+#include "ops/sigmoid_gate.hpp"
 
 namespace dyncp::ops {
 
@@ -96,6 +105,79 @@ class DeviceOps {
                           const Tensor& exp_avg, const Tensor& exp_avg_sq,
                           const AdamWParams& params, bool apply_weight_decay);
   virtual double sum_of_squares(const OpContext& ctx, const Tensor& x);
+
+  // The hybrid layers and the MoE aux loss (bodies in device_ops_hybrid.cpp). The gated delta
+  // rule has one pair for both forms (chunked and recurrent compute the same function).
+  virtual void moe_aux_loss_statistics(const OpContext& ctx, const Tensor& probs,
+                                       const Tensor& expert_ids, const Tensor& seq_cu_seqlens,
+                                       const Tensor& token_is_real, const Tensor& counts,
+                                       const Tensor& prob_sums);
+  virtual double moe_aux_loss_finish(const OpContext& ctx, const Tensor& counts,
+                                     const Tensor& prob_sums, int top_k, double coef,
+                                     std::int64_t num_sequences_global, const Tensor& grad_coeff);
+  virtual void moe_aux_loss_backward(const OpContext& ctx, const Tensor& probs,
+                                     const Tensor& seq_cu_seqlens, const Tensor& token_is_real,
+                                     const Tensor& grad_coeff, const Tensor& dlogits,
+                                     double loss_scale);
+  virtual void sigmoid_gate_forward(const OpContext& ctx, const Tensor& x, const Tensor& gate,
+                                    const Tensor& out);
+  virtual void sigmoid_gate_backward(const OpContext& ctx, const Tensor& dout, const Tensor& x,
+                                     const Tensor& gate, const Tensor& dx, const Tensor& dgate);
+  virtual void sigmoid_row_gate_forward(const OpContext& ctx, const Tensor& x, const Tensor& gate,
+                                        const Tensor& out, GradMode out_mode);
+  virtual void sigmoid_row_gate_backward(const OpContext& ctx, const Tensor& dout, const Tensor& x,
+                                         const Tensor& gate, const Tensor& dx, const Tensor& dgate);
+  // to_halves: split_head_halves, else merge_head_halves.
+  virtual void head_halves(const OpContext& ctx, const Tensor& packed, const Tensor& first,
+                           const Tensor& second, bool to_halves);
+  virtual void gated_delta_gates_forward(const OpContext& ctx, const Tensor& a, const Tensor& b,
+                                         const Tensor& A_log, const Tensor& dt_bias,
+                                         const Tensor& g, const Tensor& beta);
+  virtual void gated_delta_gates_backward(const OpContext& ctx, const Tensor& dg,
+                                          const Tensor& dbeta, const Tensor& a, const Tensor& b,
+                                          const Tensor& A_log, const Tensor& dt_bias,
+                                          const Tensor& da, const Tensor& db, const Tensor& dA_log,
+                                          const Tensor& ddt_bias);
+  virtual void causal_conv1d_silu_forward(const OpContext& ctx, const Tensor& x,
+                                          const Tensor& weight, const Tensor& cu_seqlens,
+                                          const Tensor& y);
+  virtual void causal_conv1d_silu_backward(const OpContext& ctx, const Tensor& dy, const Tensor& x,
+                                           const Tensor& weight, const Tensor& cu_seqlens,
+                                           const Tensor& dx, const Tensor& dweight);
+  virtual void l2norm_forward(const OpContext& ctx, const Tensor& x, double eps, const Tensor& y,
+                              L2NormSaved& saved);
+  virtual void l2norm_backward(const OpContext& ctx, const Tensor& dy, const Tensor& y,
+                               const L2NormSaved& saved, const Tensor& dx);
+  virtual void gated_rmsnorm_forward(const OpContext& ctx, const Tensor& x, const Tensor& z,
+                                     const Tensor& weight, double eps, const Tensor& y,
+                                     RmsNormSaved& saved);
+  virtual void gated_rmsnorm_backward(const OpContext& ctx, const Tensor& dy, const Tensor& x,
+                                      const Tensor& z, const Tensor& weight,
+                                      const RmsNormSaved& saved, const Tensor& dx, const Tensor& dz,
+                                      const Tensor& dweight);
+  virtual void gated_delta_rule_forward(const OpContext& ctx, const GatedDeltaRuleInputs& in,
+                                        const GatedDeltaRuleParams& params, const Tensor& out,
+                                        const Tensor& final_state, GatedDeltaRuleSaved& saved);
+  virtual void gated_delta_rule_backward(const OpContext& ctx, const Tensor& dout,
+                                         const Tensor& d_final_state,
+                                         const GatedDeltaRuleInputs& in,
+                                         const GatedDeltaRuleParams& params,
+                                         const GatedDeltaRuleSaved& saved,
+                                         const GatedDeltaRuleGrads& grads);
+  virtual void compose_segment_prefixes(const OpContext& ctx, const Tensor& transitions,
+                                        const Tensor& walk_segments, const Tensor& walk_offsets,
+                                        std::int64_t first_own, std::int64_t end_own,
+                                        const Tensor& initial_states);
+  virtual void compose_segment_suffixes(const OpContext& ctx, const Tensor& transitions,
+                                        const Tensor& state_grads, const Tensor& walk_segments,
+                                        const Tensor& walk_offsets, std::int64_t first_own,
+                                        std::int64_t end_own, const Tensor& final_grads);
+  virtual void segment_state_grads(const OpContext& ctx, const Tensor& query_maps,
+                                   const Tensor& dout, const Tensor& cu_seqlens,
+                                   const Tensor& grads);
+  virtual void copy_columns(const OpContext& ctx, const Tensor& src, std::int64_t src_col,
+                            const Tensor& dst, std::int64_t dst_col, std::int64_t width);
+  virtual void set_identity_columns(const OpContext& ctx, const Tensor& t, std::int64_t col);
 
  protected:
   [[noreturn]] static void unsupported(std::string_view op);

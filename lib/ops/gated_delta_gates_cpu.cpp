@@ -1,6 +1,7 @@
 #include <cmath>
 #include <string>
 
+#include "ops/device_ops.hpp"
 #include "ops/gated_delta_gates.hpp"
 #include "ops/op_checks.hpp"
 
@@ -41,12 +42,14 @@ void gated_delta_gates_forward(const OpContext& ctx, const Tensor& a, const Tens
                                const Tensor& A_log, const Tensor& dt_bias, const Tensor& g,
                                const Tensor& beta) {
   constexpr std::string_view op = "gated_delta_gates_forward";
-  detail::require_float_operands(
+  detail::require_float_operands_on_any_device(
       op, ctx,
       {{"a", &a}, {"b", &b}, {"A_log", &A_log}, {"dt_bias", &dt_bias}, {"g", &g}, {"beta", &beta}});
   const auto [tokens, heads] = check(op, a, b, A_log, dt_bias);
   detail::require_shape(op, "g", g, a.shape());
   detail::require_shape(op, "beta", beta, a.shape());
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).gated_delta_gates_forward(ctx, a, b, A_log, dt_bias, g, beta);
   detail::dispatch_float(op, a.dtype(), [&, tokens = tokens, heads = heads](auto zero) {
     using T = decltype(zero);
     const T* as = a.data<T>();
@@ -71,17 +74,17 @@ void gated_delta_gates_backward(const OpContext& ctx, const Tensor& dg, const Te
                                 const Tensor& dt_bias, const Tensor& da, const Tensor& db,
                                 const Tensor& dA_log, const Tensor& ddt_bias) {
   constexpr std::string_view op = "gated_delta_gates_backward";
-  detail::require_float_operands(op, ctx,
-                                 {{"dg", &dg},
-                                  {"dbeta", &dbeta},
-                                  {"a", &a},
-                                  {"b", &b},
-                                  {"A_log", &A_log},
-                                  {"dt_bias", &dt_bias},
-                                  {"da", &da},
-                                  {"db", &db},
-                                  {"dA_log", &dA_log},
-                                  {"ddt_bias", &ddt_bias}});
+  detail::require_float_operands_on_any_device(op, ctx,
+                                               {{"dg", &dg},
+                                                {"dbeta", &dbeta},
+                                                {"a", &a},
+                                                {"b", &b},
+                                                {"A_log", &A_log},
+                                                {"dt_bias", &dt_bias},
+                                                {"da", &da},
+                                                {"db", &db},
+                                                {"dA_log", &dA_log},
+                                                {"ddt_bias", &ddt_bias}});
   const auto [tokens, heads] = check(op, a, b, A_log, dt_bias);
   for (const auto& [name, t] : {std::pair<std::string_view, const Tensor*>{"dg", &dg},
                                 {"dbeta", &dbeta},
@@ -91,6 +94,9 @@ void gated_delta_gates_backward(const OpContext& ctx, const Tensor& dg, const Te
   }
   if (dA_log.defined()) detail::require_shape(op, "dA_log", dA_log, A_log.shape());
   if (ddt_bias.defined()) detail::require_shape(op, "ddt_bias", ddt_bias, dt_bias.shape());
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).gated_delta_gates_backward(ctx, dg, dbeta, a, b, A_log, dt_bias,
+                                                             da, db, dA_log, ddt_bias);
   detail::dispatch_float(op, a.dtype(), [&, tokens = tokens, heads = heads](auto zero) {
     using T = decltype(zero);
     const T* dgs = dg.defined() ? dg.data<T>() : nullptr;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/arena.hpp"
+#include "ops/device_ops.hpp"
 #include "ops/gated_delta_rule.hpp"
 #include "ops/gated_delta_rule_chunk.hpp"
 #include "ops/gated_delta_rule_common.hpp"
@@ -67,14 +68,17 @@ void gated_delta_rule_chunked_forward(const OpContext& ctx, const GatedDeltaRule
   detail::check_gated_delta_rule_outputs(op, ctx, in, dims, out, final_state);
   const std::int64_t chunk = params.chunk_size;
   if (saved.chunk_states.defined()) {
-    detail::require_float_operands(op, ctx,
-                                   {{"q", &in.q}, {"saved.chunk_states", &saved.chunk_states}});
+    detail::require_float_operands_on_any_device(
+        op, ctx, {{"q", &in.q}, {"saved.chunk_states", &saved.chunk_states}});
     detail::require_shape(op, "saved.chunk_states", saved.chunk_states,
                           Shape{gated_delta_rule_num_chunks(in.cu_seqlens, params.chunk_size),
                                 dims.value_heads, dims.key_dim, dims.value_dim});
   }
   core::Arena& arena = *ctx.scratch;
   const core::ArenaScope scope(arena);
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).gated_delta_rule_forward(ctx, in, params, out, final_state,
+                                                           saved);
   detail::dispatch_float(op, in.q.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const std::int64_t dk = dims.key_dim, dv = dims.value_dim, hv = dims.value_heads,
@@ -119,14 +123,17 @@ void gated_delta_rule_chunked_backward(const OpContext& ctx, const Tensor& dout,
   detail::check_gated_delta_rule_grads(op, ctx, in, dims, dout, d_final_state, grads);
   const std::int64_t chunk = params.chunk_size;
   if (saved.chunk_states.defined()) {
-    detail::require_float_operands(op, ctx,
-                                   {{"q", &in.q}, {"saved.chunk_states", &saved.chunk_states}});
+    detail::require_float_operands_on_any_device(
+        op, ctx, {{"q", &in.q}, {"saved.chunk_states", &saved.chunk_states}});
     detail::require_shape(op, "saved.chunk_states", saved.chunk_states,
                           Shape{gated_delta_rule_num_chunks(in.cu_seqlens, params.chunk_size),
                                 dims.value_heads, dims.key_dim, dims.value_dim});
   }
   core::Arena& arena = *ctx.scratch;
   const core::ArenaScope scope(arena);
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).gated_delta_rule_backward(ctx, dout, d_final_state, in, params,
+                                                            saved, grads);
   detail::dispatch_float(op, in.q.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const DType dtype = in.q.dtype();

@@ -18,13 +18,13 @@ Shape state_shape(const GatedDeltaRuleDims& dims) {
 GatedDeltaRuleDims check_gated_delta_rule_inputs(std::string_view op, const OpContext& ctx,
                                                  const GatedDeltaRuleInputs& in,
                                                  const GatedDeltaRuleParams& params, bool chunked) {
-  require_float_operands(op, ctx,
-                         {{"q", &in.q},
-                          {"k", &in.k},
-                          {"v", &in.v},
-                          {"g", &in.g},
-                          {"beta", &in.beta},
-                          {"initial_state", &in.initial_state}});
+  require_float_operands_on_any_device(op, ctx,
+                                       {{"q", &in.q},
+                                        {"k", &in.k},
+                                        {"v", &in.v},
+                                        {"g", &in.g},
+                                        {"beta", &in.beta},
+                                        {"initial_state", &in.initial_state}});
   require_rank(op, "q", in.q, 3);
   require_rank(op, "v", in.v, 3);
   require_shape(op, "k", in.k, in.q.shape());
@@ -63,7 +63,8 @@ GatedDeltaRuleDims check_gated_delta_rule_inputs(std::string_view op, const OpCo
 void check_gated_delta_rule_outputs(std::string_view op, const OpContext& ctx,
                                     const GatedDeltaRuleInputs& in, const GatedDeltaRuleDims& dims,
                                     const Tensor& out, const Tensor& final_state) {
-  require_float_operands(op, ctx, {{"q", &in.q}, {"out", &out}, {"final_state", &final_state}});
+  require_float_operands_on_any_device(
+      op, ctx, {{"q", &in.q}, {"out", &out}, {"final_state", &final_state}});
   require_shape(op, "out", out, Shape{dims.tokens, dims.value_heads, dims.value_dim});
   for (const Tensor* input : {&in.q, &in.k, &in.v, &in.g, &in.beta}) {
     if (out.numel() > 0 && out.raw_data() == input->raw_data())
@@ -76,16 +77,16 @@ void check_gated_delta_rule_grads(std::string_view op, const OpContext& ctx,
                                   const GatedDeltaRuleInputs& in, const GatedDeltaRuleDims& dims,
                                   const Tensor& dout, const Tensor& d_final_state,
                                   const GatedDeltaRuleGrads& grads) {
-  require_float_operands(op, ctx,
-                         {{"q", &in.q},
-                          {"dout", &dout},
-                          {"d_final_state", &d_final_state},
-                          {"grads.dq", &grads.dq},
-                          {"grads.dk", &grads.dk},
-                          {"grads.dv", &grads.dv},
-                          {"grads.dg", &grads.dg},
-                          {"grads.dbeta", &grads.dbeta},
-                          {"grads.d_initial_state", &grads.d_initial_state}});
+  require_float_operands_on_any_device(op, ctx,
+                                       {{"q", &in.q},
+                                        {"dout", &dout},
+                                        {"d_final_state", &d_final_state},
+                                        {"grads.dq", &grads.dq},
+                                        {"grads.dk", &grads.dk},
+                                        {"grads.dv", &grads.dv},
+                                        {"grads.dg", &grads.dg},
+                                        {"grads.dbeta", &grads.dbeta},
+                                        {"grads.d_initial_state", &grads.d_initial_state}});
   require_shape(op, "dout", dout, Shape{dims.tokens, dims.value_heads, dims.value_dim});
   if (d_final_state.defined()) require_shape(op, "d_final_state", d_final_state, state_shape(dims));
   const int defined = int(grads.dq.defined()) + int(grads.dk.defined()) + int(grads.dv.defined()) +

@@ -4,11 +4,29 @@
 #include <string>
 
 #include "core/arena.hpp"
+#include "ops/device_ops.hpp"
 #include "ops/gated_delta_rule.hpp"
 #include "ops/gated_delta_rule_common.hpp"
 #include "ops/op_checks.hpp"
 
 namespace dyncp::ops {
+namespace {
+
+// On the device both forms run the same token-by-token kernels; the chunk size only sets how
+// often the backward's checkpoints are taken.
+GatedDeltaRuleParams recurrent_on_device(const GatedDeltaRuleParams& params) {
+  GatedDeltaRuleParams device = params;
+  device.chunk_size = GatedDeltaRuleParams{}.chunk_size;
+  return device;
+}
+
+GatedDeltaRuleSaved& no_saved_states() {
+  thread_local GatedDeltaRuleSaved none;
+  none = {};
+  return none;
+}
+
+}  // namespace
 
 void gated_delta_rule_recurrent_forward(const OpContext& ctx, const GatedDeltaRuleInputs& in,
                                         const GatedDeltaRuleParams& params, const Tensor& out,
@@ -18,6 +36,9 @@ void gated_delta_rule_recurrent_forward(const OpContext& ctx, const GatedDeltaRu
   detail::check_gated_delta_rule_outputs(op, ctx, in, dims, out, final_state);
   core::Arena& arena = *ctx.scratch;
   const core::ArenaScope scope(arena);
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).gated_delta_rule_forward(ctx, in, recurrent_on_device(params),
+                                                           out, final_state, no_saved_states());
   detail::dispatch_float(op, in.q.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const std::int64_t dk = dims.key_dim, dv = dims.value_dim, hk = dims.key_heads,
@@ -60,6 +81,9 @@ void gated_delta_rule_recurrent_backward(const OpContext& ctx, const Tensor& dou
   detail::check_gated_delta_rule_grads(op, ctx, in, dims, dout, d_final_state, grads);
   core::Arena& arena = *ctx.scratch;
   const core::ArenaScope scope(arena);
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).gated_delta_rule_backward(ctx, dout, d_final_state, in,
+                                                            recurrent_on_device(params), {}, grads);
   detail::dispatch_float(op, in.q.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const DType dtype = in.q.dtype();

@@ -1,6 +1,7 @@
 #include <cmath>
 #include <string>
 
+#include "ops/device_ops.hpp"
 #include "ops/gated_rmsnorm.hpp"
 #include "ops/op_checks.hpp"
 #include "ops/row_math.hpp"
@@ -29,11 +30,13 @@ T sigmoid(T a) {
 void gated_rmsnorm_forward(const OpContext& ctx, const Tensor& x, const Tensor& z,
                            const Tensor& weight, double eps, const Tensor& y, RmsNormSaved& saved) {
   constexpr std::string_view op = "gated_rmsnorm_forward";
-  detail::require_float_operands(
+  detail::require_float_operands_on_any_device(
       op, ctx,
       {{"x", &x}, {"z", &z}, {"weight", &weight}, {"y", &y}, {"saved.inv_rms", &saved.inv_rms}});
   const std::int64_t n = check_common(op, x, z, weight, saved.inv_rms);
   detail::require_shape(op, "y", y, x.shape());
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).gated_rmsnorm_forward(ctx, x, z, weight, eps, y, saved);
   detail::dispatch_float(op, x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* xs = x.data<T>();
@@ -58,20 +61,23 @@ void gated_rmsnorm_backward(const OpContext& ctx, const Tensor& dy, const Tensor
                             const Tensor& z, const Tensor& weight, const RmsNormSaved& saved,
                             const Tensor& dx, const Tensor& dz, const Tensor& dweight) {
   constexpr std::string_view op = "gated_rmsnorm_backward";
-  detail::require_float_operands(op, ctx,
-                                 {{"dy", &dy},
-                                  {"x", &x},
-                                  {"z", &z},
-                                  {"weight", &weight},
-                                  {"saved.inv_rms", &saved.inv_rms},
-                                  {"dx", &dx},
-                                  {"dz", &dz},
-                                  {"dweight", &dweight}});
+  detail::require_float_operands_on_any_device(op, ctx,
+                                               {{"dy", &dy},
+                                                {"x", &x},
+                                                {"z", &z},
+                                                {"weight", &weight},
+                                                {"saved.inv_rms", &saved.inv_rms},
+                                                {"dx", &dx},
+                                                {"dz", &dz},
+                                                {"dweight", &dweight}});
   const std::int64_t n = check_common(op, x, z, weight, saved.inv_rms);
   detail::require_shape(op, "dy", dy, x.shape());
   if (dx.defined()) detail::require_shape(op, "dx", dx, x.shape());
   if (dz.defined()) detail::require_shape(op, "dz", dz, x.shape());
   if (dweight.defined()) detail::require_shape(op, "dweight", dweight, weight.shape());
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).gated_rmsnorm_backward(ctx, dy, x, z, weight, saved, dx, dz,
+                                                         dweight);
   detail::dispatch_float(op, x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* xs = x.data<T>();

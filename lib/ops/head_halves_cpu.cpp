@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <string>
 
+#include "ops/device_ops.hpp"
 #include "ops/head_halves.hpp"
 #include "ops/op_checks.hpp"
 
@@ -11,8 +12,8 @@ namespace {
 std::pair<std::int64_t, std::int64_t> check(std::string_view op, const OpContext& ctx,
                                             const Tensor& packed, const Tensor& first,
                                             const Tensor& second) {
-  detail::require_float_operands(op, ctx,
-                                 {{"packed", &packed}, {"first", &first}, {"second", &second}});
+  detail::require_float_operands_on_any_device(
+      op, ctx, {{"packed", &packed}, {"first", &first}, {"second", &second}});
   detail::require_shape(op, "second", second, first.shape());
   Shape expected = first.shape();
   if (expected.rank() < 2) detail::fail(op, "first must have rank >= 2, got " + first.describe());
@@ -28,6 +29,8 @@ void split_head_halves(const OpContext& ctx, const Tensor& packed, const Tensor&
                        const Tensor& second) {
   constexpr std::string_view op = "split_head_halves";
   const auto [rows, half] = check(op, ctx, packed, first, second);
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).head_halves(ctx, packed, first, second, true);
   detail::dispatch_float(op, packed.dtype(), [&, rows = rows, half = half](auto zero) {
     using T = decltype(zero);
     const T* p = packed.data<T>();
@@ -44,6 +47,8 @@ void merge_head_halves(const OpContext& ctx, const Tensor& first, const Tensor& 
                        const Tensor& packed) {
   constexpr std::string_view op = "merge_head_halves";
   const auto [rows, half] = check(op, ctx, packed, first, second);
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).head_halves(ctx, packed, first, second, false);
   detail::dispatch_float(op, packed.dtype(), [&, rows = rows, half = half](auto zero) {
     using T = decltype(zero);
     T* p = packed.data<T>();

@@ -1,6 +1,7 @@
 #include <cmath>
 #include <string>
 
+#include "ops/device_ops.hpp"
 #include "ops/l2norm.hpp"
 #include "ops/op_checks.hpp"
 #include "ops/row_math.hpp"
@@ -21,10 +22,12 @@ std::int64_t check_common(std::string_view op, const Tensor& x, const Tensor& in
 void l2norm_forward(const OpContext& ctx, const Tensor& x, double eps, const Tensor& y,
                     L2NormSaved& saved) {
   constexpr std::string_view op = "l2norm_forward";
-  detail::require_float_operands(op, ctx,
-                                 {{"x", &x}, {"y", &y}, {"saved.inv_norm", &saved.inv_norm}});
+  detail::require_float_operands_on_any_device(
+      op, ctx, {{"x", &x}, {"y", &y}, {"saved.inv_norm", &saved.inv_norm}});
   const std::int64_t n = check_common(op, x, saved.inv_norm);
   detail::require_shape(op, "y", y, x.shape());
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).l2norm_forward(ctx, x, eps, y, saved);
   detail::dispatch_float(op, x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* xs = x.data<T>();
@@ -43,11 +46,13 @@ void l2norm_forward(const OpContext& ctx, const Tensor& x, double eps, const Ten
 void l2norm_backward(const OpContext& ctx, const Tensor& dy, const Tensor& y,
                      const L2NormSaved& saved, const Tensor& dx) {
   constexpr std::string_view op = "l2norm_backward";
-  detail::require_float_operands(
+  detail::require_float_operands_on_any_device(
       op, ctx, {{"dy", &dy}, {"y", &y}, {"saved.inv_norm", &saved.inv_norm}, {"dx", &dx}});
   const std::int64_t n = check_common(op, y, saved.inv_norm);
   detail::require_shape(op, "dy", dy, y.shape());
   detail::require_shape(op, "dx", dx, y.shape());
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).l2norm_backward(ctx, dy, y, saved, dx);
   detail::dispatch_float(op, y.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* ys = y.data<T>();

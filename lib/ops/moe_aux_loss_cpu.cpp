@@ -1,5 +1,6 @@
 #include <string>
 
+#include "ops/device_ops.hpp"
 #include "ops/moe_aux_loss.hpp"
 #include "ops/op_checks.hpp"
 
@@ -10,6 +11,7 @@ void check_sequences(std::string_view op, const Tensor& cu, const Tensor& token_
                      std::int64_t tokens) {
   detail::require_dtype(op, "seq_cu_seqlens", cu, DType::i32);
   detail::require_rank(op, "seq_cu_seqlens", cu, 1);
+  if (cu.device() != Device::cpu) detail::fail(op, "seq_cu_seqlens must be on the host");
   const std::int32_t* c = cu.data<std::int32_t>();
   const std::int64_t n = cu.size(0);
   if (n < 1 || c[0] != 0 || c[n - 1] != tokens) {
@@ -31,8 +33,10 @@ void moe_aux_loss_statistics(const OpContext& ctx, const Tensor& probs, const Te
                              const Tensor& seq_cu_seqlens, const Tensor& token_is_real,
                              const Tensor& counts, const Tensor& prob_sums) {
   constexpr std::string_view op = "moe_aux_loss_statistics";
-  detail::require_float_operands(
+  detail::require_float_operands_on_any_device(
       op, ctx, {{"probs", &probs}, {"counts", &counts}, {"prob_sums", &prob_sums}});
+  detail::require_device(op, ctx, "expert_ids", expert_ids);
+  detail::require_device(op, ctx, "token_is_real", token_is_real);
   detail::require_rank(op, "probs", probs, 2);
   const std::int64_t tokens = probs.size(0), experts = probs.size(1);
   detail::require_dtype(op, "expert_ids", expert_ids, DType::i32);
@@ -44,6 +48,9 @@ void moe_aux_loss_statistics(const OpContext& ctx, const Tensor& probs, const Te
   detail::require_shape(op, "counts", counts, Shape{sequences, experts});
   detail::require_shape(op, "prob_sums", prob_sums, Shape{sequences, experts});
   const std::int64_t top_k = expert_ids.size(1);
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).moe_aux_loss_statistics(ctx, probs, expert_ids, seq_cu_seqlens,
+                                                          token_is_real, counts, prob_sums);
   detail::dispatch_float(op, probs.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* p = probs.data<T>();
@@ -76,7 +83,7 @@ double moe_aux_loss_finish(const OpContext& ctx, const Tensor& counts, const Ten
                            int top_k, double coef, std::int64_t num_sequences_global,
                            const Tensor& grad_coeff) {
   constexpr std::string_view op = "moe_aux_loss_finish";
-  detail::require_float_operands(
+  detail::require_float_operands_on_any_device(
       op, ctx, {{"counts", &counts}, {"prob_sums", &prob_sums}, {"grad_coeff", &grad_coeff}});
   detail::require_rank(op, "counts", counts, 2);
   detail::require_shape(op, "prob_sums", prob_sums, counts.shape());
@@ -86,6 +93,9 @@ double moe_aux_loss_finish(const OpContext& ctx, const Tensor& counts, const Ten
     detail::fail(op,
                  "num_sequences_global must be >= 1, got " + std::to_string(num_sequences_global));
   }
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).moe_aux_loss_finish(ctx, counts, prob_sums, top_k, coef,
+                                                      num_sequences_global, grad_coeff);
   const std::int64_t sequences = counts.size(0), experts = counts.size(1);
   double loss = 0;
   detail::dispatch_float(op, counts.dtype(), [&](auto zero) {
@@ -120,14 +130,18 @@ void moe_aux_loss_backward(const OpContext& ctx, const Tensor& probs, const Tens
                            const Tensor& token_is_real, const Tensor& grad_coeff,
                            const Tensor& dlogits, double loss_scale) {
   constexpr std::string_view op = "moe_aux_loss_backward";
-  detail::require_float_operands(
+  detail::require_float_operands_on_any_device(
       op, ctx, {{"probs", &probs}, {"grad_coeff", &grad_coeff}, {"dlogits", &dlogits}});
+  detail::require_device(op, ctx, "token_is_real", token_is_real);
   detail::require_rank(op, "probs", probs, 2);
   const std::int64_t tokens = probs.size(0), experts = probs.size(1);
   check_sequences(op, seq_cu_seqlens, token_is_real, tokens);
   const std::int64_t sequences = seq_cu_seqlens.size(0) - 1;
   detail::require_shape(op, "grad_coeff", grad_coeff, Shape{sequences, experts});
   detail::require_shape(op, "dlogits", dlogits, probs.shape());
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).moe_aux_loss_backward(ctx, probs, seq_cu_seqlens, token_is_real,
+                                                        grad_coeff, dlogits, loss_scale);
   detail::dispatch_float(op, probs.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* p = probs.data<T>();

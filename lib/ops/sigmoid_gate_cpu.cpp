@@ -1,6 +1,7 @@
 #include <cmath>
 #include <string>
 
+#include "ops/device_ops.hpp"
 #include "ops/op_checks.hpp"
 #include "ops/sigmoid_gate.hpp"
 
@@ -29,9 +30,12 @@ std::int64_t gate_rows(std::string_view op, const Tensor& x, const Tensor& gate)
 void sigmoid_gate_forward(const OpContext& ctx, const Tensor& x, const Tensor& gate,
                           const Tensor& out) {
   constexpr std::string_view op = "sigmoid_gate_forward";
-  detail::require_float_operands(op, ctx, {{"x", &x}, {"gate", &gate}, {"out", &out}});
+  detail::require_float_operands_on_any_device(op, ctx,
+                                               {{"x", &x}, {"gate", &gate}, {"out", &out}});
   detail::require_shape(op, "gate", gate, x.shape());
   detail::require_shape(op, "out", out, x.shape());
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).sigmoid_gate_forward(ctx, x, gate, out);
   detail::dispatch_float(op, x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* xs = x.data<T>();
@@ -44,12 +48,14 @@ void sigmoid_gate_forward(const OpContext& ctx, const Tensor& x, const Tensor& g
 void sigmoid_gate_backward(const OpContext& ctx, const Tensor& dout, const Tensor& x,
                            const Tensor& gate, const Tensor& dx, const Tensor& dgate) {
   constexpr std::string_view op = "sigmoid_gate_backward";
-  detail::require_float_operands(
+  detail::require_float_operands_on_any_device(
       op, ctx, {{"dout", &dout}, {"x", &x}, {"gate", &gate}, {"dx", &dx}, {"dgate", &dgate}});
   detail::require_shape(op, "gate", gate, x.shape());
   detail::require_shape(op, "dout", dout, x.shape());
   if (dx.defined()) detail::require_shape(op, "dx", dx, x.shape());
   if (dgate.defined()) detail::require_shape(op, "dgate", dgate, x.shape());
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).sigmoid_gate_backward(ctx, dout, x, gate, dx, dgate);
   detail::dispatch_float(op, x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* xs = x.data<T>();
@@ -69,12 +75,15 @@ void sigmoid_gate_backward(const OpContext& ctx, const Tensor& dout, const Tenso
 void sigmoid_row_gate_forward(const OpContext& ctx, const Tensor& x, const Tensor& gate,
                               const Tensor& out, GradMode out_mode) {
   constexpr std::string_view op = "sigmoid_row_gate_forward";
-  detail::require_float_operands(op, ctx, {{"x", &x}, {"gate", &gate}, {"out", &out}});
+  detail::require_float_operands_on_any_device(op, ctx,
+                                               {{"x", &x}, {"gate", &gate}, {"out", &out}});
   detail::require_shape(op, "out", out, x.shape());
   const std::int64_t rows = gate_rows(op, x, gate);
   const bool accumulate = out_mode == GradMode::accumulate;
   if (accumulate && out.raw_data() == x.raw_data() && x.numel() > 0)
     detail::fail(op, "out must not alias x when accumulating");
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).sigmoid_row_gate_forward(ctx, x, gate, out, out_mode);
   detail::dispatch_float(op, x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* xs = x.data<T>();
@@ -94,12 +103,14 @@ void sigmoid_row_gate_forward(const OpContext& ctx, const Tensor& x, const Tenso
 void sigmoid_row_gate_backward(const OpContext& ctx, const Tensor& dout, const Tensor& x,
                                const Tensor& gate, const Tensor& dx, const Tensor& dgate) {
   constexpr std::string_view op = "sigmoid_row_gate_backward";
-  detail::require_float_operands(
+  detail::require_float_operands_on_any_device(
       op, ctx, {{"dout", &dout}, {"x", &x}, {"gate", &gate}, {"dx", &dx}, {"dgate", &dgate}});
   detail::require_shape(op, "dout", dout, x.shape());
   const std::int64_t rows = gate_rows(op, x, gate);
   if (dx.defined()) detail::require_shape(op, "dx", dx, x.shape());
   if (dgate.defined()) detail::require_shape(op, "dgate", dgate, gate.shape());
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).sigmoid_row_gate_backward(ctx, dout, x, gate, dx, dgate);
   detail::dispatch_float(op, x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* xs = x.data<T>();

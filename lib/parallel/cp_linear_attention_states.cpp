@@ -2,11 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <string>
 
 #include "core/error.hpp"
 #include "ops/causal_conv1d.hpp"
+#include "ops/elementwise.hpp"
+#include "ops/segment_states.hpp"
 #include "parallel/group_bin_layout.hpp"
 #include "parallel/row_copy.hpp"
 #include "parallel/segment_states.hpp"
@@ -18,58 +19,37 @@ using core::Tensor;
 
 namespace {
 
-std::size_t row_bytes(const Tensor& t) {
-  return static_cast<std::size_t>(t.shape().row_numel()) * core::dtype_size(t.dtype());
+// A tensor as [rows, row elements].
+Tensor by_rows(const Tensor& t) {
+  return t.reshape({t.size(0), t.shape().row_numel()});
 }
 
-// dst row dst_row += src row src_row (same row width, f32 or f64).
-void add_row(const Tensor& src, std::int64_t src_row, const Tensor& dst, std::int64_t dst_row) {
-  const std::int64_t width = src.shape().row_numel();
-  if (src.dtype() == DType::f64) {
-    const double* s = src.data<double>() + src_row * width;
-    double* d = dst.data<double>() + dst_row * width;
-    for (std::int64_t j = 0; j < width; ++j) d[j] += s[j];
-  } else {
-    const float* s = src.data<float>() + src_row * width;
-    float* d = dst.data<float>() + dst_row * width;
-    for (std::int64_t j = 0; j < width; ++j) d[j] += s[j];
-  }
+// dst row dst_row += src row src_row (same row width), where the tensors live.
+void add_row(const ops::OpContext& ctx, const Tensor& src, std::int64_t src_row, const Tensor& dst,
+             std::int64_t dst_row) {
+  const Tensor to = dst.slice(dst_row, dst_row + 1);
+  ops::add(ctx, to, src.slice(src_row, src_row + 1), to);
 }
 
 // [T, C] with the conv's channel order q | k | v, one row per token.
-Tensor pack_channels(core::Arena& arena, const Tensor& q, const Tensor& k, const Tensor& v) {
-  const std::int64_t rows = q.size(0);
-  const std::size_t qb = row_bytes(q), kb = row_bytes(k), vb = row_bytes(v);
-  const std::size_t element = core::dtype_size(q.dtype());
-  const Tensor packed =
-      arena.allocate({rows, static_cast<std::int64_t>((qb + kb + vb) / element)}, q.dtype());
-  auto* dst = static_cast<std::byte*>(packed.raw_data());
-  const auto* qs = static_cast<const std::byte*>(q.raw_data());
-  const auto* ks = static_cast<const std::byte*>(k.raw_data());
-  const auto* vs = static_cast<const std::byte*>(v.raw_data());
-  for (std::int64_t t = 0; t < rows; ++t) {
-    const auto row = static_cast<std::size_t>(t);
-    std::memcpy(dst, qs + row * qb, qb);
-    std::memcpy(dst + qb, ks + row * kb, kb);
-    std::memcpy(dst + qb + kb, vs + row * vb, vb);
-    dst += qb + kb + vb;
-  }
+Tensor pack_channels(const ops::OpContext& ctx, core::Arena& arena, const Tensor& q,
+                     const Tensor& k, const Tensor& v) {
+  const std::int64_t qw = q.shape().row_numel(), kw = k.shape().row_numel(),
+                     vw = v.shape().row_numel();
+  const Tensor packed = arena.allocate({q.size(0), qw + kw + vw}, q.dtype());
+  ops::copy_columns(ctx, by_rows(q), 0, packed, 0, qw);
+  ops::copy_columns(ctx, by_rows(k), 0, packed, qw, kw);
+  ops::copy_columns(ctx, by_rows(v), 0, packed, qw + kw, vw);
   return packed;
 }
 
-void unpack_channels(const Tensor& packed, const Tensor& q, const Tensor& k, const Tensor& v) {
-  const std::size_t qb = row_bytes(q), kb = row_bytes(k), vb = row_bytes(v);
-  const auto* src = static_cast<const std::byte*>(packed.raw_data());
-  auto* qd = static_cast<std::byte*>(q.raw_data());
-  auto* kd = static_cast<std::byte*>(k.raw_data());
-  auto* vd = static_cast<std::byte*>(v.raw_data());
-  for (std::int64_t t = 0; t < q.size(0); ++t) {
-    const auto row = static_cast<std::size_t>(t);
-    std::memcpy(qd + row * qb, src, qb);
-    std::memcpy(kd + row * kb, src + qb, kb);
-    std::memcpy(vd + row * vb, src + qb + kb, vb);
-    src += qb + kb + vb;
-  }
+void unpack_channels(const ops::OpContext& ctx, const Tensor& packed, const Tensor& q,
+                     const Tensor& k, const Tensor& v) {
+  const std::int64_t qw = q.shape().row_numel(), kw = k.shape().row_numel(),
+                     vw = v.shape().row_numel();
+  ops::copy_columns(ctx, packed, 0, by_rows(q), 0, qw);
+  ops::copy_columns(ctx, packed, qw, by_rows(k), 0, kw);
+  ops::copy_columns(ctx, packed, qw + kw, by_rows(v), 0, vw);
 }
 
 }  // namespace
@@ -84,7 +64,7 @@ void CpStatePassingLinearAttentionContext::begin_bin(const model::SeamContext& c
   {
     ScopedMilliseconds timer(cp_time());
     gathered =
-        gather_group_bin_layout(*group_, *context.activations, layout, "DeltaNet state passing");
+        gather_group_bin_layout(*group_, context.host_arena(), layout, "DeltaNet state passing");
   }
   local_rows_ = gathered.local_rows;
   segments_.clear();
@@ -130,7 +110,7 @@ void CpStatePassingLinearAttentionContext::begin_bin(const model::SeamContext& c
   }
   const std::int64_t first = rank_first_[static_cast<std::size_t>(group_->rank())];
   const std::int64_t end = rank_first_[static_cast<std::size_t>(group_->rank() + 1)];
-  own_cu_ = context.activations->allocate({end - first + 1}, DType::i32);
+  own_cu_ = context.host_arena().allocate({end - first + 1}, DType::i32);
   std::int32_t* own_cu = own_cu_.data<std::int32_t>();
   for (std::int64_t g = first; g < end; ++g) {
     own_cu[g - first] =
@@ -214,7 +194,7 @@ void CpStatePassingLinearAttentionContext::forward(
   LayerState& state = layers_[static_cast<std::size_t>(layer)];
 
   // Conv halo: every segment's tail, then this rank's halo rows out of them.
-  const Tensor raw = pack_channels(scratch, q_raw, k_raw, v_raw);
+  const Tensor raw = pack_channels(ctx, scratch, q_raw, k_raw, v_raw);
   DYNCP_CHECK(raw.size(1) == channels, "DeltaNet state passing: conv weight channels");
   const auto my_rank = static_cast<std::size_t>(group_->rank());
   const Tensor tails_mine =
@@ -268,7 +248,7 @@ void CpStatePassingLinearAttentionContext::forward(
   saved.q = keep.allocate(q_raw.shape(), dtype);
   saved.k = keep.allocate(k_raw.shape(), dtype);
   saved.v = keep.allocate(v_raw.shape(), dtype);
-  unpack_channels(mixed, saved.q, saved.k, saved.v);
+  unpack_channels(ctx, mixed, saved.q, saved.k, saved.v);
   saved.q_norm.inv_norm = keep.allocate({tokens * dims.key_heads}, dtype);
   saved.k_norm.inv_norm = keep.allocate({tokens * dims.key_heads}, dtype);
   ops::l2norm_forward(ctx, saved.q, model::linear_attention_l2norm_eps, saved.q, saved.q_norm);
@@ -281,26 +261,9 @@ void CpStatePassingLinearAttentionContext::forward(
   const Tensor v_wide = scratch.zeros({tokens, heads, width}, dtype);
   const Tensor start_wide = scratch.zeros({own, heads, dk, width}, dtype);
   const Tensor end_wide = scratch.allocate({own, heads, dk, width}, dtype);
-  {
-    const std::size_t element = core::dtype_size(dtype);
-    const auto* v_src = static_cast<const std::byte*>(saved.v.raw_data());
-    auto* v_dst = static_cast<std::byte*>(v_wide.raw_data());
-    for (std::int64_t r = 0; r < tokens * heads; ++r) {
-      std::memcpy(v_dst + static_cast<std::size_t>(r * width) * element,
-                  v_src + static_cast<std::size_t>(r * dv) * element,
-                  static_cast<std::size_t>(dv) * element);
-    }
-    for (std::int64_t r = 0; r < own * heads; ++r) {
-      for (std::int64_t a = 0; a < dk; ++a) {
-        const std::int64_t at = (r * dk + a) * width + dv + a;
-        if (dtype == DType::f64) {
-          start_wide.data<double>()[at] = 1.0;
-        } else {
-          start_wide.data<float>()[at] = 1.0F;
-        }
-      }
-    }
-  }
+  ops::copy_columns(ctx, saved.v.reshape({tokens * heads, dv}), 0,
+                    v_wide.reshape({tokens * heads, width}), 0, dv);
+  ops::set_identity_columns(ctx, start_wide.reshape({own * heads, dk, width}), dv);
   // The out columns beyond dv are w_t = P_tᵀ (scale · q_t), P_t the transition from the
   // segment's start through token t: out_t = out_t|_{S_in=0} + S_inᵀ w_t, so backward gets
   // dL/dS_in of the own outputs as Σ_t w_t dout_tᵀ without another pass.
@@ -311,14 +274,8 @@ void CpStatePassingLinearAttentionContext::forward(
     ops::gated_delta_rule_chunked_forward(ctx,
                                           {saved.q, saved.k, v_wide, g, beta, own_cu_, start_wide},
                                           params, out_wide, end_wide, unsaved);
-    const std::size_t element = core::dtype_size(dtype);
-    const auto* src = static_cast<const std::byte*>(out_wide.raw_data());
-    auto* dst = static_cast<std::byte*>(state.query_maps.raw_data());
-    for (std::int64_t r = 0; r < tokens * heads; ++r) {
-      std::memcpy(dst + static_cast<std::size_t>(r * dk) * element,
-                  src + static_cast<std::size_t>(r * width + dv) * element,
-                  static_cast<std::size_t>(dk) * element);
-    }
+    ops::copy_columns(ctx, out_wide.reshape({tokens * heads, width}), dv,
+                      state.query_maps.reshape({tokens * heads, dk}), 0, dk);
   }
   state.transitions = keep.allocate({segment_count, heads, dk, width}, dtype);
   {
@@ -332,7 +289,8 @@ void CpStatePassingLinearAttentionContext::forward(
                          state_counts, dtype);
   }
   state.initial_states = keep.allocate({own, heads, dk, dv}, dtype);
-  compose_incoming_states(state.transitions, chains_, first, end, state.initial_states);
+  compose_incoming_states(ctx, context.host_arena(), state.transitions, chains_, first, end,
+                          state.initial_states);
 
   // The own segments from their true incoming states.
   saved.rule.chunk_states = keep.allocate(
@@ -378,7 +336,7 @@ void CpStatePassingLinearAttentionContext::backward(
 
   // G: what the own outputs alone send back into each own segment's incoming state.
   const Tensor state_grad_mine = scratch.allocate({own, heads, dk, dv}, dtype);
-  own_state_grads(state.query_maps, dout, own_cu_, state_grad_mine);
+  own_state_grads(ctx, state.query_maps, dout, own_cu_, state_grad_mine);
   const Tensor state_grads = scratch.allocate({segment_count, heads, dk, dv}, dtype);
   {
     std::vector<std::size_t> state_counts(static_cast<std::size_t>(group_->size()));
@@ -391,7 +349,8 @@ void CpStatePassingLinearAttentionContext::backward(
                          state_counts, dtype);
   }
   const Tensor final_grads = scratch.allocate({own, heads, dk, dv}, dtype);
-  compose_final_state_grads(state.transitions, state_grads, chains_, first, end, final_grads);
+  compose_final_state_grads(ctx, context.host_arena(), state.transitions, state_grads, chains_,
+                            first, end, final_grads);
   const Tensor dq = scratch.allocate(saved.q.shape(), dtype);
   const Tensor dk_t = scratch.allocate(saved.k.shape(), dtype);
   const Tensor dv_t = scratch.allocate(saved.v.shape(), dtype);
@@ -404,8 +363,8 @@ void CpStatePassingLinearAttentionContext::backward(
 
   // Conv backward over the same windows, zero output gradient on the halo rows.
   const HaloPlan& plan = halo_plan(conv_weight.size(1));
-  const Tensor raw = pack_channels(scratch, q_raw, k_raw, v_raw);
-  const Tensor mixed_grad = pack_channels(scratch, dq, dk_t, dv_t);
+  const Tensor raw = pack_channels(ctx, scratch, q_raw, k_raw, v_raw);
+  const Tensor mixed_grad = pack_channels(ctx, scratch, dq, dk_t, dv_t);
   const Tensor window = scratch.allocate({plan.window_cu.back(), channels}, dtype);
   const Tensor window_grad = scratch.zeros(window.shape(), dtype);
   const Tensor window_cu =
@@ -441,7 +400,7 @@ void CpStatePassingLinearAttentionContext::backward(
       const std::int64_t halo =
           plan.window_cu[static_cast<std::size_t>(i + 1)] - start - segment.length;
       for (std::int64_t j = 0; j < halo; ++j) {
-        add_row(window_input_grad, start + j, tail_grads,
+        add_row(ctx, window_input_grad, start + j, tail_grads,
                 plan.halo_source[static_cast<std::size_t>(halo_row + j)]);
       }
       copy_rows(window_input_grad, start + halo, raw_grad, segment.local_begin, segment.length);
@@ -457,11 +416,11 @@ void CpStatePassingLinearAttentionContext::backward(
     const Segment& segment = segments_[static_cast<std::size_t>(s)];
     const std::int64_t length = plan.tail_length[static_cast<std::size_t>(s)];
     for (std::int64_t j = 0; j < length; ++j) {
-      add_row(tail_grads, plan.tail_offset[static_cast<std::size_t>(s)] + j, raw_grad,
+      add_row(ctx, tail_grads, plan.tail_offset[static_cast<std::size_t>(s)] + j, raw_grad,
               segment.local_begin + segment.length - length + j);
     }
   }
-  unpack_channels(raw_grad, dq_raw, dk_raw, dv_raw);
+  unpack_channels(ctx, raw_grad, dq_raw, dk_raw, dv_raw);
 }
 
 }  // namespace dyncp::parallel

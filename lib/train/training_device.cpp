@@ -21,12 +21,6 @@ void refuse_unbuilt_gpu_features(const config::ConfigContainer& config, int worl
     refuse("dist.device",
            "multi-rank GPU training needs NCCL, and this binary was built without it: run one "
            "rank per job or build with NCCL");
-  if (config.model.architecture.is_hybrid())
-    refuse("model.model_type", config.model.architecture.model_type +
-                                   ": the Gated DeltaNet ops have no CUDA kernels yet");
-  if (config.model.moe_router_load_balancing_type != config::LoadBalancingType::none)
-    refuse("model.moe_router_load_balancing_type",
-           "the MoE aux-loss ops have no CUDA kernels yet: set it to none");
 }
 
 }  // namespace

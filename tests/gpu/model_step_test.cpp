@@ -1,7 +1,7 @@
 // The whole model step on the device against the CPU step: one packed bin of the Qwen3-MoE
-// fixture, fp32, local seams. Every op of the step runs through the ops' CUDA backend, so a
-// missing copy, a host read of device data or a kernel that disagrees with its CPU op shows
-// here. Loss, per-token losses and every gradient must agree to fp32 round-off.
+// fixture (with and without the MoE aux loss) and of the hybrid (Qwen3.5) fixture, fp32, local
+// seams. Every op of the step runs through the ops' CUDA backend, so a missing copy, a host
+// read of device data or a kernel that disagrees with its CPU op shows here. Loss, per-token losses and every gradient must agree to fp32 round-off.
 #include <string>
 #include <vector>
 
@@ -32,9 +32,11 @@ struct StepResult {
 };
 
 StepResult run_step(model::Qwen3MoeModel& m, const model::PackedBin& bin, std::int64_t loss_tokens,
-                    Device device) {
+                    std::int64_t sequences, Device device) {
   model::BinOptions options;
   options.loss_grad_scale = 1.0 / static_cast<double>(loss_tokens);
+  options.aux_num_sequences_global = sequences;
+  options.aux_loss_grad_scale = 0.5;
   options.per_token_loss = Tensor::zeros({bin.token_ids.numel()}, DType::f32, device);
   model::LocalSeams seams;
   m.parameters().zero_grads();
@@ -45,15 +47,19 @@ StepResult run_step(model::Qwen3MoeModel& m, const model::PackedBin& bin, std::i
   return out;
 }
 
-GPU_TEST(model_step_matches_cpu_fp32) {
+// One bin of `fixture` on the device against the CPU step.
+void check_model_step(const std::string& fixture, ops::MoeAuxLossType aux_loss) {
   ops::cuda::install_backend();
-  const std::string dir = std::string(DYNCP_SOURCE_DIR) + "/tests/fixtures/model/qwen3_moe_a";
-  const auto cpu_model = model::load_hf_model(dir);
+  const std::string dir = std::string(DYNCP_SOURCE_DIR) + "/tests/fixtures/model/" + fixture;
+  model::ModelOptions cpu_options;
+  cpu_options.aux_loss = aux_loss;
+  const auto cpu_model = model::load_hf_model(dir, cpu_options);
   const auto sequences = model::read_batch_json(dir + "/batch.json");
   const auto packed = model::pack_sequences(sequences);
   std::int64_t loss_tokens = 0;
   for (const auto& sequence : sequences)
     loss_tokens += static_cast<std::int64_t>(sequence.size()) - 1;
+  const auto count = static_cast<std::int64_t>(sequences.size());
 
   model::ModelOptions options = cpu_model->options();
   options.device = Device::cuda;
@@ -61,16 +67,36 @@ GPU_TEST(model_step_matches_cpu_fp32) {
   gpu_model.parameters().copy_values_from(cpu_model->parameters());
   const model::PackedBin on_device = device_bin(packed.bin);
 
-  const StepResult want = run_step(*cpu_model, packed.bin, loss_tokens, Device::cpu);
-  const StepResult got = run_step(gpu_model, on_device, loss_tokens, Device::cuda);
-  expect(got.result.loss_tokens == want.result.loss_tokens, "loss token counts agree");
-  expect_close("loss sum", {static_cast<float>(got.result.loss_sum)},
+  const std::string name = fixture + (aux_loss == ops::MoeAuxLossType::none ? "" : " (aux loss)");
+  const StepResult want = run_step(*cpu_model, packed.bin, loss_tokens, count, Device::cpu);
+  const StepResult got = run_step(gpu_model, on_device, loss_tokens, count, Device::cuda);
+  expect(got.result.loss_tokens == want.result.loss_tokens, name + ": loss token counts agree");
+  expect_close(name + ": loss sum", {static_cast<float>(got.result.loss_sum)},
                {static_cast<float>(want.result.loss_sum)}, 0.0, 1e-5);
-  expect_close("per-token loss", got.per_token_loss, want.per_token_loss, 1e-5, 1e-5);
-  expect_close("every gradient", got.grads, want.grads, 1e-5, 1e-4);
+  if (aux_loss != ops::MoeAuxLossType::none) {
+    expect(want.result.aux_loss > 0, name + ": the aux loss is on");
+    expect_close(name + ": aux loss", {static_cast<float>(got.result.aux_loss)},
+                 {static_cast<float>(want.result.aux_loss)}, 0.0, 1e-5);
+  }
+  expect_close(name + ": per-token loss", got.per_token_loss, want.per_token_loss, 1e-5, 1e-5);
+  expect_close(name + ": every gradient", got.grads, want.grads, 1e-5, 1e-4);
   // A second bin on the same model reuses its arenas (steady state).
-  const StepResult again = run_step(gpu_model, on_device, loss_tokens, Device::cuda);
-  expect(again.grads == got.grads, "a repeated bin gives the same gradients");
+  const StepResult again = run_step(gpu_model, on_device, loss_tokens, count, Device::cuda);
+  expect(again.grads == got.grads, name + ": a repeated bin gives the same gradients");
+}
+
+GPU_TEST(model_step_matches_cpu_fp32) {
+  check_model_step("qwen3_moe_a", ops::MoeAuxLossType::none);
+}
+
+// The MoE aux loss (statistics, loss, router gradient) on the device.
+GPU_TEST(model_step_with_aux_loss_matches_cpu_fp32) {
+  check_model_step("qwen3_moe_a", ops::MoeAuxLossType::seq_aux_loss);
+}
+
+// The hybrid: Gated DeltaNet layers, gated attention and the shared expert's gate.
+GPU_TEST(hybrid_model_step_matches_cpu_fp32) {
+  check_model_step("qwen3_5_moe_b", ops::MoeAuxLossType::seq_aux_loss);
 }
 
 }  // namespace

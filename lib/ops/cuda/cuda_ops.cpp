@@ -19,6 +19,7 @@
 #include "ops.hpp"
 #include "ops/cuda/cuda_backend.hpp"
 #include "ops/cuda/cuda_device_memory.hpp"
+#include "ops/cuda/cuda_hybrid_ops.hpp"
 #include "ops/device_ops.hpp"
 
 namespace dyncp::ops::cuda {
@@ -105,7 +106,7 @@ int max_rows(const Tensor& cu) {
   return most;
 }
 
-class CudaOps final : public DeviceOps {
+class CudaOps final : public CudaHybridOps {
  public:
   void embedding_forward(const OpContext& ctx, const Tensor& token_ids, const Tensor& table,
                          const Tensor& out) override {

@@ -1,0 +1,2 @@
+// kernels/gates.cu compiled as host C++ against the emulated CUDA runtime.
+#include "../gates.cu"
