@@ -381,12 +381,14 @@ void MpiRuntime::install_peer_status() {
   const MPI_Comm comm = status_comm_;
   const int me = world_rank_;
   const int size = world_size_;
-  std::weak_ptr<CollectiveWatchdog> weak = watchdog_;
+  // A plain pointer, not an owning one: the hooks run only on the watchdog's own thread, inside
+  // its lifetime (its destructor joins that thread). Locking a weak_ptr here made the thread
+  // the last owner when the runtime released the watchdog meanwhile, and the watchdog's
+  // destructor then joined its own thread (std::system_error, "Resource deadlock avoided").
+  CollectiveWatchdog* const watchdog = watchdog_.get();
   CollectiveWatchdog::PeerHooks hooks;
   // Every poll period: answer each pending query with what this rank is doing.
-  const auto answer_queries = [comm, weak] {
-    const auto watchdog = weak.lock();
-    if (!watchdog) return;
+  const auto answer_queries = [comm, watchdog] {
     for (int pending = 1; pending != 0;) {
       MPI_Status status;
       MPI_Iprobe(MPI_ANY_SOURCE, status_query_tag, comm, &pending, &status);
