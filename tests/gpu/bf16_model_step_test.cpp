@@ -62,8 +62,12 @@ double worst_tensor_error(const model::Qwen3MoeParameters& layout, const std::ve
   return worst;
 }
 
-void check_bf16_step(const config::ModelArchitecture& architecture, bool seeded_weights) {
-  const std::string dir = std::string(DYNCP_SOURCE_DIR) + "/tests/fixtures/model/qwen3_moe_a";
+std::string fixture_dir(const std::string& name) {
+  return std::string(DYNCP_SOURCE_DIR) + "/tests/fixtures/model/" + name;
+}
+
+void check_bf16_step(const std::string& dir, const config::ModelArchitecture& architecture,
+                     bool seeded_weights) {
   const auto fixture = model::load_hf_model(dir);
   model::ModelOptions options = fixture->options();
   options.precision = ops::ComputePrecision::bf16;
@@ -99,10 +103,10 @@ void check_bf16_step(const config::ModelArchitecture& architecture, bool seeded_
   const double gpu_fp32 =
       worst_tensor_error(cpu_bf16.parameters(), gpu.grads, fp32.grads, gpu_fp32_name);
   std::printf(
-      "  head_dim %lld: GPU bf16 vs CPU bf16: loss %.2e, worst gradient %s %.2e; "
+      "  %s, head_dim %lld: GPU bf16 vs CPU bf16: loss %.2e, worst gradient %s %.2e; "
       "GPU bf16 vs CPU fp32: loss %.2e, worst gradient %s %.2e\n",
-      static_cast<long long>(architecture.head_dim), gpu_cpu_loss, gpu_cpu_name.c_str(), gpu_cpu,
-      gpu_fp32_loss, gpu_fp32_name.c_str(), gpu_fp32);
+      architecture.model_type.c_str(), static_cast<long long>(architecture.head_dim), gpu_cpu_loss,
+      gpu_cpu_name.c_str(), gpu_cpu, gpu_fp32_loss, gpu_fp32_name.c_str(), gpu_fp32);
   // Against CPU bf16: the same rounded operands; accumulation order (and the bf16 attention
   // kernel's P / dS rounding) are all that differ.
   expect(gpu_cpu_loss <= u, "GPU bf16 loss within u of CPU bf16");
@@ -115,12 +119,21 @@ void check_bf16_step(const config::ModelArchitecture& architecture, bool seeded_
 
 GPU_TEST(model_step_bf16_matches_cpu_bf16) {
   ops::cuda::install_backend();
-  const std::string dir = std::string(DYNCP_SOURCE_DIR) + "/tests/fixtures/model/qwen3_moe_a";
+  const std::string dir = fixture_dir("qwen3_moe_a");
   config::ModelArchitecture architecture = model::load_hf_model(dir)->architecture();
   architecture.num_experts_per_tok = architecture.num_experts;
-  check_bf16_step(architecture, /*seeded_weights=*/false);
+  check_bf16_step(dir, architecture, /*seeded_weights=*/false);
   architecture.head_dim = 16;
-  check_bf16_step(architecture, /*seeded_weights=*/true);
+  check_bf16_step(dir, architecture, /*seeded_weights=*/true);
+}
+
+// The hybrid: its projections read bf16 operands, its Gated DeltaNet ops stay fp32 on both.
+GPU_TEST(hybrid_model_step_bf16_matches_cpu_bf16) {
+  ops::cuda::install_backend();
+  const std::string dir = fixture_dir("qwen3_5_moe_b");
+  config::ModelArchitecture architecture = model::load_hf_model(dir)->architecture();
+  architecture.num_experts_per_tok = architecture.num_experts;
+  check_bf16_step(dir, architecture, /*seeded_weights=*/false);
 }
 
 }  // namespace
