@@ -10,8 +10,8 @@
 namespace dyncp::train {
 namespace {
 
-// What the GPU path does not have yet, with the key that asks for it (docs/cuda.md).
-void refuse_unbuilt_gpu_features(const config::ConfigContainer& config, int world_size) {
+// What the GPU path cannot run in this binary, with the key that asks for it (docs/cuda.md).
+void refuse_unbuilt_gpu_features(int world_size) {
   const auto refuse = [](const std::string& key, const std::string& why) {
     core::throw_config_error(key, why +
                                       " (dist.device: cuda; docs/cuda.md says what the GPU "
@@ -36,7 +36,7 @@ core::Device resolve_training_device(const config::ConfigContainer& config, int 
                              "cuda: this binary has no CUDA backend or sees no GPU (built "
                              "without CUDA, or no driver / CUDA_VISIBLE_DEVICES): use cpu");
   }
-  refuse_unbuilt_gpu_features(config, world_size);
+  refuse_unbuilt_gpu_features(world_size);
   core::device_memory().select_device(local_rank, rank);
   spdlog::info("device: {} device {} for local rank {}", core::device_memory().name(), local_rank,
                local_rank);
