@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdint>
 
 #include "cuda_check.hpp"
@@ -16,6 +17,11 @@ constexpr int kBlock = 256;
 inline unsigned grid_for(std::int64_t n, int block = kBlock) {
   const std::int64_t blocks = (n + block - 1) / block;
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 65535 * 8 ? 65535 * 8 : blocks));
+}
+
+// The logistic function as the CPU ops write it (1 / (1 + e^−a), fp32).
+__device__ inline float sigmoid(float a) {
+  return 1.0f / (1.0f + expf(-a));
 }
 
 template <typename T>

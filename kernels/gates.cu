@@ -11,10 +11,7 @@ namespace {
 
 using detail::grid_for;
 using detail::kBlock;
-
-__device__ inline float sigmoid(float a) {
-  return 1.0f / (1.0f + expf(-a));
-}
+using detail::sigmoid;
 
 // PyTorch F.softplus (beta 1, threshold 20).
 __device__ inline float softplus(float x) {

@@ -12,10 +12,7 @@ namespace {
 
 using detail::grid_for;
 using detail::kBlock;
-
-__device__ inline float sigmoid(float a) {
-  return 1.0f / (1.0f + expf(-a));
-}
+using detail::sigmoid;
 
 // ops::detail::dot_product's order: eight partial sums, the tail, then the partials.
 __device__ inline float dot_eight(const float* a, const float* b, std::int64_t n) {

@@ -14,29 +14,15 @@
 #include "core/error.hpp"
 #include "cuda_check.hpp"
 #include "hybrid.hpp"
+#include "ops/cuda/cuda_op_args.hpp"
 
 namespace dyncp::ops::cuda {
 namespace {
 
 using core::DType;
 
-cudaStream_t stream_of(const OpContext& ctx) {
-  return static_cast<cudaStream_t>(ctx.stream);
-}
-
-float* f32(const Tensor& t) {
-  return t.defined() ? t.data<float>() : nullptr;
-}
-
 const std::uint8_t* u8(const Tensor& t) {
   return t.defined() ? t.data<std::uint8_t>() : nullptr;
-}
-
-core::Arena& scratch_of(const OpContext& ctx, const char* op) {
-  if (ctx.scratch == nullptr || ctx.scratch->device() != Device::cuda) {
-    core::throw_runtime_error(std::string(op) + ": needs a cuda scratch arena in ctx.scratch");
-  }
-  return *ctx.scratch;
 }
 
 // A device copy of host i32 metadata, counted as host-to-device traffic.
@@ -48,14 +34,6 @@ const std::int32_t* upload_i32(core::Arena& scratch, const std::int32_t* host, s
 
 const std::int32_t* upload_i32(core::Arena& scratch, const Tensor& host) {
   return upload_i32(scratch, host.data<std::int32_t>(), host.numel());
-}
-
-template <typename T>
-T read_back(const T* device) {
-  T value;
-  DYNCP_CUDA_CHECK(cudaMemcpy(&value, device, sizeof(T), cudaMemcpyDeviceToHost));
-  core::device_traffic().device_to_host_bytes += sizeof(T);
-  return value;
 }
 
 std::int64_t rows_of(const Tensor& t) {
@@ -116,14 +94,12 @@ void CudaHybridOps::moe_aux_loss_statistics(const OpContext& ctx, const Tensor& 
                                             const Tensor& prob_sums) {
   core::Arena& scratch = scratch_of(ctx, "moe_aux_loss_statistics");
   core::ArenaScope temporaries(scratch);
-  const Tensor bad = scratch.allocate({1}, DType::i32);
-  const std::int32_t none = INT32_MAX;
-  bad.copy_from(Tensor::view_of(const_cast<std::int32_t*>(&none), {1}, DType::i32));
-  kernels::moe_aux_loss_statistics(
-      f32(probs), expert_ids.data<std::int32_t>(), upload_i32(scratch, seq_cu_seqlens),
-      u8(token_is_real), f32(counts), f32(prob_sums), seq_cu_seqlens.numel() - 1, probs.size(1),
-      expert_ids.size(1), bad.data<std::int32_t>(), stream_of(ctx));
-  const std::int32_t first_bad = read_back(bad.data<std::int32_t>());
+  std::int32_t* bad = device_scalar<std::int32_t>(scratch, INT32_MAX);
+  kernels::moe_aux_loss_statistics(f32(probs), expert_ids.data<std::int32_t>(),
+                                   upload_i32(scratch, seq_cu_seqlens), u8(token_is_real),
+                                   f32(counts), f32(prob_sums), seq_cu_seqlens.numel() - 1,
+                                   probs.size(1), expert_ids.size(1), bad, stream_of(ctx));
+  const std::int32_t first_bad = read_back(bad);
   if (first_bad != INT32_MAX) {
     core::throw_runtime_error("moe_aux_loss_statistics: an expert id of token " +
                               std::to_string(first_bad) + " is outside [0, " +

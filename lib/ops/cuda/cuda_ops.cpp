@@ -20,48 +20,13 @@
 #include "ops/cuda/cuda_backend.hpp"
 #include "ops/cuda/cuda_device_memory.hpp"
 #include "ops/cuda/cuda_hybrid_ops.hpp"
+#include "ops/cuda/cuda_op_args.hpp"
 #include "ops/device_ops.hpp"
 
 namespace dyncp::ops::cuda {
 namespace {
 
 using core::DType;
-
-cudaStream_t stream_of(const OpContext& ctx) {
-  return static_cast<cudaStream_t>(ctx.stream);
-}
-
-float* f32(const Tensor& t) {
-  return t.defined() ? t.data<float>() : nullptr;
-}
-std::int32_t* i32(const Tensor& t) {
-  return t.defined() ? t.data<std::int32_t>() : nullptr;
-}
-
-core::Arena& scratch_of(const OpContext& ctx, const char* op) {
-  if (ctx.scratch == nullptr || ctx.scratch->device() != Device::cuda) {
-    core::throw_runtime_error(std::string(op) + ": needs a cuda scratch arena in ctx.scratch");
-  }
-  return *ctx.scratch;
-}
-
-// A small device value the kernels report through (a bad index, a sum); read back with one
-// synchronous copy.
-template <typename T>
-T* device_scalar(core::Arena& scratch, T initial) {
-  const Tensor t = scratch.allocate({static_cast<std::int64_t>((sizeof(T) + 3) / 4)}, DType::i32);
-  DYNCP_CUDA_CHECK(cudaMemcpy(t.raw_data(), &initial, sizeof(T), cudaMemcpyHostToDevice));
-  core::device_traffic().host_to_device_bytes += sizeof(T);
-  return static_cast<T*>(t.raw_data());
-}
-
-template <typename T>
-T read_back(const T* device) {
-  T value;
-  DYNCP_CUDA_CHECK(cudaMemcpy(&value, device, sizeof(T), cudaMemcpyDeviceToHost));
-  core::device_traffic().device_to_host_bytes += sizeof(T);
-  return value;
-}
 
 // The group offsets of a host i32 cu_seqlens tensor, uploaded for the kernels.
 const std::int32_t* upload(core::Arena& scratch, const Tensor& host) {

@@ -1,0 +1,56 @@
+#pragma once
+// Turning the ops' tensors into kernel arguments (internal to lib/ops/cuda): the stream, raw
+// pointers (null for an undefined tensor), the scratch arena, and the small device values the
+// kernels report through (a bad index, a sum), each read back with one synchronous copy that
+// is counted as host / device traffic.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+#include "core/arena.hpp"
+#include "core/device_memory.hpp"
+#include "core/error.hpp"
+#include "cuda_check.hpp"
+#include "ops/context.hpp"
+
+namespace dyncp::ops::cuda {
+
+inline cudaStream_t stream_of(const OpContext& ctx) {
+  return static_cast<cudaStream_t>(ctx.stream);
+}
+
+inline float* f32(const Tensor& t) {
+  return t.defined() ? t.data<float>() : nullptr;
+}
+
+inline std::int32_t* i32(const Tensor& t) {
+  return t.defined() ? t.data<std::int32_t>() : nullptr;
+}
+
+inline core::Arena& scratch_of(const OpContext& ctx, const char* op) {
+  if (ctx.scratch == nullptr || ctx.scratch->device() != Device::cuda) {
+    core::throw_runtime_error(std::string(op) + ": needs a cuda scratch arena in ctx.scratch");
+  }
+  return *ctx.scratch;
+}
+
+template <typename T>
+T* device_scalar(core::Arena& scratch, T initial) {
+  const Tensor t =
+      scratch.allocate({static_cast<std::int64_t>((sizeof(T) + 3) / 4)}, core::DType::i32);
+  DYNCP_CUDA_CHECK(cudaMemcpy(t.raw_data(), &initial, sizeof(T), cudaMemcpyHostToDevice));
+  core::device_traffic().host_to_device_bytes += sizeof(T);
+  return static_cast<T*>(t.raw_data());
+}
+
+template <typename T>
+T read_back(const T* device) {
+  T value;
+  DYNCP_CUDA_CHECK(cudaMemcpy(&value, device, sizeof(T), cudaMemcpyDeviceToHost));
+  core::device_traffic().device_to_host_bytes += sizeof(T);
+  return value;
+}
+
+}  // namespace dyncp::ops::cuda
