@@ -43,8 +43,15 @@ void rmsnorm_backward(const float* dy, const float* x, const float* weight, cons
                       bool one_plus_weight, bool accumulate_dx, cudaStream_t stream);
 
 // ops::rope_forward (inverse = false) / rope_backward (inverse = true). x, y [T, H, d].
+// table: the rotary_dim / 2 inverse frequencies and the factor on cos and sin
+// (ops::rope_frequencies in fp32), passed to the kernel by value.
+inline constexpr int kRopeMaxPairs = 512;
+struct RopeTable {
+  float inv_freq[kRopeMaxPairs];
+  float attention_factor;
+};
 void rope_apply(const float* x, const std::int32_t* positions, float* y, std::int64_t tokens,
-                std::int64_t heads, std::int64_t head_dim, int rotary_dim, double theta,
+                std::int64_t heads, std::int64_t head_dim, int rotary_dim, const RopeTable& table,
                 bool inverse, cudaStream_t stream);
 
 // ops::swiglu_forward / _backward: gate, up, out [rows, I] with row strides (ld) so the fused

@@ -28,21 +28,21 @@ __global__ void bf16_to_f32_kernel(const bf16* src, float* dst, std::int64_t n) 
     dst[i] = __bfloat162float(src[i]);
 }
 
-// One thread per (token, head, rotated pair). inv_freq is computed in double and rounded to
-// fp32 like the CPU op, and the angle is an fp32 product, so both sides take sin/cos of the
-// same float.
+// One thread per (token, head, rotated pair). The inverse frequencies come from the host
+// (ops::rope_frequencies rounded to fp32, the CPU op's table) by value, and the angle is an fp32
+// product, so both sides take sin/cos of the same float.
 __global__ void rope_kernel(const float* x, const std::int32_t* positions, float* y,
                             std::int64_t tokens, std::int64_t heads, std::int64_t head_dim,
-                            int half, double theta, float direction) {
+                            int half, RopeTable table, float direction) {
   const std::int64_t pairs = tokens * heads * half;
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < pairs;
        i += std::int64_t(gridDim.x) * blockDim.x) {
     const int j = static_cast<int>(i % half);
     const std::int64_t row = i / half;  // token * heads + head
     const std::int64_t t = row / heads;
-    const float inv_freq = static_cast<float>(1.0 / pow(theta, static_cast<double>(j) / half));
-    const float angle = static_cast<float>(positions[t]) * inv_freq;
-    const float c = cosf(angle), s = direction * sinf(angle);
+    const float angle = static_cast<float>(positions[t]) * table.inv_freq[j];
+    const float c = table.attention_factor * cosf(angle),
+                s = direction * table.attention_factor * sinf(angle);
     const std::int64_t base = row * head_dim;
     const float x1 = x[base + j], x2 = x[base + j + half];
     y[base + j] = x1 * c - x2 * s;
@@ -153,11 +153,12 @@ void convert_bf16_to_f32(const bf16* src, float* dst, std::int64_t n, cudaStream
 }
 
 void rope_apply(const float* x, const std::int32_t* positions, float* y, std::int64_t tokens,
-                std::int64_t heads, std::int64_t head_dim, int rotary_dim, double theta,
+                std::int64_t heads, std::int64_t head_dim, int rotary_dim, const RopeTable& table,
                 bool inverse, cudaStream_t stream) {
-  if (rotary_dim % 2 != 0 || rotary_dim > head_dim) {
+  if (rotary_dim % 2 != 0 || rotary_dim > head_dim || rotary_dim / 2 > kRopeMaxPairs) {
     core::throw_runtime_error("kernels::rope_apply: rotary_dim " + std::to_string(rotary_dim) +
-                              " must be even and <= head_dim " + std::to_string(head_dim));
+                              " must be even, <= head_dim " + std::to_string(head_dim) +
+                              " and <= " + std::to_string(2 * kRopeMaxPairs));
   }
   const int half = rotary_dim / 2;
   if (tokens * heads == 0) return;
@@ -169,7 +170,7 @@ void rope_apply(const float* x, const std::int32_t* positions, float* y, std::in
   }
   if (half == 0) return;
   DYNCP_LAUNCH(rope_kernel, grid_for(tokens * heads * half), kBlock, 0, stream)
-  (x, positions, y, tokens, heads, head_dim, half, theta, inverse ? -1.0f : 1.0f);
+  (x, positions, y, tokens, heads, head_dim, half, table, inverse ? -1.0f : 1.0f);
   DYNCP_CUDA_CHECK_LAUNCH();
 }
 

@@ -33,11 +33,13 @@ const std::vector<HfConfigField>& hf_config_fields() {
       {"rope_theta", H::honoured, honoured_rope},
       {"partial_rotary_factor", H::honoured, honoured_rope},
       {"rope_parameters", H::refused_unless_supported,
-       "rope_type default with rope_theta / partial_rotary_factor (and mrope_section / "
-       "mrope_interleaved, which equal plain RoPE on text positions); other rope types (linear, "
-       "dynamic, yarn, llama3, longrope) are refused"},
+       "rope_type default, linear, yarn and llama3 honoured (inverse frequencies and YaRN's "
+       "attention factor as transformers builds them), dynamic honoured where it equals default "
+       "RoPE (model.seq_length <= max_position_embeddings; beyond, transformers' NTK base depends "
+       "on the longest sequence seen so far, so it is refused); mrope_section / mrope_interleaved "
+       "equal plain RoPE on text positions; longrope and other types are refused"},
       {"rope_scaling", H::refused_unless_supported,
-       "the transformers 4.x name of rope_parameters: null or rope_type default only"},
+       "the transformers 4.x name of rope_parameters: the same types honoured and refused"},
       {"tie_word_embeddings", H::honoured,
        "lm_head shares embed_tokens; for a nested Qwen3.5 config the top-level flag decides, as "
        "transformers ties by it"},
@@ -46,15 +48,18 @@ const std::vector<HfConfigField>& hf_config_fields() {
       {"attention_dropout", H::refused_unless_supported,
        "0 only: dropout would change the training math"},
       {"use_sliding_window", H::refused_unless_supported,
-       "false only: sliding-window attention is not implemented"},
-      {"sliding_window", H::inert,
-       "transformers reads it only when use_sliding_window is true, which is refused"},
-      {"max_window_layers", H::inert,
-       "transformers 4.x sliding-window field; 5.x does not read it, and sliding windows are "
-       "refused"},
-      {"pad_token_id", H::refused_unless_supported,
-       "null only: transformers zeroes the padding row's embedding gradient, which is not "
-       "implemented"},
+       "qwen3_moe: true honoured (every layer's attention sees sliding_window positions back, "
+       "on global positions under CP; CPU only, refused with dist.device cuda); refused for the "
+       "hybrid types, whose transformers attention has no window"},
+      {"sliding_window", H::honoured,
+       "the window (default 4096) when use_sliding_window is true; transformers ignores it "
+       "otherwise"},
+      {"max_window_layers", H::refused_unless_supported,
+       "transformers 4.x slid only layers >= max_window_layers, 5.x slides every layer: with "
+       "use_sliding_window true only 0 (or absent) is accepted, where both agree"},
+      {"pad_token_id", H::honoured,
+       "that embedding row gets no gradient from the lookup, as nn.Embedding(padding_idx); the "
+       "tied lm_head still trains it"},
       {"num_experts", H::honoured, "experts per MoE layer"},
       {"num_local_experts", H::honoured, "the transformers 5.x qwen3_moe name of num_experts"},
       {"num_experts_per_tok", H::honoured, "router top-k"},
@@ -76,9 +81,10 @@ const std::vector<HfConfigField>& hf_config_fields() {
       {"quantization_config", H::refused_unless_supported,
        "absent only: quantized weights are not supported"},
       // Inert: they select outputs, storage or inference behaviour, never the training math.
-      {"max_position_embeddings", H::inert,
-       "transformers does not bound positions by it under default RoPE; sequences are bounded by "
-       "model.seq_length"},
+      {"max_position_embeddings", H::honoured,
+       "the original context of yarn / llama3 when rope_parameters has none, and the length up "
+       "to which dynamic RoPE is default RoPE; no bound on positions otherwise (sequences are "
+       "bounded by model.seq_length)"},
       {"output_router_logits", H::inert,
        "selects HF's forward outputs (and its optional aux loss); dyncp-train always adds the "
        "load-balancing loss with router_aux_loss_coef"},
@@ -122,7 +128,8 @@ const HfConfigField* find_hf_config_field(std::string_view name) {
 
 namespace {
 
-// rope_parameters / rope_scaling: only the default RoPE (mrope keys are plain RoPE on text).
+// rope_parameters / rope_scaling: the types implemented, each with the keys transformers
+// reads for it (mrope keys are plain RoPE on text positions).
 bool supported_rope(const json& value, std::string& why) {
   if (value.is_null()) return true;
   if (!value.is_object()) {
@@ -130,19 +137,46 @@ bool supported_rope(const json& value, std::string& why) {
     return false;
   }
   std::string type = "default";
-  for (const char* key : {"rope_type", "type"}) {
+  for (const char* key : {"type", "rope_type"}) {
     if (value.contains(key) && value[key].is_string()) type = value[key].get<std::string>();
   }
-  if (type != "default") {
+  std::vector<std::string_view> keys = {"rope_type",     "type",
+                                        "rope_theta",    "partial_rotary_factor",
+                                        "mrope_section", "mrope_interleaved"};
+  std::vector<std::string_view> required;
+  if (type == "linear" || type == "dynamic") {
+    keys.push_back("factor");
+    required = {"factor"};
+  } else if (type == "yarn") {
+    for (const char* key : {"factor", "original_max_position_embeddings", "beta_fast", "beta_slow",
+                            "truncate", "attention_factor", "mscale", "mscale_all_dim"})
+      keys.push_back(key);
+    required = {"factor"};
+  } else if (type == "llama3") {
+    for (const char* key :
+         {"factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"})
+      keys.push_back(key);
+    required = {"factor", "low_freq_factor", "high_freq_factor"};
+  } else if (type != "default") {
     why = "rope_type '" + type +
-          "': RoPE scaling (YaRN, linear, dynamic) is not built; only default RoPE is "
-          "implemented";
+          "' is not implemented (default, linear, dynamic, yarn and llama3 are); longrope's "
+          "short/long switch depends on the batch's longest sequence";
     return false;
   }
   for (const auto& [key, item] : value.items()) {
-    if (key != "rope_type" && key != "type" && key != "rope_theta" &&
-        key != "partial_rotary_factor" && key != "mrope_section" && key != "mrope_interleaved") {
-      why = "key '" + key + "' has no meaning for default RoPE";
+    if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
+      why = "key '" + key + "' has no meaning for rope_type " + type;
+      return false;
+    }
+    if (key != "rope_type" && key != "type" && key != "mrope_section" && key != "truncate" &&
+        key != "mrope_interleaved" && !item.is_null() && !item.is_number()) {
+      why = "key '" + key + "' must be a number";
+      return false;
+    }
+  }
+  for (const std::string_view key : required) {
+    if (!value.contains(key) || !value[key].is_number()) {
+      why = "rope_type " + type + " needs a number '" + std::string(key) + "'";
       return false;
     }
   }
@@ -153,10 +187,11 @@ bool supported_value(std::string_view name, const json& value, std::string& why)
   if (name == "rope_parameters" || name == "rope_scaling") return supported_rope(value, why);
   if (value.is_null()) return name != "quantization_config";
   if (name == "hidden_act") return value == "silu";
-  if (name == "attention_bias" || name == "use_sliding_window" || name == "is_encoder_decoder")
-    return value == false;
+  if (name == "attention_bias" || name == "is_encoder_decoder") return value == false;
+  if (name == "use_sliding_window") return value.is_boolean();
   if (name == "attention_dropout") return value.is_number() && value.get<double>() == 0.0;
-  if (name == "pad_token_id" || name == "quantization_config") return false;
+  if (name == "max_window_layers") return value.is_number_integer();
+  if (name == "quantization_config") return false;
   return true;
 }
 

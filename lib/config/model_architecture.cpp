@@ -88,14 +88,44 @@ void check_ranges(const ModelArchitecture& a, const std::string& file) {
                                      std::to_string(a.partial_rotary_factor) +
                                      " must lie in (0, 1]");
   }
-  const auto rotary =
-      static_cast<std::int64_t>(static_cast<double>(a.head_dim) * a.partial_rotary_factor);
-  if (rotary % 2 != 0 || rotary < 2) {
+  const std::int64_t frequencies = a.rope_frequency_dim();
+  if (frequencies < 1 || a.rotary_dim() > a.head_dim) {
     core::throw_data_error(
-        file, "config.json: head_dim * partial_rotary_factor = " + std::to_string(rotary) +
-                  " rotary dims: only an even rotary dimension of at least 2 is "
-                  "supported (transformers rotates odd ones to the next even "
-                  "width, which is not implemented)");
+        file, "config.json: head_dim * partial_rotary_factor = " + std::to_string(frequencies) +
+                  " rotary dims: transformers rotates it rounded up to even, which must be at "
+                  "least 2 and fit in head_dim " +
+                  std::to_string(a.head_dim));
+  }
+  const RopeScalingFields& rope = a.rope_scaling;
+  if (rope.rope_type != "default" && !(rope.factor >= 1.0 && std::isfinite(rope.factor))) {
+    core::throw_data_error(file,
+                           "config.json rope_parameters.factor = " + std::to_string(rope.factor) +
+                               " (rope_type " + rope.rope_type + ") must be a number >= 1");
+  }
+  if (rope.rope_type == "yarn" && frequencies % 2 != 0) {
+    core::throw_data_error(file, "config.json: rope_type yarn with an odd rotary dimension " +
+                                     std::to_string(frequencies) +
+                                     " (head_dim * partial_rotary_factor) is not supported: "
+                                     "transformers' YaRN ramp has a different length then");
+  }
+  if (rope.rope_type == "llama3" &&
+      !(rope.high_freq_factor > rope.low_freq_factor && rope.low_freq_factor > 0.0)) {
+    core::throw_data_error(file,
+                           "config.json rope_parameters: llama3 needs high_freq_factor > "
+                           "low_freq_factor > 0, got " +
+                               std::to_string(rope.high_freq_factor) + " and " +
+                               std::to_string(rope.low_freq_factor));
+  }
+  if ((rope.rope_type == "yarn" || rope.rope_type == "llama3") &&
+      !(rope.original_max_position_embeddings >= 1.0)) {
+    core::throw_data_error(file, "config.json rope_parameters.original_max_position_embeddings = " +
+                                     std::to_string(rope.original_max_position_embeddings) +
+                                     " must be >= 1");
+  }
+  if (a.pad_token_id >= a.vocab_size) {
+    core::throw_data_error(file,
+                           "config.json field pad_token_id = " + std::to_string(a.pad_token_id) +
+                               " is not a row of vocab_size " + std::to_string(a.vocab_size));
   }
   if (!(a.router_aux_loss_coef >= 0.0) || !std::isfinite(a.router_aux_loss_coef)) {
     core::throw_data_error(file, "config.json field router_aux_loss_coef = " +
@@ -127,6 +157,39 @@ void check_ranges(const ModelArchitecture& a, const std::string& file) {
     require_range(layer, 0, a.num_hidden_layers - 1, "mlp_only_layers[]", file);
 }
 
+// use_sliding_window / sliding_window / max_window_layers as transformers 5.x Qwen3-MoE reads
+// them: every layer slides, sliding_window defaulting to 4096. 4.x slid only the layers from
+// max_window_layers on, so a config whose two readings differ is refused.
+void read_sliding_window(const json& f, ModelArchitecture& arch, const std::string& file) {
+  bool use = false;
+  read_field(f, "use_sliding_window", use, file);
+  if (!use) return;
+  if (arch.model_type != "qwen3_moe") {
+    core::throw_data_error(file,
+                           "config.json field use_sliding_window = true is not supported for "
+                           "model_type " +
+                               arch.model_type + ": transformers' " + arch.model_type +
+                               " attention has no sliding window; set it to false");
+  }
+  const auto window = f.find("sliding_window");
+  if (window != f.end() && window->is_null()) return;  // transformers: no window
+  arch.sliding_window = 4096;
+  read_field(f, "sliding_window", arch.sliding_window, file);
+  if (arch.sliding_window < 1) {
+    core::throw_data_error(file, "config.json field sliding_window = " +
+                                     std::to_string(arch.sliding_window) + " must be >= 1");
+  }
+  std::int64_t max_window_layers = 0;
+  read_field(f, "max_window_layers", max_window_layers, file);
+  if (max_window_layers != 0) {
+    core::throw_data_error(
+        file, "config.json field max_window_layers = " + std::to_string(max_window_layers) +
+                  " with use_sliding_window = true is not supported: transformers 4.x slides "
+                  "only layers >= max_window_layers, 5.x slides every layer; set it to 0 (every "
+                  "layer) or use_sliding_window to false");
+  }
+}
+
 const std::vector<std::string> known_model_types = {"qwen3_moe", "qwen3_next", "qwen3_5_moe",
                                                     "qwen3_5_moe_text"};
 
@@ -144,9 +207,13 @@ LayerMixer ModelArchitecture::mixer_of_layer(std::int64_t layer) const {
   return layer_types.at(static_cast<std::size_t>(layer));
 }
 
+std::int64_t ModelArchitecture::rope_frequency_dim() const {
+  return static_cast<std::int64_t>(static_cast<double>(head_dim) * partial_rotary_factor);
+}
+
 std::int64_t ModelArchitecture::rotary_dim() const {
-  const auto dim = static_cast<std::int64_t>(static_cast<double>(head_dim) * partial_rotary_factor);
-  return dim - dim % 2;
+  const std::int64_t dim = rope_frequency_dim();
+  return dim + dim % 2;
 }
 
 void ModelArchitecture::resolve() {
@@ -234,12 +301,44 @@ ModelArchitecture load_hf_model_config(const std::string& path) {
     arch.shared_expert_intermediate_size = 512;
   }
   read_field(f, "partial_rotary_factor", arch.partial_rotary_factor, name);
-  // Non-default RoPE (rope_scaling, rope_parameters.rope_type) was refused by
-  // check_hf_config_fields above.
-  if (f.contains("rope_parameters") && f["rope_parameters"].is_object()) {
-    read_field(f["rope_parameters"], "rope_theta", arch.rope_theta, name);
-    read_field(f["rope_parameters"], "partial_rotary_factor", arch.partial_rotary_factor, name);
+  // transformers takes rope_scaling (4.x name) over rope_parameters when it is a non-empty
+  // object (convert_rope_params_to_dict), with the top-level rope_theta / partial_rotary_factor
+  // as defaults. The types and keys were checked by check_hf_config_fields above.
+  const json* rope_object = nullptr;
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    if (f.contains(key) && f[key].is_object() && !f[key].empty()) rope_object = &f[key];
   }
+  if (rope_object != nullptr) {
+    const json& rope = *rope_object;
+    read_field(rope, "rope_theta", arch.rope_theta, name);
+    read_field(rope, "partial_rotary_factor", arch.partial_rotary_factor, name);
+    RopeScalingFields& scaling = arch.rope_scaling;
+    read_field(rope, "type", scaling.rope_type, name);
+    read_field(rope, "rope_type", scaling.rope_type, name);
+    read_field(rope, "factor", scaling.factor, name);
+    read_field(rope, "original_max_position_embeddings", scaling.original_max_position_embeddings,
+               name);
+    read_field(rope, "beta_fast", scaling.beta_fast, name);
+    read_field(rope, "beta_slow", scaling.beta_slow, name);
+    read_field(rope, "truncate", scaling.truncate, name);
+    read_field(rope, "attention_factor", scaling.attention_factor, name);
+    read_field(rope, "mscale", scaling.mscale, name);
+    read_field(rope, "mscale_all_dim", scaling.mscale_all_dim, name);
+    read_field(rope, "low_freq_factor", scaling.low_freq_factor, name);
+    read_field(rope, "high_freq_factor", scaling.high_freq_factor, name);
+    // transformers: beta_fast / beta_slow of 0 mean the defaults (`or 32`, `or 1`).
+    if (scaling.beta_fast == 0.0) scaling.beta_fast = 32.0;
+    if (scaling.beta_slow == 0.0) scaling.beta_slow = 1.0;
+  }
+  // A top-level original_max_position_embeddings takes precedence (transformers'
+  // standardize_rope_params); absent, it is max_position_embeddings.
+  read_field(f, "original_max_position_embeddings",
+             arch.rope_scaling.original_max_position_embeddings, name);
+  if (arch.rope_scaling.original_max_position_embeddings == 0.0)
+    arch.rope_scaling.original_max_position_embeddings =
+        static_cast<double>(arch.max_position_embeddings);
+  read_sliding_window(f, arch, name);
+  read_field(f, "pad_token_id", arch.pad_token_id, name);
   read_field(f, "attention_bias", arch.attention_bias, name);
   // A nested (vision-language) Qwen3.5 config ties by its top-level flag, as transformers does;
   // save_pretrained writes text_config.tie_word_embeddings false next to a top-level true.
@@ -310,7 +409,9 @@ std::string to_hf_config_json(const ModelArchitecture& arch) {
   out["rms_norm_eps"] = arch.rms_norm_eps;
   out["rope_theta"] = arch.rope_theta;
   out["attention_bias"] = arch.attention_bias;
-  out["use_sliding_window"] = false;  // sliding-window attention is not supported
+  out["use_sliding_window"] = arch.sliding_window > 0;
+  if (arch.sliding_window > 0) out["sliding_window"] = arch.sliding_window;
+  if (arch.pad_token_id >= 0) out["pad_token_id"] = arch.pad_token_id;
   out["tie_word_embeddings"] = arch.tie_word_embeddings;
   out["hidden_act"] = arch.hidden_act;
   out["num_experts"] = arch.num_experts;
@@ -347,6 +448,28 @@ std::string to_hf_config_json(const ModelArchitecture& arch) {
       types.push_back(type == LayerMixer::full_attention ? "full_attention" : "linear_attention");
     }
     out["layer_types"] = types;
+  }
+  const RopeScalingFields& rope = arch.rope_scaling;
+  if (rope.rope_type != "default") {
+    json& parameters = out["rope_parameters"];
+    if (!hybrid) parameters = {{"rope_theta", arch.rope_theta}};
+    parameters["rope_type"] = rope.rope_type;
+    parameters["factor"] = rope.factor;
+    if (rope.rope_type == "yarn" || rope.rope_type == "llama3")
+      parameters["original_max_position_embeddings"] =
+          static_cast<std::int64_t>(rope.original_max_position_embeddings);
+    if (rope.rope_type == "yarn") {
+      parameters["beta_fast"] = rope.beta_fast;
+      parameters["beta_slow"] = rope.beta_slow;
+      parameters["truncate"] = rope.truncate;
+      if (rope.attention_factor > 0.0) parameters["attention_factor"] = rope.attention_factor;
+      if (rope.mscale != 0.0) parameters["mscale"] = rope.mscale;
+      if (rope.mscale_all_dim != 0.0) parameters["mscale_all_dim"] = rope.mscale_all_dim;
+    }
+    if (rope.rope_type == "llama3") {
+      parameters["low_freq_factor"] = rope.low_freq_factor;
+      parameters["high_freq_factor"] = rope.high_freq_factor;
+    }
   }
   return out.dump(2) + "\n";
 }

@@ -13,6 +13,23 @@ namespace dyncp::config {
 
 enum class LayerMixer { full_attention, linear_attention };
 
+// config.json rope_parameters (transformers 5.x) / rope_scaling (4.x) beyond rope_theta and
+// partial_rotary_factor, in HF field names. rope_type default, linear, dynamic, yarn or llama3
+// (others are refused on load); dynamic is honoured where it equals default RoPE (model rules).
+struct RopeScalingFields {
+  std::string rope_type = "default";
+  double factor = 1.0;
+  double original_max_position_embeddings = 0.0;  // 0: max_position_embeddings (yarn, llama3)
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  bool truncate = true;
+  double attention_factor = 0.0;  // 0: derived (yarn)
+  double mscale = 0.0;
+  double mscale_all_dim = 0.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+};
+
 struct ModelArchitecture {
   std::string model_type = "qwen3_moe";
   std::int64_t vocab_size = 151936;
@@ -26,6 +43,14 @@ struct ModelArchitecture {
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
   double partial_rotary_factor = 1.0;  // fraction of head_dim that is rotated
+  RopeScalingFields rope_scaling;
+  // Sliding-window attention (use_sliding_window with sliding_window): a query sees the keys
+  // at most sliding_window - 1 positions before it, on every layer, as transformers 5.x
+  // Qwen3-MoE does. 0: full causal attention.
+  std::int64_t sliding_window = 0;
+  // pad_token_id: the embedding row that gets no gradient from the lookup (nn.Embedding's
+  // padding_idx). -1: none.
+  std::int64_t pad_token_id = -1;
   bool attention_bias = false;
   bool tie_word_embeddings = false;
   std::string hidden_act = "silu";
@@ -59,7 +84,10 @@ struct ModelArchitecture {
   // Layer i is MoE iff not listed in mlp_only_layers, experts exist, and (i+1) % step == 0.
   bool is_moe_layer(std::int64_t layer) const;
   LayerMixer mixer_of_layer(std::int64_t layer) const;
+  // The rotated width: HF's int(head_dim · partial_rotary_factor), rounded up to even.
   std::int64_t rotary_dim() const;
+  // HF's int(head_dim · partial_rotary_factor) itself: the width the frequencies spread over.
+  std::int64_t rope_frequency_dim() const;
 
   // Fill derived fields (head_dim, layer_types). Idempotent.
   void resolve();

@@ -36,8 +36,28 @@ ops::OpContext router_context(const ops::OpContext& ctx) {
   return router;
 }
 
+// config.json's RoPE as the op runs it. dynamic is default RoPE up to max_position_embeddings,
+// the only range the model rules accept it in.
 ops::RopeParams rope_of(const config::ModelArchitecture& a) {
-  return {a.rope_theta, static_cast<int>(a.rotary_dim())};
+  const config::RopeScalingFields& f = a.rope_scaling;
+  ops::RopeScaling scaling;
+  if (f.rope_type == "linear") scaling.type = ops::RopeScalingType::linear;
+  if (f.rope_type == "yarn") scaling.type = ops::RopeScalingType::yarn;
+  if (f.rope_type == "llama3") scaling.type = ops::RopeScalingType::llama3;
+  if (scaling.type != ops::RopeScalingType::none) {
+    scaling.factor = f.factor;
+    scaling.original_max_position_embeddings = f.original_max_position_embeddings;
+    scaling.beta_fast = f.beta_fast;
+    scaling.beta_slow = f.beta_slow;
+    scaling.truncate = f.truncate;
+    scaling.attention_factor = f.attention_factor;
+    scaling.mscale = f.mscale;
+    scaling.mscale_all_dim = f.mscale_all_dim;
+    scaling.low_freq_factor = f.low_freq_factor;
+    scaling.high_freq_factor = f.high_freq_factor;
+  }
+  return {a.rope_theta, static_cast<int>(a.rotary_dim()), static_cast<int>(a.rope_frequency_dim()),
+          scaling};
 }
 
 double attention_scale(const config::ModelArchitecture& a) {

@@ -39,6 +39,7 @@ void LocalAttentionContext::begin_bin(const SeamContext&, const LocalBinLayout& 
   layout_.kv_cu_seqlens = layout.cu_seqlens;
   layout_.q_positions = layout.positions;
   layout_.kv_positions = layout.positions;
+  layout_.sliding_window = layout.sliding_window;
 }
 
 void LocalAttentionContext::forward(const SeamContext& context, int, const Tensor& q,

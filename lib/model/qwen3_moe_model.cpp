@@ -137,7 +137,8 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
   SeamContext bin_context = run.seam;
   bin_context.activations = &activations_;
   const LocalBinLayout layout{bin.cu_seqlens, bin.positions,
-                              bin.host_positions.defined() ? bin.host_positions : bin.positions};
+                              bin.host_positions.defined() ? bin.host_positions : bin.positions,
+                              static_cast<std::int32_t>(architecture().sliding_window)};
   seams.attention->begin_bin(bin_context, layout);
   if (has_linear_attention) seams.linear_attention->begin_bin(bin_context, layout);
 
@@ -195,7 +196,8 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
                            per_layer[layer], grad);
     layer_saves_->release(saved_from[layer]);
   }
-  ops::embedding_backward(run.seam.ops, bin.token_ids, grad, parameters_.embed_tokens.grad);
+  ops::embedding_backward(run.seam.ops, bin.token_ids, grad, parameters_.embed_tokens.grad,
+                          architecture().pad_token_id);
   return result;
 }
 

@@ -50,6 +50,7 @@ struct LocalBinLayout {
   Tensor cu_seqlens;      // i32 [S + 1]: local rows of sequence s are [cu[s], cu[s+1])
   Tensor positions;       // i32 [T]: global position of each local row inside its sequence
   Tensor host_positions;  // the same on the host; undefined: `positions` is on the host
+  std::int32_t sliding_window = 0;  // the model's attention window (0: none); see ops::attention
 };
 
 // A parameter value and its gradient (same shape; the gradient accumulates).

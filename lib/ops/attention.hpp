@@ -6,7 +6,8 @@
 // sequence s owns query rows [q_cu_seqlens[s], q_cu_seqlens[s+1]) and key/value rows
 // [kv_cu_seqlens[s], kv_cu_seqlens[s+1]). Each row carries its GLOBAL position inside its
 // sequence (q_positions, kv_positions). Query i sees key j of the same sequence iff
-// kv_positions[j] <= q_positions[i] (causal by position, block-diagonal by sequence). Rows need
+// kv_positions[j] <= q_positions[i] (causal by position, block-diagonal by sequence; see
+// sliding_window below). Rows need
 // not be contiguous positions: a CP rank's queries are zigzag chunks (with group size c a
 // sequence of length L is cut into 2c chunks; rank k holds chunks k and 2c−1−k — e.g. c = 2,
 // L = 8: rank 0 holds positions {0,1,6,7}, rank 1 holds {2,3,4,5}); keys may be the whole
@@ -40,6 +41,10 @@ struct VarlenAttentionLayout {
   Tensor kv_cu_seqlens;  // i32 [S + 1], starts at 0, non-decreasing, ends at Tk
   Tensor q_positions;    // i32 [Tq], >= 0
   Tensor kv_positions;   // i32 [Tk], >= 0
+  // Sliding window w > 0: query i also does not see key j when q_positions[i] −
+  // kv_positions[j] >= w (HF's sliding_window: the query and the w − 1 positions before it).
+  // Positions are global, so under CP the window is on the whole sequence. 0: none. CPU only.
+  std::int32_t sliding_window = 0;
 };
 
 struct AttentionSaved {

@@ -47,6 +47,12 @@ struct TileBounds {
   std::int32_t max_position = -1;
 };
 
+// Key position kp is hidden from query position qp: in the future, or (sliding window w > 0)
+// w or more positions back.
+inline bool hidden(std::int32_t kp, std::int32_t qp, std::int32_t window) {
+  return kp > qp || (window > 0 && qp - kp >= window);
+}
+
 TileBounds bounds(const std::int32_t* positions, std::int64_t begin, std::int64_t count) {
   TileBounds b;
   for (std::int64_t i = 0; i < count; ++i) {
@@ -73,6 +79,7 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v,
   const std::int32_t* kv_cu = layout.kv_cu_seqlens.data<std::int32_t>();
   const std::int32_t* q_pos = layout.q_positions.data<std::int32_t>();
   const std::int32_t* kv_pos = layout.kv_positions.data<std::int32_t>();
+  const std::int32_t window = layout.sliding_window;
   const std::int64_t sequences = layout.q_cu_seqlens.size(0) - 1;
 
   T scores[kQueryTile * kKeyTile];
@@ -96,15 +103,20 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v,
         for (std::int64_t kt = k_begin; kt < k_end; kt += kKeyTile) {
           const std::int64_t nk = std::min(kKeyTile, k_end - kt);
           const TileBounds kb = bounds(kv_pos, kt, nk);
-          if (kb.min_position > qb.max_position) continue;
-          const bool unmasked = kb.max_position <= qb.min_position;
+          // Skip a tile whose keys are all in the future of, or a window back from, every query.
+          if (kb.min_position > qb.max_position ||
+              (window > 0 && qb.min_position - kb.max_position >= window))
+            continue;
+          const bool unmasked = kb.max_position <= qb.min_position &&
+                                (window == 0 || qb.max_position - kb.min_position < window);
           detail::blas_gemm<T>(false, true, nq, nk, d, scale, qs + qt * q_stride + hq * d, q_stride,
                                ks + kt * kv_stride + hk * d, kv_stride, T(0), scores, nk);
           for (std::int64_t i = 0; i < nq; ++i) {
             T* row = scores + i * nk;
             if (!unmasked) {
               const std::int32_t qp = q_pos[qt + i];
-              for (std::int64_t j = 0; j < nk; ++j) row[j] = kv_pos[kt + j] > qp ? neg_inf : row[j];
+              for (std::int64_t j = 0; j < nk; ++j)
+                row[j] = hidden(kv_pos[kt + j], qp, window) ? neg_inf : row[j];
             }
             const T tile_max = detail::row_max(row, nk, neg_inf);
             if (tile_max == neg_inf) {
@@ -163,6 +175,7 @@ void backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const T
   const std::int32_t* kv_cu = layout.kv_cu_seqlens.data<std::int32_t>();
   const std::int32_t* q_pos = layout.q_positions.data<std::int32_t>();
   const std::int32_t* kv_pos = layout.kv_positions.data<std::int32_t>();
+  const std::int32_t window = layout.sliding_window;
   const std::int64_t sequences = layout.q_cu_seqlens.size(0) - 1;
 
   if (modes.dq == GradMode::overwrite) dq.fill_zero();
@@ -195,8 +208,12 @@ void backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const T
         for (std::int64_t kt = k_begin; kt < k_end; kt += kKeyTile) {
           const std::int64_t nk = std::min(kKeyTile, k_end - kt);
           const TileBounds kb = bounds(kv_pos, kt, nk);
-          if (kb.min_position > qb.max_position) continue;
-          const bool unmasked = kb.max_position <= qb.min_position;
+          // Skip a tile whose keys are all in the future of, or a window back from, every query.
+          if (kb.min_position > qb.max_position ||
+              (window > 0 && qb.min_position - kb.max_position >= window))
+            continue;
+          const bool unmasked = kb.max_position <= qb.min_position &&
+                                (window == 0 || qb.max_position - kb.min_position < window);
           const T* k_tile = ks + kt * kv_stride + hk * d;
           const T* v_tile = vs + kt * kv_stride + hk * d;
           // P = exp(scale · Q Kᵀ − lse), masked.
@@ -212,7 +229,8 @@ void backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const T
             detail::exp_shifted(row, nk, row_lse);
             if (!unmasked) {
               const std::int32_t qp = q_pos[qt + i];
-              for (std::int64_t j = 0; j < nk; ++j) row[j] = kv_pos[kt + j] > qp ? T(0) : row[j];
+              for (std::int64_t j = 0; j < nk; ++j)
+                row[j] = hidden(kv_pos[kt + j], qp, window) ? T(0) : row[j];
             }
           }
           // dV += Pᵀ dO
@@ -248,6 +266,7 @@ void reference_impl(const Tensor& q, const Tensor& k, const Tensor& v,
   const std::int32_t* kv_cu = layout.kv_cu_seqlens.data<std::int32_t>();
   const std::int32_t* q_pos = layout.q_positions.data<std::int32_t>();
   const std::int32_t* kv_pos = layout.kv_positions.data<std::int32_t>();
+  const std::int32_t window = layout.sliding_window;
   const T* qs = q.data<T>();
   const T* ks = k.data<T>();
   const T* vs = v.data<T>();
@@ -266,7 +285,7 @@ void reference_impl(const Tensor& q, const Tensor& k, const Tensor& v,
         };
         T max_score = -std::numeric_limits<T>::infinity();
         for (std::int64_t j = kv_cu[s]; j < kv_cu[s + 1]; ++j) {
-          if (kv_pos[j] <= q_pos[i]) max_score = std::max(max_score, score(j));
+          if (!hidden(kv_pos[j], q_pos[i], window)) max_score = std::max(max_score, score(j));
         }
         T* oi = os + (i * dims.q_heads + hq) * d;
         std::fill(oi, oi + d, T(0));
@@ -276,7 +295,7 @@ void reference_impl(const Tensor& q, const Tensor& k, const Tensor& v,
         }
         T sum = 0;
         for (std::int64_t j = kv_cu[s]; j < kv_cu[s + 1]; ++j) {
-          if (kv_pos[j] > q_pos[i]) continue;
+          if (hidden(kv_pos[j], q_pos[i], window)) continue;
           const T p = std::exp(score(j) - max_score);
           sum += p;
           const T* vj = vs + (j * dims.kv_heads + hk) * d;
@@ -287,6 +306,14 @@ void reference_impl(const Tensor& q, const Tensor& k, const Tensor& v,
       }
     }
   }
+}
+
+// The CUDA kernels mask by causality only; the trainer refuses a sliding window on the GPU up
+// front, this keeps any other caller from getting full attention silently.
+void require_no_window_on_device(std::string_view op, const VarlenAttentionLayout& layout) {
+  if (layout.sliding_window > 0)
+    detail::fail(op, "sliding_window " + std::to_string(layout.sliding_window) +
+                         " is implemented on the CPU only");
 }
 
 }  // namespace
@@ -301,8 +328,10 @@ void attention_forward(const OpContext& ctx, const Tensor& q, const Tensor& k, c
   detail::require_shape(op, "out", out, q.shape());
   detail::require_shape(op, "saved.lse", saved.lse, Shape{dims.q_tokens, dims.q_heads});
   detail::check_attention_layout(op, layout, dims.q_tokens, dims.kv_tokens);
-  if (ctx.device == Device::cuda)
+  if (ctx.device == Device::cuda) {
+    require_no_window_on_device(op, layout);
     return detail::device_ops(op).attention_forward(ctx, q, k, v, layout, scale, out, saved);
+  }
   if (detail::bf16_products(op, ctx, q)) {
     // bf16 q, k, v; scores, softmax statistics and out in fp32.
     core::Arena& scratch = detail::require_scratch(op, ctx);
@@ -341,6 +370,7 @@ void attention_backward(const OpContext& ctx, const Tensor& dout, const Tensor& 
   detail::check_attention_layout(op, layout, dims.q_tokens, dims.kv_tokens);
   core::Arena& scratch = detail::require_scratch(op, ctx);
   if (ctx.device == Device::cuda) {
+    require_no_window_on_device(op, layout);
     return detail::device_ops(op).attention_backward(ctx, dout, q, k, v, out, saved, layout, scale,
                                                      dq, dk, dv, modes);
   }

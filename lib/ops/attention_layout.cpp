@@ -31,6 +31,8 @@ void check_attention_layout(std::string_view op, const VarlenAttentionLayout& la
   }
   check_positions(op, "layout.q_positions", layout.q_positions, q_tokens);
   check_positions(op, "layout.kv_positions", layout.kv_positions, kv_tokens);
+  if (layout.sliding_window < 0)
+    fail(op, "sliding_window " + std::to_string(layout.sliding_window) + " must be >= 0");
 }
 
 }  // namespace dyncp::ops::detail

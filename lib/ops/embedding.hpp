@@ -10,8 +10,9 @@ namespace dyncp::ops {
 void embedding_forward(const OpContext& ctx, const Tensor& token_ids, const Tensor& table,
                        const Tensor& out);
 // dtable[token_ids[t]] += dout[t]  (parameter gradient: accumulates; rows summed in token
-// order, so the result is deterministic).
+// order, so the result is deterministic). padding_idx >= 0: that row gets nothing, as
+// torch's nn.Embedding(padding_idx) (CPU only so far).
 void embedding_backward(const OpContext& ctx, const Tensor& token_ids, const Tensor& dout,
-                        const Tensor& dtable);
+                        const Tensor& dtable, std::int64_t padding_idx = -1);
 
 }  // namespace dyncp::ops

@@ -50,11 +50,15 @@ void embedding_forward(const OpContext& ctx, const Tensor& token_ids, const Tens
 }
 
 void embedding_backward(const OpContext& ctx, const Tensor& token_ids, const Tensor& dout,
-                        const Tensor& dtable) {
+                        const Tensor& dtable, std::int64_t padding_idx) {
   constexpr std::string_view op = "embedding_backward";
   check(op, ctx, token_ids, dtable, dout);
-  if (ctx.device == Device::cuda)
+  if (ctx.device == Device::cuda) {
+    if (padding_idx >= 0)
+      detail::fail(
+          op, "padding_idx " + std::to_string(padding_idx) + " is implemented on the CPU only");
     return detail::device_ops(op).embedding_backward(ctx, token_ids, dout, dtable);
+  }
   const std::int32_t* ids = token_ids.data<std::int32_t>();
   const std::int64_t hidden = dtable.size(1);
   detail::dispatch_float(op, dtable.dtype(), [&](auto zero) {
@@ -62,6 +66,7 @@ void embedding_backward(const OpContext& ctx, const Tensor& token_ids, const Ten
     const T* grad = dout.data<T>();
     T* table_grad = dtable.data<T>();
     for (std::int64_t t = 0; t < token_ids.size(0); ++t) {
+      if (ids[t] == padding_idx) continue;
       T* row = table_grad + static_cast<std::int64_t>(ids[t]) * hidden;
       const T* g = grad + t * hidden;
       for (std::int64_t j = 0; j < hidden; ++j) row[j] += g[j];

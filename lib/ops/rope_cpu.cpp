@@ -8,8 +8,6 @@
 namespace dyncp::ops {
 namespace {
 
-constexpr int kMaxRotaryDim = 1024;
-
 void check(std::string_view op, const OpContext& ctx, const Tensor& in, const Tensor& positions,
            const RopeParams& params, const Tensor& out) {
   detail::require_float_operands_on_any_device(op, ctx, {{"x/dy", &in}, {"y/dx", &out}});
@@ -38,22 +36,20 @@ void rotate(const Tensor& in, const Tensor& positions, const RopeParams& params,
   T* dst = out.data<T>();
   const std::int32_t* pos = positions.data<std::int32_t>();
   // HF computes inv_freq and the angle in the compute dtype (fp32); so do we.
+  const RopeFrequencies table = rope_frequencies(params);
+  const T factor = static_cast<T>(table.attention_factor);
   T inv_freq[kMaxRotaryDim / 2];
   T cosines[kMaxRotaryDim / 2];
   T sines[kMaxRotaryDim / 2];
-  for (std::int64_t i = 0; i < half; ++i) {
-    inv_freq[i] =
-        static_cast<T>(1.0 / std::pow(params.theta, static_cast<double>(2 * i) /
-                                                        static_cast<double>(params.rotary_dim)));
-  }
+  for (std::int64_t i = 0; i < half; ++i) inv_freq[i] = static_cast<T>(table.inv_freq[i]);
   std::int32_t cached_position = -1;
   for (std::int64_t t = 0; t < tokens; ++t) {
     if (pos[t] != cached_position) {
       cached_position = pos[t];
       for (std::int64_t i = 0; i < half; ++i) {
         const T angle = static_cast<T>(pos[t]) * inv_freq[i];
-        cosines[i] = std::cos(angle);
-        sines[i] = direction * std::sin(angle);
+        cosines[i] = factor * std::cos(angle);
+        sines[i] = direction * factor * std::sin(angle);
       }
     }
     for (std::int64_t h = 0; h < heads; ++h) {

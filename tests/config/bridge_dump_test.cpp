@@ -442,28 +442,29 @@ TEST_CASE("a Bridge-format dump holds only fields of the classes it names", "[co
   }
 }
 
-TEST_CASE("a checkpoint config asking for RoPE scaling is refused, not trained with plain RoPE",
+TEST_CASE("a checkpoint config's RoPE scaling is read, or refused when not implemented",
           "[config][bridge]") {
   const fs::path folder = fs::temp_directory_path() / "dyncp-rope-scaling-test";
   fs::create_directories(folder);
   const auto arch =
       load_config_file(fixture_path("native/qwen3_30b_a3b_pretrain.yaml"), {}).model.architecture;
-  auto config_json = to_hf_config_json(arch);
-  for (const auto& [marker, replacement] : std::vector<std::pair<std::string, std::string>>{
-           {"\"rope_theta\"",
-            "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}, "
-            "\"rope_theta\""},
-       }) {
-    const auto at = config_json.find(marker);
+  const auto with_scaling = [&](const std::string& scaling) {
+    auto config_json = to_hf_config_json(arch);
+    const auto at = config_json.find("\"rope_theta\"");
     REQUIRE(at != std::string::npos);
-    config_json.replace(at, marker.size(), replacement);
-  }
-  std::ofstream(folder / "config.json") << config_json;
+    config_json.insert(at, "\"rope_scaling\": " + scaling + ", ");
+    std::ofstream(folder / "config.json") << config_json;
+  };
+  with_scaling(R"({"rope_type": "longrope", "factor": 4.0})");
   CHECK_THROWS_WITH(load_hf_model_config(folder.string()),
-                    Catch::Contains("RoPE scaling (YaRN, linear, dynamic) is not built"));
-  // Without it the same file loads.
+                    Catch::Contains("rope_type 'longrope' is not implemented"));
+  with_scaling(R"({"rope_type": "yarn", "factor": 4.0})");
+  const auto yarn = load_hf_model_config(folder.string());
+  CHECK(yarn.rope_scaling.rope_type == "yarn");
+  CHECK(yarn.rope_theta == arch.rope_theta);
+  // Without it the same file loads with default RoPE.
   std::ofstream(folder / "config.json") << to_hf_config_json(arch);
-  CHECK(load_hf_model_config(folder.string()).rope_theta == arch.rope_theta);
+  CHECK(load_hf_model_config(folder.string()).rope_scaling.rope_type == "default");
   fs::remove_all(folder);
 }
 

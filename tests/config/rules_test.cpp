@@ -380,10 +380,28 @@ TEST_CASE("rule: W&B needs the metrics file and a run name, and its options a pr
                       Contains("logger.wandb_project: p: ") && Contains("logger.metrics_path"));
   REQUIRE_THROWS_WITH(resolved({"logger.wandb_project=p", "logger.metrics_path=m.jsonl"}),
                       Contains("logger.wandb_exp_name=NAME"));
-  for (const char* key : {"logger.wandb_entity", "logger.wandb_exp_name", "logger.wandb_save_dir"}) {
+  for (const char* key :
+       {"logger.wandb_entity", "logger.wandb_exp_name", "logger.wandb_save_dir"}) {
     INFO(key);
     REQUIRE_THROWS_WITH(resolved({std::string(key) + "=x", "logger.metrics_path=m.jsonl"}),
                         Contains(std::string(key) + ": x: has no effect without "
                                                     "logger.wandb_project"));
   }
+}
+
+TEST_CASE("rule: a config.json sliding window runs without CP; dynamic RoPE within its context",
+          "[config][hf_fields]") {
+  const std::string fixtures = std::string(DYNCP_SOURCE_DIR) + "/tests/fixtures/model/";
+  const std::string window = "model.hf_model_path=" + fixtures + "qwen3_moe_sliding_window";
+  // The base recipe runs dynamic CP over dp 2 x cp 2.
+  REQUIRE_THROWS_WITH(resolved({window}),
+                      Contains("model.context_parallel_size: 2") && Contains("sliding window (8)"));
+  REQUIRE_NOTHROW(resolved(
+      {window, "model.context_parallel_size=1", "model.dynamic_context_parallel=false",
+       "model.max_seqlen_per_dp_cp_rank=256", "model.sequence_packing_scheduler=dp_balanced"}));
+  const std::string dynamic = "model.hf_model_path=" + fixtures + "qwen3_moe_rope_dynamic";
+  REQUIRE_NOTHROW(resolved(
+      {dynamic, "model.seq_length=64", "dataset.mock_length_distribution=uniform(min=8,max=64)"}));
+  REQUIRE_THROWS_WITH(resolved({dynamic, "model.seq_length=128"}),
+                      Contains("model.seq_length: 128") && Contains("max_position_embeddings 64"));
 }

@@ -36,11 +36,24 @@ GPU_TEST(convert_rounds_like_the_cpu) {
   expect_close("bf16 -> f32", d_back.download(), round_to_bf16(src), 0.0, 0.0);
 }
 
-void check_rope(int tokens, int heads, int d, int rotary_dim, bool in_place) {
+// The table cuda_ops passes to the kernel.
+kernels::RopeTable table_of(const ops::RopeParams& params) {
+  const ops::RopeFrequencies frequencies = ops::rope_frequencies(params);
+  kernels::RopeTable table{};
+  for (int i = 0; i < frequencies.count; ++i)
+    table.inv_freq[i] = static_cast<float>(frequencies.inv_freq[i]);
+  table.attention_factor = static_cast<float>(frequencies.attention_factor);
+  return table;
+}
+
+void check_rope(int tokens, int heads, int d, int rotary_dim, bool in_place,
+                ops::RopeScaling scaling = {}, int frequency_dim = 0) {
   std::vector<float> x = random_floats(static_cast<std::size_t>(tokens) * heads * d, 2);
   std::vector<std::int32_t> positions(tokens);
   for (int t = 0; t < tokens; ++t) positions[t] = (t * 977) % 40000;  // large global positions
-  const ops::RopeParams params{.theta = 1e6, .rotary_dim = rotary_dim};
+  const ops::RopeParams params{
+      .theta = 1e6, .rotary_dim = rotary_dim, .frequency_dim = frequency_dim, .scaling = scaling};
+  const kernels::RopeTable table = table_of(params);
   std::vector<float> want(x.size()), want_back(x.size());
   ops::rope_forward(cpu, view(x, {tokens, heads, d}), view(positions, {tokens}), params,
                     view(want, {tokens, heads, d}));
@@ -49,14 +62,14 @@ void check_rope(int tokens, int heads, int d, int rotary_dim, bool in_place) {
   DeviceBuffer<float> d_x(x), d_y(x.size());
   DeviceBuffer<std::int32_t> d_pos(positions);
   float* y = in_place ? d_x.get() : d_y.get();
-  kernels::rope_apply(d_x.get(), d_pos.get(), y, tokens, heads, d, rotary_dim, params.theta, false,
+  kernels::rope_apply(d_x.get(), d_pos.get(), y, tokens, heads, d, rotary_dim, table, false,
                       nullptr);
   const std::string name = "rope d=" + std::to_string(d) + " rot=" + std::to_string(rotary_dim) +
                            (in_place ? " in place" : "");
   expect_close(name + " forward", in_place ? d_x.download() : d_y.download(), want, kF32AtolRel,
                1e-3);
   d_x.upload(x);
-  kernels::rope_apply(d_x.get(), d_pos.get(), y, tokens, heads, d, rotary_dim, params.theta, true,
+  kernels::rope_apply(d_x.get(), d_pos.get(), y, tokens, heads, d, rotary_dim, table, true,
                       nullptr);
   expect_close(name + " backward", in_place ? d_x.download() : d_y.download(), want_back,
                kF32AtolRel, 1e-3);
@@ -66,6 +79,18 @@ GPU_TEST(rope_full_and_partial) {
   check_rope(37, 3, 64, 64, false);
   check_rope(37, 3, 64, 16, false);  // partial rotary: the tail passes through
   check_rope(5, 2, 128, 32, true);
+}
+
+GPU_TEST(rope_scaling_types_and_odd_frequency_dim) {
+  ops::RopeScaling yarn{
+      .type = ops::RopeScalingType::yarn, .factor = 4.0, .original_max_position_embeddings = 4096};
+  check_rope(37, 3, 64, 64, false, yarn);  // attention factor 0.1 ln 4 + 1 on cos and sin
+  ops::RopeScaling llama3{.type = ops::RopeScalingType::llama3,
+                          .factor = 8.0,
+                          .original_max_position_embeddings = 8192};
+  check_rope(37, 3, 64, 32, true, llama3);
+  ops::RopeScaling linear{.type = ops::RopeScalingType::linear, .factor = 2.0};
+  check_rope(11, 2, 12, 4, false, linear, 3);  // HF's odd rotary dim 3: 4 rotated dims
 }
 
 GPU_TEST(swiglu_plain_and_fused) {

@@ -39,6 +39,15 @@ void check_fixture(const std::string& name, bool recompute) {
   const double loss = run.result.loss_sum / static_cast<double>(run.result.loss_tokens);
   CHECK(std::abs(loss - expected["loss"].get<double>()) <=
         loss_tolerance * expected["loss"].get<double>());
+  if (expected.contains("loss_fp64")) {
+    // HF in fp64 (tools/golden/model/make_hf_feature_fixtures.py): ours in fp32 is as close.
+    const double reference = expected["loss_fp64"].get<double>();
+    CHECK(std::abs(loss - reference) <= loss_tolerance * reference);
+    // The feature moves HF's loss far more than the tolerance (dynamic RoPE within its context
+    // is default RoPE by design, and pad_token_id only moves a gradient row).
+    const double effect = expected["feature_effect"].get<double>();
+    if (!name.ends_with("_dynamic")) CHECK(effect > 20.0 * loss_tolerance * reference);
+  }
 
   // Per-sequence token-mean losses from the per-token output.
   const auto packed = pack_sequences(sequences);
@@ -102,6 +111,23 @@ void check_fixture(const std::string& name, bool recompute) {
   }
   CHECK(std::abs(std::sqrt(total) - expected["grad_norm"].get<double>()) <=
         gradient_tolerance * expected["grad_norm"].get<double>());
+
+  if (expected.contains("pad_row_grad")) {
+    // The padding row in full: the lookup adds nothing to it, the tied lm_head does.
+    const auto pad = expected["pad_row"].get<std::int64_t>();
+    for (const auto& tensor : model->parameters().hf_tensors()) {
+      if (tensor.name != "model.embed_tokens.weight") continue;
+      std::vector<float> hf_order(static_cast<std::size_t>(tensor.grad.numel()));
+      tensor.read_hf_order(tensor.grad, hf_order.data());
+      std::vector<double> ours, reference;
+      for (std::int64_t j = 0; j < hidden; ++j) {
+        ours.push_back(hf_order[static_cast<std::size_t>(pad * hidden + j)]);
+        reference.push_back(expected["pad_row_grad"][static_cast<std::size_t>(j)].get<double>());
+      }
+      INFO("gradient of the padding row " << pad);
+      CHECK(relative_difference(ours, reference, gradient_floor) <= gradient_tolerance);
+    }
+  }
 }
 
 TEST_CASE("packed bin matches HF transformers per sequence: config A (normalised top-k)",
@@ -124,6 +150,30 @@ TEST_CASE("hybrid packed bin matches HF Qwen3_5MoeForCausalLM per sequence: conf
   // zero-centred norms; the checkpoint is stored like the released ones (nested text_config,
   // model.language_model. prefix, fused experts).
   check_fixture("qwen3_5_moe_b", GENERATE(false, true));
+}
+
+// config.json fields beyond the base configs (tools/golden/model/make_hf_feature_fixtures.py):
+// each fixture's feature moves HF's loss (or, for pad_token_id, the padding row's gradient)
+// far past the tolerance, so a match shows it is honoured.
+TEST_CASE("RoPE scaling types match HF transformers: linear, yarn, llama3, dynamic",
+          "[model][golden][rope]") {
+  check_fixture(GENERATE(as<std::string>{}, "qwen3_moe_rope_linear", "qwen3_moe_rope_yarn",
+                         "qwen3_moe_rope_llama3", "qwen3_moe_rope_dynamic"),
+                false);
+}
+
+TEST_CASE("sliding-window attention matches HF transformers Qwen3-MoE", "[model][golden]") {
+  check_fixture("qwen3_moe_sliding_window", false);
+}
+
+TEST_CASE("pad_token_id: the padding row gets no lookup gradient, as HF's nn.Embedding",
+          "[model][golden]") {
+  check_fixture("qwen3_moe_pad_token_tied", false);
+}
+
+TEST_CASE("an odd rotary dimension rotates ceil-to-even dims as HF Qwen3.5 does",
+          "[model][golden][hybrid]") {
+  check_fixture("qwen3_5_moe_odd_rotary", false);
 }
 
 }  // namespace

@@ -333,3 +333,68 @@ TEST_CASE("f32 attention backward agrees with the f64 computation", "[ops][atten
     CHECK(relative_error(g32[i], g64[i]) < 1e-5);
   }
 }
+
+TEST_CASE("a sliding window hides keys w or more positions back: tiled == reference, FD",
+          "[ops][attention][window]") {
+  dyncp::core::Arena scratch("attention-window", 1 << 20);
+  OpContext ctx;
+  ctx.scratch = &scratch;
+  // 200 tokens span four key tiles: windows inside one tile, across two, and past the sequence.
+  const std::int32_t window = GENERATE(1, 8, 70, 500);
+  const Bin bin({200, 9});
+  const std::int64_t hq = 2, hkv = 1, d = 4, t = bin.tokens();
+  const Qkv x = random_qkv(t, t, hq, hkv, d, DType::f64, 90);
+  VarlenAttentionLayout layout = bin.layout();
+  layout.sliding_window = window;
+  const Tensor out = Tensor::empty(x.q.shape(), DType::f64);
+  AttentionSaved saved{Tensor::empty(Shape{t, hq}, DType::f64)};
+  attention_forward(ctx, x.q, x.k, x.v, layout, 0.5, out, saved);
+  // The reference, written out here: softmax over keys p - w < k <= p of the same sequence.
+  for (std::int64_t s = 0; s + 1 < static_cast<std::int64_t>(bin.cu.size()); ++s) {
+    for (std::int64_t i = bin.cu[s]; i < bin.cu[s + 1]; i += 13) {
+      for (std::int64_t h = 0; h < hq; ++h) {
+        std::vector<double> scores, weights;
+        double max_score = -1e300;
+        for (std::int64_t j = bin.cu[s]; j <= i; ++j) {
+          if (i - j >= window) continue;
+          double dot_qk = 0;
+          for (std::int64_t c = 0; c < d; ++c)
+            dot_qk += x.q.data<double>()[(i * hq + h) * d + c] * x.k.data<double>()[j * d + c];
+          scores.push_back(0.5 * dot_qk);
+          max_score = std::max(max_score, 0.5 * dot_qk);
+        }
+        double sum = 0;
+        for (double score : scores) sum += std::exp(score - max_score);
+        INFO("query " << i << " head " << h << " window " << window);
+        CHECK(saved.lse.data<double>()[i * hq + h] ==
+              Approx(max_score + std::log(sum)).epsilon(1e-12));
+      }
+    }
+  }
+  // Tiled == reference op with the window.
+  const Tensor ref_out = Tensor::empty(x.q.shape(), DType::f64);
+  const Tensor ref_lse = Tensor::empty(saved.lse.shape(), DType::f64);
+  attention_forward_reference(ctx, x.q, x.k, x.v, layout, 0.5, ref_out, ref_lse);
+  require_close(out, ref_out, 1e-12, 1e-12, "out");
+  // Backward against finite differences of the windowed forward.
+  const Tensor dout = random_tensor(x.q.shape(), DType::f64, 91);
+  const Tensor dq = Tensor::empty(x.q.shape(), DType::f64);
+  const Tensor dk = Tensor::empty(x.k.shape(), DType::f64),
+               dv = Tensor::empty(x.v.shape(), DType::f64);
+  attention_backward(ctx, dout, x.q, x.k, x.v, out, saved, layout, 0.5, dq, dk, dv);
+  const Tensor probe = Tensor::empty(x.q.shape(), DType::f64);
+  AttentionSaved probe_saved{Tensor::empty(Shape{t, hq}, DType::f64)};
+  auto loss = [&] {
+    attention_forward(ctx, x.q, x.k, x.v, layout, 0.5, probe, probe_saved);
+    return dot(probe, dout);
+  };
+  if (window == 1) {
+    // Each query sees only itself: out = v, so q and k get no gradient (round-off only).
+    CHECK(dot(dq, dq) < 1e-24);
+    CHECK(dot(dk, dk) < 1e-24);
+  } else {
+    CHECK(finite_difference_error(x.q, dq, loss, 1e-5, 37) < kFdTolerance);
+    CHECK(finite_difference_error(x.k, dk, loss, 1e-5, 37) < kFdTolerance);
+  }
+  CHECK(finite_difference_error(x.v, dv, loss, 1e-5, 37) < kFdTolerance);
+}

@@ -27,6 +27,15 @@ TEST_CASE("embedding gathers rows and its backward sums repeated ids", "[ops][em
     return dot(out, dout);
   };
   CHECK(finite_difference_error(table, dtable, loss) < kFdTolerance);
+  // padding_idx 3 (nn.Embedding's): that row gets nothing, every other row the same.
+  const Tensor padded = Tensor::zeros(table.shape(), DType::f64);
+  embedding_backward(ctx, ids, dout, padded, 3);
+  for (int row = 0; row < 11; ++row) {
+    for (int j = 0; j < 6; ++j) {
+      CHECK(element(padded, row * 6 + j) == (row == 3 ? 0.0 : element(dtable, row * 6 + j)));
+    }
+  }
+  CHECK(element(dtable, 3 * 6) != 0.0);
 
   const Tensor bad = int_tensor({1, 11});
   const Tensor out2 = Tensor::empty(Shape{2, 6}, DType::f64);
@@ -103,6 +112,39 @@ TEST_CASE("rope rotates pairs (j, j + d_rot/2), passes the rest, and inverts", "
   require_close(z, x, 1e-12, 1e-12, "round trip");
   CHECK_THROWS_WITH(rope_forward(ctx, x, positions, RopeParams{10000.0, 3}, y),
                     Catch::Contains("rotary_dim"));
+}
+
+TEST_CASE("scaled rope: YaRN's attention factor and an odd frequency_dim keep the backward exact",
+          "[ops][rope][fd]") {
+  const OpContext ctx;
+  RopeParams params{10000.0, 8};
+  params.scaling = {
+      .type = RopeScalingType::yarn, .factor = 4.0, .original_max_position_embeddings = 16};
+  const RopeFrequencies yarn = rope_frequencies(params);
+  CHECK(yarn.attention_factor == Approx(0.1 * std::log(4.0) + 1.0));
+  // The fastest frequency is extrapolated (unchanged), the slowest interpolated (divided by 4).
+  CHECK(yarn.inv_freq[0] == Approx(1.0));
+  CHECK(yarn.inv_freq[3] == Approx(std::pow(10000.0, -6.0 / 8) / 4.0));
+  RopeParams odd{10000.0, 4, 3};  // HF's rotary dim 3: two frequencies over n = 3
+  odd.scaling = {.type = RopeScalingType::linear, .factor = 2.0};
+  const RopeFrequencies linear = rope_frequencies(odd);
+  CHECK(linear.count == 2);
+  CHECK(linear.inv_freq[1] == Approx(std::pow(10000.0, -2.0 / 3) / 2.0));
+  for (const RopeParams& p : {params, odd}) {
+    const Tensor x = random_tensor(Shape{4, 2, 8}, DType::f64, 16);
+    const Tensor positions = int_tensor({0, 5, 2, 1000});
+    const Tensor y = Tensor::empty(x.shape(), DType::f64);
+    const Tensor dy = random_tensor(x.shape(), DType::f64, 17);
+    const Tensor dx = Tensor::empty(x.shape(), DType::f64);
+    rope_backward(ctx, dy, positions, p, dx);
+    auto loss = [&] {
+      rope_forward(ctx, x, positions, p, y);
+      return dot(y, dy);
+    };
+    CHECK(finite_difference_error(x, dx, loss) < kFdTolerance);
+  }
+  params.frequency_dim = 7;  // YaRN's ramp needs an even n
+  CHECK_THROWS_WITH(rope_frequencies(params), Catch::Contains("even frequency_dim"));
 }
 
 TEST_CASE("swiglu split and fused layouts agree and match finite differences",

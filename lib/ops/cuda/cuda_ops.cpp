@@ -117,8 +117,13 @@ class CudaOps final : public CudaHybridOps {
 
   void rope(const OpContext& ctx, const Tensor& x, const Tensor& positions,
             const RopeParams& params, const Tensor& y, bool inverse) override {
+    const RopeFrequencies frequencies = rope_frequencies(params);
+    kernels::RopeTable table{};
+    for (int i = 0; i < frequencies.count && i < kernels::kRopeMaxPairs; ++i)
+      table.inv_freq[i] = static_cast<float>(frequencies.inv_freq[i]);
+    table.attention_factor = static_cast<float>(frequencies.attention_factor);
     kernels::rope_apply(f32(x), i32(positions), f32(y), x.size(0), x.size(1), x.size(2),
-                        params.rotary_dim, params.theta, inverse, stream_of(ctx));
+                        params.rotary_dim, table, inverse, stream_of(ctx));
   }
 
   void swiglu_forward(const OpContext& ctx, const Tensor& gate, const Tensor& up,

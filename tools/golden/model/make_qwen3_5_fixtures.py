@@ -78,10 +78,10 @@ def text_config_kwargs(fields):
     return kwargs
 
 
-def build_model(seed):
+def build_model(seed, fields=TEXT_CONFIG_B):
     from transformers import Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig
 
-    config = Qwen3_5MoeTextConfig(**text_config_kwargs(TEXT_CONFIG_B))
+    config = Qwen3_5MoeTextConfig(**text_config_kwargs(fields))
     config._attn_implementation = "eager"
     torch.manual_seed(seed)
     model = Qwen3_5MoeForCausalLM(config).float()

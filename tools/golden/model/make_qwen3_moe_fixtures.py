@@ -81,10 +81,11 @@ def build_model(config_fields, seed):
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
     fields = dict(config_fields)
-    rope_theta = fields.pop("rope_theta")
+    rope_parameters = dict(fields.pop("rope_parameters", {"rope_type": "default"}))
+    rope_parameters.setdefault("rope_theta", fields.pop("rope_theta", 10000.0))
     fields.pop("architectures")
     fields.pop("model_type")
-    config = Qwen3MoeConfig(**fields, rope_parameters={"rope_type": "default", "rope_theta": rope_theta})
+    config = Qwen3MoeConfig(**fields, rope_parameters=rope_parameters)
     config._attn_implementation = "eager"
     torch.manual_seed(seed)
     model = Qwen3MoeForCausalLM(config).float()
