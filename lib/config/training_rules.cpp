@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "config/chat_role_names.hpp"
 #include "config/key_table.hpp"
 #include "config/length_distribution.hpp"
 #include "config/validation_rules.hpp"
@@ -61,23 +62,10 @@ void check_data(ConfigContainer& config, ProblemList& problems) {
           "must be a JSON object of template variables, e.g. {\"enable_thinking\": false}");
     }
   }
-  if (!dataset.chat_role_names.empty()) {
-    std::size_t start = 0;
-    while (start <= dataset.chat_role_names.size()) {
-      const std::size_t comma =
-          std::min(dataset.chat_role_names.find(',', start), dataset.chat_role_names.size());
-      const std::string pair = dataset.chat_role_names.substr(start, comma - start);
-      const std::size_t equals = pair.find('=');
-      const std::string role = equals == std::string::npos ? "" : pair.substr(equals + 1);
-      if (equals == 0 ||
-          (role != "system" && role != "user" && role != "assistant" && role != "tool")) {
-        problems.add(
-            "dataset.chat_role_names", dataset.chat_role_names,
-            "'" + pair + "' is not name=role with role one of system, user, assistant, tool");
-        break;
-      }
-      start = comma + 1;
-    }
+  if (const auto roles = parse_chat_role_names(dataset.chat_role_names); roles.bad_entry) {
+    problems.add("dataset.chat_role_names", dataset.chat_role_names,
+                 "'" + *roles.bad_entry +
+                     "' is not name=role with role one of system, user, assistant, tool");
   }
   if (dataset.type == DatasetType::chat_jsonl) {
     if (config.tokenizer.tokenizer_type != TokenizerType::HuggingFaceTokenizer) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "config/chat_role_names.hpp"
 #include "core/error.hpp"
 #include "data/mock_dataset.hpp"
 #include "data/prepared_dataset.hpp"
@@ -40,16 +41,7 @@ data::PrepareOptions prepare_options(const config::ConfigContainer& config) {
   input.chat.fields.messages_key = dataset.chat_messages_key;
   input.chat.fields.role_key = dataset.chat_role_key;
   input.chat.fields.content_key = dataset.chat_content_key;
-  // "name=role,..." (checked by the config rules).
-  for (std::size_t start = 0; start < dataset.chat_role_names.size();) {
-    const std::size_t comma =
-        std::min(dataset.chat_role_names.find(',', start), dataset.chat_role_names.size());
-    const std::string pair = dataset.chat_role_names.substr(start, comma - start);
-    const std::size_t equals = pair.find('=');
-    if (equals != std::string::npos)
-      input.chat.fields.role_names.emplace_back(pair.substr(0, equals), pair.substr(equals + 1));
-    start = comma + 1;
-  }
+  input.chat.fields.role_names = config::parse_chat_role_names(dataset.chat_role_names).pairs;
   prepare.inputs.push_back(std::move(input));
   prepare.cache_dir = dataset.cache_dir;
   prepare.seq_length = dataset.seq_length.value_or(config.model.seq_length);
