@@ -211,6 +211,15 @@ ChatSample parse_chat_sample(std::string_view json_text, const std::string& wher
       *target = *value;
     }
   }
+  if (const Value* kwargs = fields.find(mapping.template_kwargs_key);
+      kwargs != nullptr && !kwargs->is_none()) {
+    if (!kwargs->is_dict()) {
+      core::throw_data_error(
+          where, "\"" + mapping.template_kwargs_key + "\" must be an object of template variables");
+    }
+    for (const auto& [name, value] : kwargs->dict_ptr()->entries)
+      sample.template_kwargs.emplace_back(name, value);
+  }
   return sample;
 }
 

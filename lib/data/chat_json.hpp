@@ -3,7 +3,8 @@
 //
 // Layouts:
 //   OpenAI    {"messages": [{"role", "content", "reasoning_content"?, "tool_calls"?, ...}],
-//              "tools"?: [...], "documents"?: [...]}; messages are passed on with every key
+//              "tools"?: [...], "documents"?: [...], "chat_template_kwargs"?: {...}};
+//              messages are passed on with every key
 //   ShareGPT  {"conversations": [{"from": "human" | "gpt" | "system" | "observation" |
 //              "function_call", "value": ...}], "tools"?: ...}; roles become user, assistant,
 //              system, tool, and a function_call's value ({"name", "arguments"}) an assistant
@@ -16,7 +17,7 @@
 // without an assistant turn, roles other than system, user, assistant, tool, content that is
 // not a string (null only for an assistant message with tool calls; lists of content parts are
 // not supported), non-string reasoning, tool calls that are not objects with a string name and
-// arguments, tools or documents that are not lists.
+// arguments, tools or documents that are not lists, chat_template_kwargs that is not an object.
 
 #include <string>
 #include <string_view>
@@ -36,6 +37,8 @@ struct ChatFieldMapping {
   std::string content_key;
   std::string tools_key = "tools";
   std::string documents_key = "documents";
+  // A per-sample JSON object of template kwargs (ChatSample::template_kwargs).
+  std::string template_kwargs_key = "chat_template_kwargs";
   // Extra role names (name in the data, role the template sees), checked before the
   // built-in ShareGPT names (human, gpt, model, observation, function, function_call).
   std::vector<std::pair<std::string, std::string>> role_names;

@@ -57,8 +57,11 @@ jinja::RenderedTemplate ChatTemplate::render_raw(const Value& messages, const Ch
   variables.set("documents", sample.documents.is_undefined() ? Value::none() : sample.documents);
   variables.set("add_generation_prompt", Value::boolean(generation_prompt));
   for (const auto& [name, token] : special_tokens_) variables.set(name, Value::string(token));
-  for (const auto& [name, value] : kwargs) {
-    if (name != "add_generation_prompt") variables.set(name, value);
+  // The sample's own kwargs after the dataset's, so they win.
+  for (const ChatTemplateKwargs* list : {&kwargs, &sample.template_kwargs}) {
+    for (const auto& [name, value] : *list) {
+      if (name != "add_generation_prompt") variables.set(name, value);
+    }
   }
   const bool with_tools = !sample.tools.is_undefined() && !sample.tools.is_none();
   if (with_tools && tool_use_template_) return tool_use_template_->render(variables, where);
@@ -91,8 +94,10 @@ std::string ChatTemplate::assistant_header(const ChatSample& sample,
 RenderedChat ChatTemplate::render(const ChatSample& sample, const ChatTemplateKwargs& kwargs,
                                   const std::string& where) const {
   bool generation_prompt = false;
-  for (const auto& [name, value] : kwargs) {
-    if (name == "add_generation_prompt") generation_prompt = value.truthy();
+  for (const ChatTemplateKwargs* list : {&kwargs, &sample.template_kwargs}) {
+    for (const auto& [name, value] : *list) {
+      if (name == "add_generation_prompt") generation_prompt = value.truthy();
+    }
   }
   jinja::RenderedTemplate rendered =
       render_raw(sample.messages, sample, kwargs, generation_prompt, where);

@@ -31,15 +31,18 @@
 
 namespace dyncp::data {
 
+// Extra template variables (enable_thinking, add_generation_prompt, date_string, ...).
+using ChatTemplateKwargs = std::vector<std::pair<std::string, jinja::Value>>;
+
 // One chat sample as the template sees it.
 struct ChatSample {
   jinja::Value messages;   // list of message dicts
   jinja::Value tools;      // list, or None
   jinja::Value documents;  // list, or None
+  // The sample's own template kwargs ("chat_template_kwargs" in its JSON line): applied after
+  // the dataset's (dataset.chat_template_kwargs), so a sample overrides them.
+  ChatTemplateKwargs template_kwargs;
 };
-
-// Extra template variables (enable_thinking, add_generation_prompt, date_string, ...).
-using ChatTemplateKwargs = std::vector<std::pair<std::string, jinja::Value>>;
 
 struct RenderedChat {
   std::string text;

@@ -15,7 +15,7 @@ namespace dyncp::data {
 namespace {
 
 constexpr char cache_magic[8] = {'D', 'Y', 'N', 'C', 'P', 'P', 'R', 'P'};
-constexpr std::uint32_t cache_version = 2;  // 2: chat text rendered by the Jinja interpreter
+constexpr std::uint32_t cache_version = 3;  // 2: Jinja interpreter; 3: per-sample template kwargs
 constexpr std::size_t header_size = 128;
 
 struct CacheHeader {

@@ -117,3 +117,34 @@ TEST_CASE("without generation blocks the loss is each assistant turn after its h
   // shares a "\n\n" token with the header's, so that token stays prompt.)
   CHECK(supervised_line("qwen3_5_moe", two_turns) == "Hello<|im_end|></think>\n\nCiao<|im_end|>");
 }
+
+TEST_CASE("per-sample chat_template_kwargs render as transformers does with those kwargs",
+          "[data][chat][corpus]") {
+  // Llama 3.2's cases with kwargs (date_string, tools_in_user_message), each rendered by
+  // transformers: moved into the sample's own "chat_template_kwargs" they give the same text,
+  // and they win over different dataset-level kwargs.
+  const auto directory = fixture_path("chat_corpus") / "llama3_2";
+  const Tokenizer tokenizer = Tokenizer::from_directory(directory);
+  const ChatTemplate chat_template = ChatTemplate::from_tokenizer(tokenizer, "llama3_2");
+  const auto fixture = nlohmann::json::parse(read_file(directory / "cases.json"));
+  const ChatTemplateKwargs dataset_kwargs =
+      parse_template_kwargs(R"({"date_string": "01 Jan 1999"})", "dataset");
+  std::size_t checked = 0;
+  for (const auto& test_case : fixture["cases"]) {
+    if (test_case.contains("error") || test_case["kwargs"].empty()) continue;
+    // Spliced in as text, so the sample's own number spellings stay as they are.
+    std::string line = test_case["sample"].get<std::string>();
+    REQUIRE(line.front() == '{');
+    line.insert(1, "\"chat_template_kwargs\": " + test_case["kwargs"].dump() + ", ");
+    INFO(line);
+    const ChatSample sample = parse_chat_sample(line, "per-sample");
+    CHECK(chat_template.render(sample, {}, "per-sample").text == test_case["text"]);
+    CHECK(chat_template.render(sample, dataset_kwargs, "per-sample").text == test_case["text"]);
+    ++checked;
+  }
+  CHECK(checked >= 10);
+  CHECK_THROWS_WITH(parse_chat_sample(R"({"messages": [{"role": "assistant", "content": "x"}],
+                                         "chat_template_kwargs": [1]})",
+                                      "bad"),
+                    Catch::Contains("chat_template_kwargs"));
+}
