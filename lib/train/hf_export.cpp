@@ -111,7 +111,7 @@ void complete_hf_export(const fs::path& out, const fs::path& tokenizer_dir,
     };
     const std::int64_t bos = pick(architecture.bos_token_id, "bos_token");
     const std::int64_t eos = pick(architecture.eos_token_id, "eos_token");
-    const std::int64_t pad = pick(-1, "pad_token");
+    const std::int64_t pad = pick(architecture.pad_token_id, "pad_token");
     nlohmann::json generation = nlohmann::json::object();
     if (bos >= 0) generation["bos_token_id"] = bos;
     if (eos >= 0) generation["eos_token_id"] = eos;
