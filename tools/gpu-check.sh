@@ -156,8 +156,11 @@ else
   generator=()
   command -v ninja >/dev/null && [[ ! -f $build_dir/Makefile ]] && generator=(-G Ninja)
   if [[ $emulate != 1 ]]; then
+    # CMAKE_POLICY_VERSION_MINIMUM: a CMake 4 (PyPI's) still reads the Debian packages' CMake
+    # files, which name policies of CMake 2.8 to 3.22.
     cmake -S "$root" -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
       -DDYNCP_GPU_TESTS_ONLY=ON -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES=90 \
+      -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
       -DCMAKE_PREFIX_PATH="$prefix/usr" -DCMAKE_LIBRARY_PATH="$NCCL_HOME/lib" "${extra_flags[@]}" \
       >"$build_dir/configure.log" 2>&1 || { cat "$build_dir/configure.log"; build_status=FAILED; }
     grep -E '^-- dyncp' "$build_dir/configure.log" || true
