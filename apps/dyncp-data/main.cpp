@@ -121,6 +121,7 @@ struct PrepareArgs {
   std::vector<std::string> inputs;
   std::int64_t seq_length = 4096;
   std::int64_t max_records = 0;
+  int num_workers = 1;
 };
 
 // `prepare --config recipe.yaml`: the same cache dyncp-train would prepare for that recipe.
@@ -150,6 +151,7 @@ int run_prepare(const PrepareArgs& args) {
   options.cache_dir = args.cache_dir;
   options.seq_length = args.seq_length;
   options.max_records = args.max_records;
+  options.num_workers = args.num_workers;
   options.truncation = data::parse_truncation(args.truncation, "--truncation");
   options.on_bad_sample = data::parse_on_bad_sample(args.on_bad_sample, "--on-bad-sample");
   options.skip_bad_samples_hint = "pass --on-bad-sample skip";
@@ -270,6 +272,12 @@ int main(int argc, char** argv) {
   prepare_command
       ->add_option("--max-records", prepare.max_records, "Read only this many records (0 = all)")
       ->check(CLI::NonNegativeNumber);
+  prepare_command
+      ->add_option("--num-workers", prepare.num_workers,
+                   "Threads that tokenize records (dataset.num_workers; with --config the "
+                   "recipe's value is used)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 256));
 
   InspectArgs inspect;
   auto* inspect_command = app.add_subcommand("inspect", "Summarize a prepared cache");

@@ -143,9 +143,11 @@ void append_data_keys(std::vector<KeySpec>& keys) {
                "Shuffle samples each epoch (seeded by rng.seed, resumable), whatever the "
                "loader type; false: file order",
                {.rules = "false needs dataloader_type single"}));
-  keys.push_back(make_key("dataset.num_workers", DYNCP_FIELD(dataset.num_workers),
-                          "Megatron loader workers: accepted, no effect (warned when set)",
-                          {.min = 0, .max = 1024}));
+  keys.push_back(make_key(
+      "dataset.num_workers", DYNCP_FIELD(dataset.num_workers),
+      "Threads that parse, render and tokenize JSONL records while the data cache is prepared "
+      "(0 or 1: the preparing process's own thread); the cache is the same for any count",
+      {.min = 0, .max = 256}));
   keys.push_back(
       make_key("dataset.mock_length_distribution", DYNCP_FIELD(dataset.mock_length_distribution),
                "mock_varlen lengths: lognormal(min=,max=,mean=,sigma=), uniform(min=,max=) or "

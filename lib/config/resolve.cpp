@@ -64,12 +64,6 @@ std::vector<std::string> config_warnings(const ConfigContainer& config) {
                   std::to_string(arch.max_position_embeddings) +
                   ": positions beyond the checkpoint's trained context");
   }
-  if (config.dataset.num_workers != ConfigContainer{}.dataset.num_workers) {
-    out.push_back("dataset.num_workers " + std::to_string(config.dataset.num_workers) +
-                  " has no effect: samples are prepared once into a cache and read from a "
-                  "memory map, with no loader worker processes (accepted so that Bridge "
-                  "recipes load)");
-  }
   if (config.validation.eval_interval && config.validation.eval_iters == 0) {
     out.push_back(
         "validation.eval_interval is set but validation.eval_iters is 0: no evaluation "

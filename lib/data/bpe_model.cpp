@@ -108,6 +108,7 @@ void BpeModel::encode_piece(std::string_view piece, std::vector<std::int32_t>& i
   std::string key;
   if (cacheable) {
     key.assign(piece);
+    const std::lock_guard<std::mutex> lock(piece_cache_mutex_);
     const auto cached = piece_cache_.find(key);
     if (cached != piece_cache_.end()) {
       ids.insert(ids.end(), cached->second.begin(), cached->second.end());
@@ -133,6 +134,7 @@ void BpeModel::encode_piece(std::string_view piece, std::vector<std::int32_t>& i
   }
   ids.insert(ids.end(), symbols.begin(), symbols.end());
   if (cacheable) {
+    const std::lock_guard<std::mutex> lock(piece_cache_mutex_);
     if (piece_cache_.size() >= max_cache_entries) piece_cache_.clear();
     piece_cache_.emplace(std::move(key), std::move(symbols));
   }

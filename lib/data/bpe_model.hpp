@@ -3,9 +3,12 @@
 // bytes start as one symbol per byte (its byte-level character); the adjacent pair with the
 // lowest merge rank is merged, leftmost first on ties, until no adjacent pair has a merge.
 // Merge ranks live in a hash map keyed by the pair of symbol ids; results of repeated pieces are
-// cached. Not thread-safe (the cache is shared); use one instance per thread.
+// cached. Thread-safe: the cache is shared under a mutex (dataset.num_workers threads encode
+// with one instance); a cached piece gives the same ids as an uncached one, so neither the
+// thread count nor the order of calls changes any result.
 
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -49,6 +52,7 @@ class BpeModel {
   std::unordered_map<std::uint64_t, Merge> merge_by_pair_;
   std::array<std::int32_t, 256> byte_token_id_{};
   bool ignore_merges_ = false;
+  mutable std::mutex piece_cache_mutex_;
   mutable std::unordered_map<std::string, std::vector<std::int32_t>> piece_cache_;
 };
 

@@ -1,5 +1,7 @@
 #include "data/dataset_source.hpp"
 
+#include <algorithm>
+#include <exception>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -9,6 +11,7 @@
 #include "data/chat_json.hpp"
 #include "data/chat_template.hpp"
 #include "data/indexed_dataset.hpp"
+#include "data/record_workers.hpp"
 #include "data/utf8.hpp"
 
 namespace dyncp::data {
@@ -114,47 +117,94 @@ void for_each_jsonl_line(const std::filesystem::path& path,
   }
 }
 
+namespace {
+
+// One line's outcome: the record, or the error converting it (handed on in line order).
+struct ConvertedLine {
+  RawRecord record;
+  std::exception_ptr error;
+};
+
+// Reads `path` a batch of lines at a time, converts each batch on `workers` threads
+// (record_workers.hpp) and hands the results on in line order: on_record for records, on_bad
+// for data errors; any other error propagates, at its line, as it would with one thread.
+void convert_jsonl_lines(
+    const std::filesystem::path& path, int workers,
+    const std::function<RawRecord(std::string_view line, std::int64_t line_number)>& convert,
+    const std::function<void(RawRecord&)>& on_record,
+    const std::function<void(const std::exception&)>& on_bad) {
+  // Enough lines per thread that starting the threads is noise next to tokenizing them.
+  const std::size_t batch_lines = 64 * static_cast<std::size_t>(std::max(1, workers));
+  std::vector<std::string> lines;
+  std::vector<std::int64_t> line_numbers;
+  std::vector<ConvertedLine> converted;
+  const auto flush = [&] {
+    converted.assign(lines.size(), {});
+    for_each_in_slices(lines.size(), workers, [&](std::size_t index, int) {
+      try {
+        converted[index].record = convert(lines[index], line_numbers[index]);
+      } catch (...) {
+        converted[index].error = std::current_exception();
+      }
+    });
+    for (ConvertedLine& line : converted) {
+      if (!line.error) {
+        on_record(line.record);
+        continue;
+      }
+      try {
+        std::rethrow_exception(line.error);
+      } catch (const core::Error& error) {
+        if (error.kind() != core::ErrorKind::data) throw;
+        on_bad(error);
+      }
+    }
+    lines.clear();
+    line_numbers.clear();
+  };
+  for_each_jsonl_line(path, [&](std::string_view line, std::int64_t line_number) {
+    lines.emplace_back(line);
+    line_numbers.push_back(line_number);
+    if (lines.size() == batch_lines) flush();
+  });
+  flush();
+}
+
+}  // namespace
+
 void read_dataset_input(const DatasetInput& input, const Tokenizer& tokenizer,
                         const std::function<void(RawRecord&)>& on_record,
-                        const std::function<void(const std::exception&)>& on_bad) {
+                        const std::function<void(const std::exception&)>& on_bad, int workers) {
   const std::string file = input.path.string();
   switch (input.format) {
     case DatasetFormat::chat_jsonl: {
       const ChatTemplate chat_template = ChatTemplate::from_tokenizer(tokenizer, file);
       const ChatTemplateKwargs kwargs =
           parse_template_kwargs(input.chat.template_kwargs_json, file + " (chat template kwargs)");
-      for_each_jsonl_line(input.path, [&](std::string_view line, std::int64_t line_number) {
-        RawRecord record;
-        record.where = file + ":" + std::to_string(line_number);
-        try {
-          const ChatSample sample = parse_chat_sample(line, record.where, input.chat.fields);
-          TokenizedChat chat =
-              tokenize_chat(tokenizer, chat_template, sample, kwargs, record.where);
-          record.tokens = std::move(chat.tokens);
-          record.target_mask = std::move(chat.loss_mask);
-        } catch (const core::Error& error) {
-          if (error.kind() != core::ErrorKind::data) throw;
-          on_bad(error);
-          return;
-        }
-        on_record(record);
-      });
+      convert_jsonl_lines(
+          input.path, workers,
+          [&](std::string_view line, std::int64_t line_number) {
+            RawRecord record;
+            record.where = file + ":" + std::to_string(line_number);
+            const ChatSample sample = parse_chat_sample(line, record.where, input.chat.fields);
+            TokenizedChat chat =
+                tokenize_chat(tokenizer, chat_template, sample, kwargs, record.where);
+            record.tokens = std::move(chat.tokens);
+            record.target_mask = std::move(chat.loss_mask);
+            return record;
+          },
+          on_record, on_bad);
       break;
     }
     case DatasetFormat::tokens_jsonl:
-      for_each_jsonl_line(input.path, [&](std::string_view line, std::int64_t line_number) {
-        RawRecord record;
-        const std::string where = file + ":" + std::to_string(line_number);
-        try {
-          require_valid_utf8(line, where);
-          record = parse_token_record(line, where, tokenizer.vocab_size());
-        } catch (const core::Error& error) {
-          if (error.kind() != core::ErrorKind::data) throw;
-          on_bad(error);
-          return;
-        }
-        on_record(record);
-      });
+      convert_jsonl_lines(
+          input.path, workers,
+          [&](std::string_view line, std::int64_t line_number) {
+            const std::string where = file + ":" + std::to_string(line_number);
+            require_valid_utf8(line, where);
+            return parse_token_record(line, where, tokenizer.vocab_size());
+          },
+          on_record, on_bad);
       break;
     case DatasetFormat::indexed: {
       const IndexedDataset dataset(input.path);

@@ -57,9 +57,11 @@ void for_each_jsonl_line(const std::filesystem::path& path,
                          const std::function<void(std::string_view, std::int64_t)>& on_line);
 
 // Reads every record of `input`. A record that fails to parse or render is passed to
-// on_bad(error) (which rethrows or counts it); good ones go to on_record.
+// on_bad(error) (which rethrows or counts it); good ones go to on_record. JSONL lines are
+// parsed, rendered and tokenized on `workers` threads (dataset.num_workers; record_workers.hpp);
+// on_record and on_bad are called on the calling thread in line order whatever the count.
 void read_dataset_input(const DatasetInput& input, const Tokenizer& tokenizer,
                         const std::function<void(RawRecord&)>& on_record,
-                        const std::function<void(const std::exception&)>& on_bad);
+                        const std::function<void(const std::exception&)>& on_bad, int workers = 1);
 
 }  // namespace dyncp::data

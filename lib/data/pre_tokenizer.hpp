@@ -3,7 +3,8 @@
 // of the regex is one piece, and so is every unmatched gap between matches. The pattern is stored
 // in Oniguruma syntax; PCRE2 (UTF + UCP, JIT) runs it after one translation: `\s`/`\S` are
 // rewritten to Unicode White_Space, which is what Oniguruma's `\s` means and what PCRE2's does
-// not quite (PCRE2 leaves out U+0085). Not thread-safe: the match data is reused across calls.
+// not quite (PCRE2 leaves out U+0085). Thread-safe: each split() borrows its own match data and
+// JIT stack from a pool (one set per thread that ever splits at once; dataset.num_workers).
 
 #include <cstddef>
 #include <functional>
@@ -27,6 +28,7 @@ class RegexSplitter {
 
  private:
   struct Compiled;
+  struct Scratch;
   std::unique_ptr<Compiled> compiled_;
 };
 

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -138,8 +139,9 @@ void write_cache(const std::filesystem::path& path, const PrepareOptions& option
   };
   try {
     for (const DatasetInput& input : options.inputs) {
-      spdlog::info("preparing {} ({})", input.path.string(), to_string(input.format));
-      read_dataset_input(input, tokenizer, on_record, on_bad);
+      spdlog::info("preparing {} ({}) on {} thread(s)", input.path.string(),
+                   to_string(input.format), std::max(1, options.num_workers));
+      read_dataset_input(input, tokenizer, on_record, on_bad, options.num_workers);
     }
   } catch (const PrefixComplete&) {
     spdlog::info("stopped after the first {} records (max_records)", options.max_records);

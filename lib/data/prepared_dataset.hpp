@@ -44,6 +44,9 @@ struct PrepareOptions {
   OnBadSample on_bad_sample = OnBadSample::error;
   // Read at most this many records over all inputs (0 = all): a quick prefix for --dry-run.
   std::int64_t max_records = 0;
+  // Threads that parse, render and tokenize JSONL records (dataset.num_workers; 0 or 1: the
+  // calling thread alone). Not part of the cache key: the cache is the same for any count.
+  int num_workers = 1;
   // How the caller's user asks for skipping bad records, for the error that stops at one.
   std::string skip_bad_samples_hint = "set dataset.on_bad_sample: skip";
 };

@@ -47,6 +47,7 @@ data::PrepareOptions prepare_options(const config::ConfigContainer& config) {
   prepare.seq_length = dataset.seq_length.value_or(config.model.seq_length);
   prepare.truncation = static_cast<data::Truncation>(static_cast<int>(dataset.truncation));
   prepare.on_bad_sample = static_cast<data::OnBadSample>(static_cast<int>(dataset.on_bad_sample));
+  prepare.num_workers = static_cast<int>(dataset.num_workers);
   return prepare;
 }
 

@@ -1,4 +1,4 @@
-// dataset.shuffle and dataset.num_workers: an accepted key either acts or says it does not.
+// dataset.shuffle and dataset.num_workers: an accepted key acts (or is refused).
 #include <catch2/catch.hpp>
 #include <string>
 
@@ -7,11 +7,12 @@
 
 using namespace dyncp::config;
 
-TEST_CASE("dataset.num_workers is warned about as having no effect", "[config][inert]") {
-  CHECK(config_warnings(test::resolved()).empty());
-  const auto warnings = config_warnings(test::resolved({"dataset.num_workers=8"}));
-  REQUIRE(warnings.size() == 1);
-  CHECK_THAT(warnings.front(), Catch::Contains("dataset.num_workers 8 has no effect"));
+TEST_CASE("dataset.num_workers is a thread count, not warned about as inert", "[config]") {
+  // It sets the preparation threads (tests/data: record_workers and the prepared cache).
+  CHECK(config_warnings(test::resolved({"dataset.num_workers=8"})).empty());
+  CHECK(test::resolved({"dataset.num_workers=0"}).dataset.num_workers == 0);
+  REQUIRE_THROWS_WITH(test::load({"dataset.num_workers=257"}),
+                      Catch::Contains("dataset.num_workers") && Catch::Contains("at most 256"));
 }
 
 TEST_CASE("dataset.shuffle=false with the cyclic loader is refused", "[config][shuffle]") {

@@ -48,3 +48,10 @@ TEST_CASE("dataset.shuffle shuffles for every loader type, seeded and resumable"
   config.dataset.shuffle = false;
   CHECK(first_epoch(config) == in_order);
 }
+
+TEST_CASE("dataset.num_workers reaches the preparation as its thread count", "[train][workers]") {
+  config::ConfigContainer config;
+  CHECK(train::prepare_options(config).num_workers == 2);  // the Megatron-Bridge default
+  config.dataset.num_workers = 7;
+  CHECK(train::prepare_options(config).num_workers == 7);
+}
