@@ -9,7 +9,20 @@ train=$1
 source_dir=$2
 case_name=$3
 work=$(mktemp -d "${TMPDIR:-/tmp}/dyncp-e2e-$case_name.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+# On a failure the runs' logs are printed before the folder goes: a failure seen once (under
+# load) is then explained by its own output instead of lost with the folder.
+on_exit() {
+  local status=$?
+  if ((status != 0)); then
+    for log in "$work"/*.log "$work"/log; do
+      [[ -f $log ]] || continue
+      echo "---- $case_name: last lines of ${log##*/} ----"
+      tail -n 40 "$log"
+    done
+  fi
+  rm -rf "$work"
+}
+trap on_exit EXIT
 recipe=$source_dir/configs/smoke/tiny_mock.yaml
 # hybrid: the resume check on the Qwen3.5 hybrid (Gated DeltaNet layers under dynamic CP + EP).
 [[ $case_name == hybrid ]] && recipe=$source_dir/configs/smoke/tiny_hybrid_mock.yaml
