@@ -29,9 +29,10 @@ void add(const float* a, const float* b, float* out, std::int64_t n, cudaStream_
 void embedding_forward(const std::int32_t* ids, const float* table, float* out, std::int64_t tokens,
                        std::int64_t vocab, std::int64_t hidden, std::int32_t* bad_token,
                        cudaStream_t stream);
+// padding_idx >= 0: that row gets nothing (ops::embedding_backward).
 void embedding_backward(const std::int32_t* ids, const float* dout, float* dtable,
                         std::int64_t tokens, std::int64_t vocab, std::int64_t hidden,
-                        cudaStream_t stream);
+                        std::int64_t padding_idx, cudaStream_t stream);
 
 // ops::rmsnorm_forward / _backward over rows of n. inv_rms [rows]. one_plus_weight selects
 // the (1 + w) variant. y may alias x; dx may alias dy or x.

@@ -23,10 +23,11 @@ __global__ void embedding_forward_kernel(const std::int32_t* ids, const float* t
 }
 
 __global__ void embedding_backward_kernel(const std::int32_t* ids, const float* dout, float* dtable,
-                                          std::int64_t vocab, std::int64_t hidden) {
+                                          std::int64_t vocab, std::int64_t hidden,
+                                          std::int64_t padding_idx) {
   const std::int64_t t = blockIdx.x;
   const std::int32_t id = ids[t];
-  if (id < 0 || id >= vocab) return;
+  if (id < 0 || id >= vocab || id == padding_idx) return;
   for (std::int64_t c = threadIdx.x; c < hidden; c += blockDim.x)
     atomicAdd(&dtable[id * hidden + c], dout[t * hidden + c]);
 }
@@ -136,10 +137,10 @@ void embedding_forward(const std::int32_t* ids, const float* table, float* out, 
 
 void embedding_backward(const std::int32_t* ids, const float* dout, float* dtable,
                         std::int64_t tokens, std::int64_t vocab, std::int64_t hidden,
-                        cudaStream_t stream) {
+                        std::int64_t padding_idx, cudaStream_t stream) {
   if (tokens == 0) return;
   DYNCP_LAUNCH(embedding_backward_kernel, static_cast<unsigned>(tokens), kBlock, 0, stream)
-  (ids, dout, dtable, vocab, hidden);
+  (ids, dout, dtable, vocab, hidden, padding_idx);
   DYNCP_CUDA_CHECK_LAUNCH();
 }
 

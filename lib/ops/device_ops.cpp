@@ -41,7 +41,8 @@ void DeviceOps::unsupported(std::string_view op) {
 void DeviceOps::embedding_forward(const OpContext&, const Tensor&, const Tensor&, const Tensor&) {
   unsupported("embedding_forward");
 }
-void DeviceOps::embedding_backward(const OpContext&, const Tensor&, const Tensor&, const Tensor&) {
+void DeviceOps::embedding_backward(const OpContext&, const Tensor&, const Tensor&, const Tensor&,
+                                   std::int64_t) {
   unsupported("embedding_backward");
 }
 void DeviceOps::rmsnorm_forward(const OpContext&, const Tensor&, const Tensor&, double,

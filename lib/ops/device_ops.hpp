@@ -39,7 +39,7 @@ class DeviceOps {
   virtual void embedding_forward(const OpContext& ctx, const Tensor& token_ids, const Tensor& table,
                                  const Tensor& out);
   virtual void embedding_backward(const OpContext& ctx, const Tensor& token_ids, const Tensor& dout,
-                                  const Tensor& dtable);
+                                  const Tensor& dtable, std::int64_t padding_idx);
   virtual void rmsnorm_forward(const OpContext& ctx, const Tensor& x, const Tensor& weight,
                                double eps, RmsNormVariant variant, const Tensor& y,
                                RmsNormSaved& saved);

@@ -11,7 +11,7 @@ void embedding_forward(const OpContext& ctx, const Tensor& token_ids, const Tens
                        const Tensor& out);
 // dtable[token_ids[t]] += dout[t]  (parameter gradient: accumulates; rows summed in token
 // order, so the result is deterministic). padding_idx >= 0: that row gets nothing, as
-// torch's nn.Embedding(padding_idx) (CPU only so far).
+// torch's nn.Embedding(padding_idx).
 void embedding_backward(const OpContext& ctx, const Tensor& token_ids, const Tensor& dout,
                         const Tensor& dtable, std::int64_t padding_idx = -1);
 

@@ -53,12 +53,8 @@ void embedding_backward(const OpContext& ctx, const Tensor& token_ids, const Ten
                         const Tensor& dtable, std::int64_t padding_idx) {
   constexpr std::string_view op = "embedding_backward";
   check(op, ctx, token_ids, dtable, dout);
-  if (ctx.device == Device::cuda) {
-    if (padding_idx >= 0)
-      detail::fail(
-          op, "padding_idx " + std::to_string(padding_idx) + " is implemented on the CPU only");
-    return detail::device_ops(op).embedding_backward(ctx, token_ids, dout, dtable);
-  }
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).embedding_backward(ctx, token_ids, dout, dtable, padding_idx);
   const std::int32_t* ids = token_ids.data<std::int32_t>();
   const std::int64_t hidden = dtable.size(1);
   detail::dispatch_float(op, dtable.dtype(), [&](auto zero) {

@@ -32,10 +32,6 @@ void refuse_cpu_only_model_features(const config::ModelArchitecture& architectur
     refuse("model.sliding_window", "config.json's sliding-window attention (sliding_window " +
                                        std::to_string(architecture.sliding_window) +
                                        ") has no CUDA kernel yet");
-  if (architecture.pad_token_id >= 0)
-    refuse("model.pad_token_id",
-           "config.json's pad_token_id (the padding row's gradient is dropped) has no CUDA "
-           "kernel yet");
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 // Embedding, RMSNorm and router kernels against lib/ops.
+#include <algorithm>
 #include <climits>
 
 #include "gpu_test.hpp"
@@ -29,11 +30,24 @@ GPU_TEST(embedding_forward_backward) {
   kernels::embedding_forward(d_ids.get(), d_table.get(), d_out.get(), tokens, vocab, hidden,
                              d_bad.get(), nullptr);
   kernels::embedding_backward(d_ids.get(), d_dout.get(), d_dtable.get(), tokens, vocab, hidden,
-                              nullptr);
+                              /*padding_idx=*/-1, nullptr);
   expect_close("embedding forward", d_out.download(), out, 0.0, 0.0);
   expect_close("embedding backward (accumulates)", d_dtable.download(), dtable, kF32AtolRel,
                kF32Rtol);
   expect(d_bad.download()[0] == INT_MAX, "no bad id reported for valid ids");
+
+  // padding_idx: that row (id 7, which the ids repeat) gets nothing, as on the CPU.
+  std::vector<float> padded = dtable_start;
+  ops::embedding_backward(cpu, view(ids, {tokens}), view(dout, {tokens, hidden}),
+                          view(padded, {vocab, hidden}), /*padding_idx=*/7);
+  d_dtable.upload(dtable_start);
+  kernels::embedding_backward(d_ids.get(), d_dout.get(), d_dtable.get(), tokens, vocab, hidden,
+                              /*padding_idx=*/7, nullptr);
+  expect_close("embedding backward with a padding row", d_dtable.download(), padded, kF32AtolRel,
+               kF32Rtol);
+  expect(std::equal(padded.begin() + 7 * hidden, padded.begin() + 8 * hidden,
+                    dtable_start.begin() + 7 * hidden),
+         "the padding row is left as it was");
 
   ids[5] = vocab;  // out of range
   ids[9] = -1;

@@ -90,9 +90,9 @@ class CudaOps final : public CudaHybridOps {
   }
 
   void embedding_backward(const OpContext& ctx, const Tensor& token_ids, const Tensor& dout,
-                          const Tensor& dtable) override {
+                          const Tensor& dtable, std::int64_t padding_idx) override {
     kernels::embedding_backward(i32(token_ids), f32(dout), f32(dtable), token_ids.size(0),
-                                dtable.size(0), dtable.size(1), stream_of(ctx));
+                                dtable.size(0), dtable.size(1), padding_idx, stream_of(ctx));
   }
 
   void rmsnorm_forward(const OpContext& ctx, const Tensor& x, const Tensor& weight, double eps,
