@@ -263,7 +263,13 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& la
   // Resume (train/checkpoint_resume.hpp): rank 0 picks and verifies, every rank loads.
   LoopState state;
   state.seed = config.rng.seed;
+  // Set when the run resumed from a checkpoint outside checkpoint.save (load is another folder).
+  bool resumed_from_elsewhere = false;
   if (const auto resume = agree_on_resume_checkpoint(config.checkpoint, world)) {
+    resumed_from_elsewhere =
+        !config.checkpoint.save.empty() &&
+        fs::weakly_canonical(resume->folder.parent_path()) !=
+            fs::weakly_canonical(fs::path(config.checkpoint.save));
     const AdamWOptimizer::FullSizeMoments moments = optimizer.full_size_moments();
     state = read_training_checkpoint(resume->folder, resume->iteration, host_parameters.staging(),
                                      moments.exp_avg, moments.exp_avg_sq);
@@ -522,10 +528,13 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& la
         estimate.total_bytes() / mebibyte, estimate.parameter_state_bytes / mebibyte,
         estimate.per_bin_bytes / mebibyte);
   }
-  const bool saved_last =
-      config.checkpoint.save_interval && state.iteration % *config.checkpoint.save_interval == 0;
+  const bool saved_last = report.iterations > 0 && config.checkpoint.save_interval &&
+                          state.iteration % *config.checkpoint.save_interval == 0;
   bool final_save_ok = true;
-  if (store && report.iterations > 0) {
+  // A run that trained nothing saves only when it resumed from another folder: what it loaded
+  // then lands in its own save folder, as Megatron's end-of-run save does (and a checkpoint
+  // converted across devices or layouts this way is byte-identical, gpu_e2e:bitwise_state).
+  if (store && (report.iterations > 0 || resumed_from_elsewhere)) {
     // A run whose last periodic save failed saves again: the run's end must be on disk.
     if (!saved_last || !last_save_ok) final_save_ok = save_checkpoint();
   }

@@ -11,6 +11,10 @@
 #                 round; each resumed run's first loss equals, to 1e-5, the loss the saving
 #                 run's own device reaches at that step (GPU to CPU with both Adam moments in
 #                 bf16, the precision-aware optimizer; CPU to GPU with fp32 moments)
+#   bitwise_state a checkpoint saved by the GPU path, loaded by the CPU path and saved again
+#                 without a step (a run that resumes from another folder and trains nothing
+#                 saves what it loaded), is byte for byte the GPU's: model, optimizer and
+#                 state.json; and the other way round; fp32 and bf16 Adam moments
 #   refusals      what the GPU path does not run yet exits 2 naming the key
 #   four_ranks    mpirun -np 4, dynamic CP over dp 2 x cp 2 with EP 2, fp32: the trainer on the
 #                 emulated GPU (tensors over the emulated NCCL, metadata over MPI) and on the
@@ -103,6 +107,29 @@ case $case_name in
       grep -q "resumed from" "$work/$load_name-resume.log"
       compare "$work/$load_name-resumed.jsonl" "$work/$save_name-full.jsonl" 3
       echo "checkpoints: saved on $save_name, resumed on $load_name"
+    done
+    ;;
+  bitwise_state)
+    for pair in "gpu cuda cpu cpu float32" "cpu cpu gpu cuda bfloat16"; do
+      read -r save_name save_device load_name load_device moments <<<"$pair"
+      state=(optimizer.use_precision_aware_optimizer=true optimizer.exp_avg_dtype="$moments"
+             optimizer.exp_avg_sq_dtype="$moments")
+      save_binary=$cpu_train; [[ $save_name == gpu ]] && save_binary=$gpu_train
+      load_binary=$cpu_train; [[ $load_name == gpu ]] && load_binary=$gpu_train
+      saved=$work/saved-$save_name resaved=$work/resaved-$load_name
+      run "$save_binary" "$save_device" train.train_iters=2 "${state[@]}" \
+        checkpoint.save="$saved" checkpoint.save_interval=2 >"$work/save.log" 2>&1 \
+        || { cat "$work/save.log"; exit 1; }
+      run "$load_binary" "$load_device" train.train_iters=2 "${state[@]}" \
+        checkpoint.load="$saved" checkpoint.save="$resaved" >"$work/resave.log" 2>&1 \
+        || { cat "$work/resave.log"; exit 1; }
+      grep -q "resumed from" "$work/resave.log"
+      for file in model/model.safetensors model/config.json optimizer.safetensors state.json \
+                  manifest.json; do
+        cmp "$saved/iter_0000002/$file" "$resaved/iter_0000002/$file" \
+          || { echo "$file differs after $save_name -> $load_name"; exit 1; }
+      done
+      echo "bitwise_state: saved on $save_name ($moments moments), re-saved on $load_name: identical"
     done
     ;;
   four_ranks | four_ranks_bf16_distopt)
