@@ -266,10 +266,9 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& la
   // Set when the run resumed from a checkpoint outside checkpoint.save (load is another folder).
   bool resumed_from_elsewhere = false;
   if (const auto resume = agree_on_resume_checkpoint(config.checkpoint, world)) {
-    resumed_from_elsewhere =
-        !config.checkpoint.save.empty() &&
-        fs::weakly_canonical(resume->folder.parent_path()) !=
-            fs::weakly_canonical(fs::path(config.checkpoint.save));
+    resumed_from_elsewhere = !config.checkpoint.save.empty() &&
+                             fs::weakly_canonical(resume->folder.parent_path()) !=
+                                 fs::weakly_canonical(fs::path(config.checkpoint.save));
     const AdamWOptimizer::FullSizeMoments moments = optimizer.full_size_moments();
     state = read_training_checkpoint(resume->folder, resume->iteration, host_parameters.staging(),
                                      moments.exp_avg, moments.exp_avg_sq);
