@@ -97,17 +97,24 @@ bool check_side(const void* pointer, std::size_t bytes, bool device, const char*
   return false;
 }
 
+// Which sides of a copy are device memory: from the kind, or for cudaMemcpyDefault from where
+// the pointers lie (unified addressing, as on a GPU).
+struct CopySides {
+  bool dst_device, src_device;
+};
+CopySides copy_sides(const void* dst, const void* src, cudaMemcpyKind kind) {
+  if (kind == cudaMemcpyDefault) {
+    const DeviceHeap& heap = DeviceHeap::instance();
+    return {heap.in_range(dst), heap.in_range(src)};
+  }
+  return {kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice,
+          kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice};
+}
+
 cudaError_t copy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
                  cudaStream_t stream, bool asynchronous, const char* call) {
   if (bytes == 0) return cudaSuccess;
-  DeviceHeap& heap = DeviceHeap::instance();
-  if (kind == cudaMemcpyDefault) {
-    const bool d = heap.in_range(dst), s = heap.in_range(src);
-    kind = d ? (s ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
-             : (s ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
-  }
-  const bool dst_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
-  const bool src_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  const auto [dst_device, src_device] = copy_sides(dst, src, kind);
   if (!check_side(dst, bytes, dst_device, call, "destination") ||
       !check_side(src, bytes, src_device, call, "source")) {
     return cudaErrorInvalidValue;
@@ -284,14 +291,7 @@ cudaError_t cudaMemcpy2D(void* dst, std::size_t dst_pitch, const void* src, std:
   if (width == 0 || height == 0) return cudaSuccess;
   if (width > dst_pitch || width > src_pitch) return record_error(cudaErrorInvalidPitchValue);
   // Each side must lie inside one allocation over its whole extent, as on a GPU.
-  DeviceHeap& heap = DeviceHeap::instance();
-  if (kind == cudaMemcpyDefault) {
-    const bool d = heap.in_range(dst), s = heap.in_range(src);
-    kind = d ? (s ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
-             : (s ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
-  }
-  const bool dst_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
-  const bool src_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  const auto [dst_device, src_device] = copy_sides(dst, src, kind);
   if (!check_side(dst, dst_pitch * (height - 1) + width, dst_device, "cudaMemcpy2D",
                   "destination") ||
       !check_side(src, src_pitch * (height - 1) + width, src_device, "cudaMemcpy2D", "source")) {

@@ -54,6 +54,8 @@ std::vector<float> random_floats(std::size_t n, std::uint64_t seed, float low = 
 // Rounds every value to the nearest bf16 (so CPU and GPU see the same inputs).
 std::vector<float> round_to_bf16(std::vector<float> values);
 DeviceBuffer<__nv_bfloat16> to_device_bf16(const std::vector<float>& values);
+// An f32 tensor's values on the host, wherever the tensor lives.
+std::vector<float> to_host(const Tensor& t);
 
 // CPU views of host vectors for the lib/ops calls.
 template <typename T>

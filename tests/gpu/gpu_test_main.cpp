@@ -79,6 +79,12 @@ std::vector<float> random_floats(std::size_t n, std::uint64_t seed, float low, f
   return values;
 }
 
+std::vector<float> to_host(const Tensor& t) {
+  std::vector<float> values(static_cast<std::size_t>(t.numel()));
+  Tensor::view_of(values.data(), t.shape(), DType::f32).copy_from(t);
+  return values;
+}
+
 std::vector<float> round_to_bf16(std::vector<float> values) {
   for (float& value : values) value = core::bf16_bits_to_float(core::float_to_bf16_bits(value));
   return values;

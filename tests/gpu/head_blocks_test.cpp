@@ -17,12 +17,6 @@ using core::Device;
 using core::DType;
 using core::Tensor;
 
-std::vector<float> to_host(const Tensor& t) {
-  std::vector<float> values(static_cast<std::size_t>(t.numel()));
-  Tensor::view_of(values.data(), t.shape(), DType::f32).copy_from(t);
-  return values;
-}
-
 Tensor on_device(std::vector<float>& values, core::Shape shape) {
   const Tensor device = Tensor::zeros(shape, DType::f32, Device::cuda);
   device.copy_from(Tensor::view_of(values.data(), shape, DType::f32));

@@ -21,12 +21,6 @@ using core::Device;
 using core::DType;
 using core::Tensor;
 
-std::vector<float> to_host(const Tensor& t) {
-  std::vector<float> values(static_cast<std::size_t>(t.numel()));
-  Tensor::view_of(values.data(), t.shape(), DType::f32).copy_from(t);
-  return values;
-}
-
 struct StepResult {
   model::BinResult result;
   std::vector<float> per_token_loss, grads;
