@@ -1,18 +1,20 @@
 #pragma once
 // Varlen causal GQA flash attention on THD, the contract of lib/ops/attention.hpp: sequences
 // by q/kv cu_seqlens, visibility by GLOBAL position (key j visible to query i iff same
-// sequence and kv_pos[j] <= q_pos[i]), any key block in any order, lse out (natural log,
-// −inf and a zero row when a query sees no key).
+// sequence and kv_pos[j] <= q_pos[i], and with a sliding window w > 0 also
+// q_pos[i] − kv_pos[j] < w), any key block in any order, lse out (natural log, −inf and a
+// zero row when a query sees no key).
 //
 // Our own kernel (docs/cuda.md says why): q/k/v and dout in bf16, every product on bf16
 // tensor cores (WMMA 16x16x16) with fp32 accumulation, online softmax in fp32, out / lse /
 // gradients in fp32. Head dim: a multiple of 16, at most 256.
 //  - forward: one block per (64-query tile, query head, sequence); K/V tiles of 64 rows are
 //    staged in shared memory; tiles whose smallest key position exceeds the tile's largest
-//    query position are skipped.
+//    query position, or (window) whose largest key is a window or more behind the tile's
+//    smallest query, are skipped.
 //  - backward: one block per (32-key tile, kv head, sequence) owns dK/dV of its tile (summed
-//    over the query heads sharing the kv head) and walks the sequence's 32-query tiles; dQ
-//    gathers contributions from several blocks with fp32 atomics.
+//    over the query heads sharing the kv head) and walks the sequence's 32-query tiles (with
+//    the same skipping); dQ gathers contributions from several blocks with fp32 atomics.
 
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -34,6 +36,7 @@ struct AttentionShape {
   const std::int32_t* q_positions = nullptr;    // device, [Tq]
   const std::int32_t* kv_positions = nullptr;   // device, [Tk]
   float scale = 1.0f;
+  int sliding_window = 0;  // > 0: a query sees only the keys fewer than this many positions back
 };
 
 // q [Tq, Hq, d], k / v [Tk, Hkv, d] bf16; out [Tq, Hq, d] and lse [Tq, Hq] fp32 (overwrite).

@@ -2,6 +2,7 @@
 // The flash-attention backward kernels (D = rowsum(dout ⊙ out), then dQ / dK / dV) and their
 // shared-memory layout (kernels/attention.hpp), kept apart from the launch code.
 #include "attention.hpp"
+#include "attention_mask.cuh"
 #include "attention_tile.cuh"
 #include "common.cuh"
 
@@ -29,7 +30,7 @@ struct BackwardLayout {
     delta = at.take(sizeof(float) * kBlockM);
     q_pos = at.take(sizeof(int) * kBlockM);
     kv_pos = at.take(sizeof(int) * kBlockN);
-    flags = at.take(sizeof(int) * 2);
+    flags = at.take(sizeof(int) * 4);
     bytes = at.offset;
   }
 };
@@ -69,9 +70,12 @@ __global__ void __launch_bounds__(kThreads)
   float* delta_rows = reinterpret_cast<float*>(smem + at.delta);
   int* q_pos = reinterpret_cast<int*>(smem + at.q_pos);
   int* kv_pos = reinterpret_cast<int*>(smem + at.kv_pos);
-  // Largest query position of the query tile, smallest key position of the key tile.
+  // The query tile's position range and the key tile's (real rows only), for tile skipping.
   int& tile_max_q_pos = reinterpret_cast<int*>(smem + at.flags)[0];
   int& tile_min_kv_pos = reinterpret_cast<int*>(smem + at.flags)[1];
+  int& tile_min_q_pos = reinterpret_cast<int*>(smem + at.flags)[2];
+  int& tile_max_kv_pos = reinterpret_cast<int*>(smem + at.flags)[3];
+  const int window = shape.sliding_window;
 
   const int seq = blockIdx.z, kv_head = blockIdx.y;
   const int kv0 = shape.kv_cu_seqlens[seq] + blockIdx.x * kBlockN;
@@ -82,11 +86,17 @@ __global__ void __launch_bounds__(kThreads)
 
   load_tile(k_tile, k, kv0, cols, kBlockN, shape.kv_heads, kv_head, d);
   load_tile(v_tile, v, kv0, cols, kBlockN, shape.kv_heads, kv_head, d);
-  if (threadIdx.x == 0) tile_min_kv_pos = INT_MAX;
+  if (threadIdx.x == 0) {
+    tile_min_kv_pos = INT_MAX;
+    tile_max_kv_pos = INT_MIN;
+  }
   __syncthreads();
   for (int c = threadIdx.x; c < kBlockN; c += blockDim.x) {
     kv_pos[c] = c < cols ? shape.kv_positions[kv0 + c] : INT_MAX;
-    if (c < cols) atomicMin(&tile_min_kv_pos, kv_pos[c]);
+    if (c < cols) {
+      atomicMin(&tile_min_kv_pos, kv_pos[c]);
+      atomicMax(&tile_max_kv_pos, kv_pos[c]);
+    }
   }
   for (int i = threadIdx.x; i < kBlockN * ld_o; i += blockDim.x) dk_acc[i] = dv_acc[i] = 0.0f;
 
@@ -95,17 +105,25 @@ __global__ void __launch_bounds__(kThreads)
     for (int q0 = shape.q_cu_seqlens[seq]; q0 < q_end; q0 += kBlockM) {
       const int rows = min(kBlockM, q_end - q0);
       __syncthreads();  // the previous step is done with the query-side tiles
-      if (threadIdx.x == 0) tile_max_q_pos = INT_MIN;
+      if (threadIdx.x == 0) {
+        tile_max_q_pos = INT_MIN;
+        tile_min_q_pos = INT_MAX;
+      }
       __syncthreads();
       for (int r = threadIdx.x; r < kBlockM; r += blockDim.x) {
         const std::int64_t at_row = static_cast<std::int64_t>(q0 + r) * shape.q_heads + head;
         q_pos[r] = r < rows ? shape.q_positions[q0 + r] : INT_MIN;
         lse_rows[r] = r < rows ? lse[at_row] : 0.0f;
         delta_rows[r] = r < rows ? delta[at_row] : 0.0f;
-        if (r < rows) atomicMax(&tile_max_q_pos, q_pos[r]);
+        if (r < rows) {
+          atomicMax(&tile_max_q_pos, q_pos[r]);
+          atomicMin(&tile_min_q_pos, q_pos[r]);
+        }
       }
       __syncthreads();
-      if (tile_min_kv_pos > tile_max_q_pos) continue;  // no query here sees any key of the tile
+      // No query here sees any key of the tile (future, or a window or more behind).
+      if (tile_hidden(tile_min_q_pos, tile_max_q_pos, tile_min_kv_pos, tile_max_kv_pos, window))
+        continue;
       load_tile(q_tile, q, q0, rows, kBlockM, shape.q_heads, head, d);
       load_tile(dout_tile, dout, q0, rows, kBlockM, shape.q_heads, head, d);
       __syncthreads();
@@ -116,8 +134,9 @@ __global__ void __launch_bounds__(kThreads)
       __syncthreads();
       for (int i = threadIdx.x; i < kBlockM * kBlockN; i += blockDim.x) {
         const int r = i / kBlockN, c = i % kBlockN;
-        const float p =
-            kv_pos[c] <= q_pos[r] ? expf(p_tile[r * ld_s + c] * shape.scale - lse_rows[r]) : 0.0f;
+        const float p = key_visible(kv_pos[c], q_pos[r], window)
+                            ? expf(p_tile[r * ld_s + c] * shape.scale - lse_rows[r])
+                            : 0.0f;
         p_tile[r * ld_s + c] = p;
         p16_tile[r * ld_p + c] = __float2bfloat16_rn(p);
       }

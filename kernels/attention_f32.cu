@@ -6,11 +6,13 @@
 #include <cmath>
 
 #include "attention.hpp"
+#include "attention_mask.cuh"
 #include "common.cuh"
 
 namespace dyncp::kernels {
 namespace {
 
+using attention_detail::key_visible;
 using detail::kBlock;
 
 // The sequence holding row `row` of a cu_seqlens array (binary search).
@@ -61,7 +63,7 @@ __global__ void attention_f32_forward_kernel(AttentionShape shape, const float* 
   for (int c = 0; c < d; ++c) oi[c] = 0.0f;
   float running_max = -INFINITY, running_sum = 0.0f;
   for (int j = shape.kv_cu_seqlens[seq]; j < shape.kv_cu_seqlens[seq + 1]; ++j) {
-    if (shape.kv_positions[j] > q_pos) continue;
+    if (!key_visible(shape.kv_positions[j], q_pos, shape.sliding_window)) continue;
     const std::int64_t kv = std::int64_t(j) * shape.kv_heads + kv_head;
     const float s = shape.scale * dot(qi, k + kv * d, d);
     const float new_max = fmaxf(running_max, s);
@@ -97,7 +99,7 @@ __global__ void attention_f32_backward_kernel(AttentionShape shape, const float*
   if (row_lse == -INFINITY) return;
   const float delta = dot(gi, out + item * d, d);
   for (int j = shape.kv_cu_seqlens[seq]; j < shape.kv_cu_seqlens[seq + 1]; ++j) {
-    if (shape.kv_positions[j] > q_pos) continue;
+    if (!key_visible(shape.kv_positions[j], q_pos, shape.sliding_window)) continue;
     const std::int64_t kv = std::int64_t(j) * shape.kv_heads + kv_head;
     const float* kj = k + kv * d;
     const float* vj = v + kv * d;

@@ -2,6 +2,7 @@
 // The flash-attention forward kernel and its shared-memory layout (kernels/attention.hpp), kept
 // apart from the launch code so the device code is one readable unit.
 #include "attention.hpp"
+#include "attention_mask.cuh"
 #include "attention_tile.cuh"
 #include "common.cuh"
 
@@ -25,7 +26,7 @@ struct ForwardLayout {
     row_scale = at.take(sizeof(float) * kBlockM);
     q_pos = at.take(sizeof(int) * kBlockM);
     kv_pos = at.take(sizeof(int) * kBlockN);
-    flags = at.take(sizeof(int) * 2);
+    flags = at.take(sizeof(int) * 4);
     bytes = at.offset;
   }
 };
@@ -48,9 +49,12 @@ __global__ void __launch_bounds__(kThreads)
   float* row_scale = reinterpret_cast<float*>(smem + at.row_scale);
   int* q_pos = reinterpret_cast<int*>(smem + at.q_pos);
   int* kv_pos = reinterpret_cast<int*>(smem + at.kv_pos);
-  // Largest query position of the query tile, smallest key position of the key tile.
+  // The query tile's position range and the key tile's (real rows only), for tile skipping.
   int& tile_max_q_pos = reinterpret_cast<int*>(smem + at.flags)[0];
   int& tile_min_kv_pos = reinterpret_cast<int*>(smem + at.flags)[1];
+  int& tile_min_q_pos = reinterpret_cast<int*>(smem + at.flags)[2];
+  int& tile_max_kv_pos = reinterpret_cast<int*>(smem + at.flags)[3];
+  const int window = shape.sliding_window;
 
   const int seq = blockIdx.z, head = blockIdx.y;
   const int q_begin = shape.q_cu_seqlens[seq] + blockIdx.x * kBlockM;
@@ -61,13 +65,19 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 
   load_tile(q_tile, q, q_begin, rows, kBlockM, shape.q_heads, head, d);
-  if (threadIdx.x == 0) tile_max_q_pos = INT_MIN;
+  if (threadIdx.x == 0) {
+    tile_max_q_pos = INT_MIN;
+    tile_min_q_pos = INT_MAX;
+  }
   __syncthreads();
-  // Padding rows get the smallest position and padding keys the largest, so the one test
-  // kv_pos <= q_pos masks them out together with the causal mask.
+  // Padding rows get the smallest position and padding keys the largest, so the causal test
+  // kv_pos <= q_pos masks them out (attention_mask.cuh).
   for (int r = threadIdx.x; r < kBlockM; r += blockDim.x) {
     q_pos[r] = r < rows ? shape.q_positions[q_begin + r] : INT_MIN;
-    if (r < rows) atomicMax(&tile_max_q_pos, q_pos[r]);
+    if (r < rows) {
+      atomicMax(&tile_max_q_pos, q_pos[r]);
+      atomicMin(&tile_min_q_pos, q_pos[r]);
+    }
     row_max[r] = -INFINITY;
     row_sum[r] = 0.0f;
   }
@@ -76,15 +86,23 @@ __global__ void __launch_bounds__(kThreads)
   const int kv_end = shape.kv_cu_seqlens[seq + 1];
   for (int kv0 = shape.kv_cu_seqlens[seq]; kv0 < kv_end; kv0 += kBlockN) {
     const int cols = min(kBlockN, kv_end - kv0);
-    __syncthreads();  // the previous step is done with the K/V tiles and tile_min_kv_pos
-    if (threadIdx.x == 0) tile_min_kv_pos = INT_MAX;
+    __syncthreads();  // the previous step is done with the K/V tiles and their bounds
+    if (threadIdx.x == 0) {
+      tile_min_kv_pos = INT_MAX;
+      tile_max_kv_pos = INT_MIN;
+    }
     __syncthreads();
     for (int c = threadIdx.x; c < kBlockN; c += blockDim.x) {
       kv_pos[c] = c < cols ? shape.kv_positions[kv0 + c] : INT_MAX;
-      if (c < cols) atomicMin(&tile_min_kv_pos, kv_pos[c]);
+      if (c < cols) {
+        atomicMin(&tile_min_kv_pos, kv_pos[c]);
+        atomicMax(&tile_max_kv_pos, kv_pos[c]);
+      }
     }
     __syncthreads();
-    if (tile_min_kv_pos > tile_max_q_pos) continue;  // every key is in every query's future
+    // Every key in every query's future, or a window or more behind every query.
+    if (tile_hidden(tile_min_q_pos, tile_max_q_pos, tile_min_kv_pos, tile_max_kv_pos, window))
+      continue;
     load_tile(k_tile, k, kv0, cols, kBlockN, shape.kv_heads, kv_head, d);
     load_tile(v_tile, v, kv0, cols, kBlockN, shape.kv_heads, kv_head, d);
     __syncthreads();
@@ -102,7 +120,8 @@ __global__ void __launch_bounds__(kThreads)
       float tile_max = -INFINITY;
       for (int j = 0; j < kBlockN / 32; ++j) {
         const int c = lane + 32 * j;
-        score[j] = kv_pos[c] <= q_pos[r] ? s_tile[r * ld_s + c] * shape.scale : -INFINITY;
+        score[j] = key_visible(kv_pos[c], q_pos[r], window) ? s_tile[r * ld_s + c] * shape.scale
+                                                            : -INFINITY;
         tile_max = fmaxf(tile_max, score[j]);
       }
       const float old_max = row_max[r];

@@ -49,7 +49,7 @@ const std::vector<HfConfigField>& hf_config_fields() {
        "0 only: dropout would change the training math"},
       {"use_sliding_window", H::refused_unless_supported,
        "qwen3_moe: true honoured (every layer's attention sees sliding_window positions back, "
-       "on global positions under CP; CPU only, refused with dist.device cuda); refused for the "
+       "on global positions, under every CP exchange and on both devices); refused for the "
        "hybrid types, whose transformers attention has no window"},
       {"sliding_window", H::honoured,
        "the window (default 4096) when use_sliding_window is true; transformers ignores it "

@@ -142,14 +142,6 @@ void check_model_architecture(ConfigContainer& config, ProblemList& problems) {
                      "depends on the longest sequence it has seen so far; use at most " +
                      str(arch.max_position_embeddings) + " or a yarn / linear checkpoint");
   }
-  // The CP exchanges build their own key layouts and mask by causality only.
-  if (arch.sliding_window > 0 &&
-      (config.model.context_parallel_size > 1 || config.model.dynamic_context_parallel)) {
-    problems.add("model.context_parallel_size", str(config.model.context_parallel_size),
-                 "config.json sets a sliding window (" + str(arch.sliding_window) +
-                     "), which runs without context parallelism only: set "
-                     "model.context_parallel_size=1 and model.dynamic_context_parallel=false");
-  }
   if (arch.router_aux_loss_coef < 0) {
     problems.add("model.router_aux_loss_coef", num(arch.router_aux_loss_coef), "must be >= 0");
   }

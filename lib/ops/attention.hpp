@@ -43,7 +43,8 @@ struct VarlenAttentionLayout {
   Tensor kv_positions;   // i32 [Tk], >= 0
   // Sliding window w > 0: query i also does not see key j when q_positions[i] −
   // kv_positions[j] >= w (HF's sliding_window: the query and the w − 1 positions before it).
-  // Positions are global, so under CP the window is on the whole sequence. 0: none. CPU only.
+  // Positions are global, so under CP the window is on the whole sequence. 0: none. CPU and
+  // CUDA (kernels/attention.hpp).
   std::int32_t sliding_window = 0;
 };
 

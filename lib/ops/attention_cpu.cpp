@@ -308,14 +308,6 @@ void reference_impl(const Tensor& q, const Tensor& k, const Tensor& v,
   }
 }
 
-// The CUDA kernels mask by causality only; the trainer refuses a sliding window on the GPU up
-// front, this keeps any other caller from getting full attention silently.
-void require_no_window_on_device(std::string_view op, const VarlenAttentionLayout& layout) {
-  if (layout.sliding_window > 0)
-    detail::fail(op, "sliding_window " + std::to_string(layout.sliding_window) +
-                         " is implemented on the CPU only");
-}
-
 }  // namespace
 
 void attention_forward(const OpContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -328,10 +320,8 @@ void attention_forward(const OpContext& ctx, const Tensor& q, const Tensor& k, c
   detail::require_shape(op, "out", out, q.shape());
   detail::require_shape(op, "saved.lse", saved.lse, Shape{dims.q_tokens, dims.q_heads});
   detail::check_attention_layout(op, layout, dims.q_tokens, dims.kv_tokens);
-  if (ctx.device == Device::cuda) {
-    require_no_window_on_device(op, layout);
+  if (ctx.device == Device::cuda)
     return detail::device_ops(op).attention_forward(ctx, q, k, v, layout, scale, out, saved);
-  }
   if (detail::bf16_products(op, ctx, q)) {
     // bf16 q, k, v; scores, softmax statistics and out in fp32.
     core::Arena& scratch = detail::require_scratch(op, ctx);
@@ -369,11 +359,9 @@ void attention_backward(const OpContext& ctx, const Tensor& dout, const Tensor& 
   detail::require_shape(op, "saved.lse", saved.lse, Shape{dims.q_tokens, dims.q_heads});
   detail::check_attention_layout(op, layout, dims.q_tokens, dims.kv_tokens);
   core::Arena& scratch = detail::require_scratch(op, ctx);
-  if (ctx.device == Device::cuda) {
-    require_no_window_on_device(op, layout);
+  if (ctx.device == Device::cuda)
     return detail::device_ops(op).attention_backward(ctx, dout, q, k, v, out, saved, layout, scale,
                                                      dq, dk, dv, modes);
-  }
   if (detail::bf16_products(op, ctx, q)) {
     // bf16 dout, q, k, v (as the forward read them); out, lse and the gradients in fp32.
     core::ArenaScope rounded(scratch);

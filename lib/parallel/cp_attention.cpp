@@ -23,6 +23,8 @@ void CpAttentionContext::begin_bin(const model::SeamContext& context,
   }
   layout_.q_cu_seqlens = layout.cu_seqlens;
   layout_.q_positions = layout.positions;
+  // Positions are global, so the window needs nothing from the gathered key order.
+  layout_.sliding_window = layout.sliding_window;
 
   core::Arena& keep = *context.activations;
   core::Arena& host = context.host_arena();

@@ -1,8 +1,8 @@
 #include "parallel/cp_ring_attention.hpp"
 
 #include <algorithm>
-#include <limits>
 #include <string>
+#include <vector>
 
 #include "core/error.hpp"
 #include "ops/elementwise.hpp"
@@ -22,18 +22,30 @@ constexpr int kBackwardTag = 3;
 constexpr int kGradientTag = 5;
 
 // Does any query of any sequence see any key of the same sequence (key position <= query
-// position)? Per sequence it is enough to compare the smallest key with the largest query.
+// position and, with a sliding window w > 0, fewer than w positions back)? Without a window it
+// is enough to compare the smallest key with the largest query per sequence; with one, each
+// query looks for the nearest key at or before it among the sequence's sorted key positions.
 bool any_visible(const std::int32_t* q_cu, const std::int32_t* q_positions,
                  const std::int32_t* kv_cu, const std::int32_t* kv_positions,
-                 std::int64_t sequences) {
+                 std::int64_t sequences, std::int32_t window) {
+  std::vector<std::int32_t> keys;
   for (std::int64_t s = 0; s < sequences; ++s) {
-    std::int32_t max_query = -1;
-    for (std::int32_t i = q_cu[s]; i < q_cu[s + 1]; ++i)
-      max_query = std::max(max_query, q_positions[i]);
-    std::int32_t min_key = std::numeric_limits<std::int32_t>::max();
-    for (std::int32_t j = kv_cu[s]; j < kv_cu[s + 1]; ++j)
-      min_key = std::min(min_key, kv_positions[j]);
-    if (min_key <= max_query) return true;
+    if (q_cu[s] == q_cu[s + 1] || kv_cu[s] == kv_cu[s + 1]) continue;
+    if (window <= 0) {
+      const std::int32_t max_query =
+          *std::max_element(q_positions + q_cu[s], q_positions + q_cu[s + 1]);
+      const std::int32_t min_key =
+          *std::min_element(kv_positions + kv_cu[s], kv_positions + kv_cu[s + 1]);
+      if (min_key <= max_query) return true;
+      continue;
+    }
+    keys.assign(kv_positions + kv_cu[s], kv_positions + kv_cu[s + 1]);
+    std::sort(keys.begin(), keys.end());
+    for (std::int32_t i = q_cu[s]; i < q_cu[s + 1]; ++i) {
+      const auto after = std::upper_bound(keys.begin(), keys.end(), q_positions[i]);
+      if (after != keys.begin() && std::int64_t{q_positions[i]} - *(after - 1) < window)
+        return true;
+    }
   }
   return false;
 }
@@ -75,10 +87,12 @@ void CpRingAttentionContext::begin_bin(const model::SeamContext& context,
     block.q_positions = layout.positions;
     block.kv_cu_seqlens = all_cu.slice(source * (sequences + 1), (source + 1) * (sequences + 1));
     block.kv_positions = kv_positions.slice(source * local_rows_, (source + 1) * local_rows_);
+    block.sliding_window = layout.sliding_window;
     visible_[static_cast<std::size_t>(source)] =
         any_visible(layout.cu_seqlens.data<std::int32_t>(), q_host_positions.data<std::int32_t>(),
                     block.kv_cu_seqlens.data<std::int32_t>(),
-                    all_positions.data<std::int32_t>() + source * local_rows_, sequences)
+                    all_positions.data<std::int32_t>() + source * local_rows_, sequences,
+                    layout.sliding_window)
             ? 1
             : 0;
   }

@@ -9,13 +9,17 @@
 // c x local rows x 4 bytes, the same for every layer, so they are exchanged once per bin and
 // never travel with the K/V blocks), and note for every source rank whether any local query
 // sees any of its keys (a block with none is skipped: no attention call, and in backward
-// zeros for its dK / dV contribution).
+// zeros for its dK / dV contribution). With a sliding window w a block is seen only where a
+// key lies fewer than w positions before a query, so under zigzag most far blocks of a long
+// sequence are skipped.
 //
 // Forward per layer, steps i = 0..c-1: start sending the held K/V block to r+1 and receiving
 // the next from r-1, attend the local queries against the held block (causal by global
-// position inside each sequence), fold the partial result into out / lse with the
-// log-sum-exp merge (ops::attention_merge), then wait for the transfer. Step 0 is the local
-// block and writes out / lse directly; the last step sends nothing.
+// position inside each sequence, and inside the window), fold the partial result into out /
+// lse with the log-sum-exp merge (ops::attention_merge; a query that sees no key of a block
+// has lse −inf there and keeps its accumulated row), then wait for the transfer. Step 0 is
+// the local block and writes out / lse directly (every query sees at least its own key
+// there, window or not); the last step sends nothing.
 //
 // Backward per layer, with the saved (final, merged) out and lse, so each block's dK / dV
 // contribution is exact and dQ contributions simply add:

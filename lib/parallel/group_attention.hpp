@@ -16,7 +16,8 @@ class GroupAttentionContext
     : public RuntimeGroupSeam<model::AttentionContext, model::LocalAttentionContext> {
  protected:
   using RuntimeGroupSeam::RuntimeGroupSeam;
-  // Per bin: this rank's query rows and the causal (query, key) pairs they evaluate.
+  // Per bin: this rank's query rows and the visible (query, key) pairs they evaluate (causal,
+  // inside the sliding window when the model has one).
   void count_bin(const model::LocalBinLayout& layout);
   // Per layer forward: both into the counters (the equivalence suite checks the work is
   // divided with them).

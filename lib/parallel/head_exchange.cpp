@@ -34,6 +34,8 @@ void HeadExchange::begin_bin(dist::Comm& group, const model::SeamContext& contex
   core::Arena& host = context.host_arena();
   const GroupBinLayout gathered = gather_group_bin_layout(group, host, local, who);
   merged_ = merge_group_rows(gathered, group.rank(), host, whole_sequences, who, group.name());
+  // The merged rows keep their global positions: the same window applies to them.
+  merged_.layout.sliding_window = local.sliding_window;
   const Tensor device_positions =
       on_device_of(local.positions, *context.activations, merged_.layout.positions);
   if (device_positions.raw_data() != merged_.layout.positions.raw_data()) {

@@ -23,17 +23,6 @@ void refuse_unbuilt_gpu_features(int world_size) {
            "rank per job or build with NCCL");
 }
 
-// config.json features whose ops run on the CPU only (docs/model.md).
-void refuse_cpu_only_model_features(const config::ModelArchitecture& architecture) {
-  const auto refuse = [](const std::string& key, const std::string& why) {
-    core::throw_config_error(key, why + " (dist.device: cuda), train with dist.device: cpu");
-  };
-  if (architecture.sliding_window > 0)
-    refuse("model.sliding_window", "config.json's sliding-window attention (sliding_window " +
-                                       std::to_string(architecture.sliding_window) +
-                                       ") has no CUDA kernel yet");
-}
-
 }  // namespace
 
 core::Device resolve_training_device(const config::ConfigContainer& config, int world_size,
@@ -48,7 +37,6 @@ core::Device resolve_training_device(const config::ConfigContainer& config, int 
                              "without CUDA, or no driver / CUDA_VISIBLE_DEVICES): use cpu");
   }
   refuse_unbuilt_gpu_features(world_size);
-  refuse_cpu_only_model_features(config.model.architecture);
   core::device_memory().select_device(local_rank, rank);
   spdlog::info("device: {} device {} for local rank {}", core::device_memory().name(), local_rank,
                local_rank);

@@ -2,12 +2,15 @@
 // and dout. The cases cover every tile path: sequence lengths off the 64 / 32 tile sizes,
 // empty sequences and queries that see no key, GQA ratios 1 to 4, head dims 16 to 256,
 // zigzag query subsets (a CP rank's rows), a key block holding part of the sequence, keys in
-// shuffled order, and tiles skipped because all their keys are in the future.
+// shuffled order, and tiles skipped because all their keys are in the future; the same with a
+// sliding window (tiles skipped behind it), for the bf16 and the fp32 kernels.
 #include "attention.hpp"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <numeric>
+#include <string>
 
 #include "core/arena.hpp"
 #include "gpu_test.hpp"
@@ -53,8 +56,10 @@ void expect_lse(const std::string& what, const std::vector<float>& got,
   expect_close(what, got_finite, want_finite, 1e-3, 1e-3);
 }
 
+// Both device kernels (bf16 tensor-core and fp32) against the CPU op; window > 0 is the
+// sliding window of lib/ops/attention.hpp.
 void check_attention(const std::string& name, const std::vector<Sequence>& seqs, int q_heads,
-                     int kv_heads, int d, bool accumulate_dkv) {
+                     int kv_heads, int d, bool accumulate_dkv, int window = 0) {
   std::vector<std::int32_t> q_cu = {0}, kv_cu = {0}, q_pos, kv_pos;
   int max_q = 0, max_kv = 0;
   for (const Sequence& s : seqs) {
@@ -80,7 +85,7 @@ void check_attention(const std::string& name, const std::vector<Sequence>& seqs,
   ops::OpContext cpu{};
   cpu.scratch = &arena;
   const ops::VarlenAttentionLayout layout{view(q_cu, {num_seqs + 1}), view(kv_cu, {num_seqs + 1}),
-                                          view(q_pos, {tq}), view(kv_pos, {tk})};
+                                          view(q_pos, {tq}), view(kv_pos, {tk}), window};
   ops::AttentionSaved saved{view(lse, {tq, q_heads})};
   const Shape q_shape{tq, q_heads, d}, kv_shape{tk, kv_heads, d};
   ops::attention_forward(cpu, view(q, q_shape), view(k, kv_shape), view(v, kv_shape), layout, scale,
@@ -111,6 +116,7 @@ void check_attention(const std::string& name, const std::vector<Sequence>& seqs,
   shape.q_positions = d_q_pos.get();
   shape.kv_positions = d_kv_pos.get();
   shape.scale = static_cast<float>(scale);
+  shape.sliding_window = window;
   kernels::attention_forward(shape, d_q.get(), d_k.get(), d_v.get(), d_out.get(), d_lse.get(),
                              nullptr);
   d_dq.zero();
@@ -123,6 +129,21 @@ void check_attention(const std::string& name, const std::vector<Sequence>& seqs,
   expect_close(name + " dq", d_dq.download(), dq, 2 * kBf16AtolRel, 2.5 * kBf16Rtol);
   expect_close(name + " dk", d_dk.download(), dk, 2 * kBf16AtolRel, 2.5 * kBf16Rtol);
   expect_close(name + " dv", d_dv.download(), dv, 2 * kBf16AtolRel, 2.5 * kBf16Rtol);
+
+  // The fp32 kernels on the same (bf16-representable) values: fp32 round-off only. Their dK /
+  // dV always accumulate, so overwrite starts from zero.
+  DeviceBuffer<float> f_q(q), f_k(k), f_v(v), f_dout(dout), f_out(out.size()), f_lse(lse.size()),
+      f_dq(dq.size()), f_dk(accumulate_dkv ? dk_start : std::vector<float>(dk.size(), 0.0f)),
+      f_dv(accumulate_dkv ? dv_start : std::vector<float>(dv.size(), 0.0f));
+  kernels::attention_forward_f32(shape, f_q.get(), f_k.get(), f_v.get(), f_out.get(), f_lse.get(),
+                                 nullptr);
+  kernels::attention_backward_f32(shape, f_q.get(), f_k.get(), f_v.get(), f_dout.get(), f_out.get(),
+                                  f_lse.get(), f_dq.get(), false, f_dk.get(), f_dv.get(), nullptr);
+  expect_close(name + " fp32 out", f_out.download(), out, kF32AtolRel, kF32Rtol);
+  expect_lse(name + " fp32 lse", f_lse.download(), lse);
+  expect_close(name + " fp32 dq", f_dq.download(), dq, kF32AtolRel, kF32Rtol);
+  expect_close(name + " fp32 dk", f_dk.download(), dk, kF32AtolRel, kF32Rtol);
+  expect_close(name + " fp32 dv", f_dv.download(), dv, kF32AtolRel, kF32Rtol);
 }
 
 Sequence whole(int length) {
@@ -156,6 +177,32 @@ GPU_TEST(attention_key_blocks_and_order) {
   check_attention("queries with no keys, d=16 Hq=3 Hkv=1",
                   {{range(0, 20), {}}, {range(5, 40), range(0, 3)}, {{}, range(0, 10)}}, 3, 1, 16,
                   false);
+}
+
+GPU_TEST(attention_sliding_window) {
+  // Packed sequences around the tile sizes against windows smaller than most of them (tiles
+  // skipped behind the window, tiles cut by it), equal to one (65) and larger than all; window
+  // 2 leaves each query its own key and the one before (window 1 would make dQ and dK exactly
+  // zero: a softmax over one key has no gradient, so only round-off would be compared).
+  const std::vector<Sequence> packed = {whole(1),  whole(63), whole(0),
+                                        whole(64), whole(65), whole(130)};
+  for (const int window : {2, 16, 65, 1000, INT_MAX})
+    check_attention("window " + std::to_string(window) + ", d=64 Hq=4 Hkv=2", packed, 4, 2, 64,
+                    window == 16, window);
+  // A CP rank's zigzag rows against the whole sequence (the middle chunks out of reach of both
+  // of its chunks), and ring blocks: keys [40, 80) of 100 queries (queries before 40 and from
+  // 89 on see none of them: lse -inf), the same block shuffled, a block entirely behind the
+  // window of every query.
+  check_attention("window 20, zigzag c=4 rank 0, d=32 Hq=2 Hkv=1",
+                  {{zigzag(256, 4, 0), range(0, 256)}, {zigzag(72, 4, 3), range(0, 72)}}, 2, 1, 32,
+                  true, 20);
+  std::vector<int> shuffled = range(40, 80);
+  std::rotate(shuffled.begin(), shuffled.begin() + 13, shuffled.end());
+  std::reverse(shuffled.begin(), shuffled.begin() + 20);
+  check_attention(
+      "window 10, key blocks, d=16 Hq=3 Hkv=1",
+      {{range(0, 100), range(40, 80)}, {range(0, 100), shuffled}, {range(100, 164), range(0, 40)}},
+      3, 1, 16, true, 10);
 }
 
 GPU_TEST(attention_merge_key_blocks) {

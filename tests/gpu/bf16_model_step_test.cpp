@@ -127,6 +127,16 @@ GPU_TEST(model_step_bf16_matches_cpu_bf16) {
   check_bf16_step(dir, architecture, /*seeded_weights=*/true);
 }
 
+// config.json's sliding window (8) with head_dim 16: the bf16 WMMA attention kernel masks and
+// skips tiles by it.
+GPU_TEST(sliding_window_model_step_bf16_matches_cpu_bf16) {
+  ops::cuda::install_backend();
+  const std::string dir = fixture_dir("qwen3_moe_sliding_window");
+  config::ModelArchitecture architecture = model::load_hf_model(dir)->architecture();
+  architecture.num_experts_per_tok = architecture.num_experts;
+  check_bf16_step(dir, architecture, /*seeded_weights=*/false);
+}
+
 // The hybrid: its projections read bf16 operands, its Gated DeltaNet ops stay fp32 on both.
 GPU_TEST(hybrid_model_step_bf16_matches_cpu_bf16) {
   ops::cuda::install_backend();

@@ -1,8 +1,8 @@
 // The whole model step on the device against the CPU step: one packed bin of the Qwen3-MoE
-// fixture (with and without the MoE aux loss) and of the hybrid (Qwen3.5) fixture, fp32, local
-// seams. Every op of the step runs through the ops' CUDA backend, so a missing copy, a host
-// read of device data or a kernel that disagrees with its CPU op shows here. Loss, per-token losses
-// and every gradient must agree to fp32 round-off.
+// fixtures (with and without the MoE aux loss, the padding row, the sliding window) and of the
+// hybrid (Qwen3.5) fixture, fp32, local seams. Every op of the step runs through the ops' CUDA
+// backend, so a missing copy, a host read of device data or a kernel that disagrees with its CPU op
+// shows here. Loss, per-token losses and every gradient must agree to fp32 round-off.
 #include <string>
 #include <vector>
 
@@ -93,6 +93,12 @@ GPU_TEST(model_step_with_aux_loss_matches_cpu_fp32) {
 // the lookup, the tied LM head still trains it.
 GPU_TEST(padding_row_model_step_matches_cpu_fp32) {
   check_model_step("qwen3_moe_pad_token_tied", ops::MoeAuxLossType::none);
+}
+
+// config.json's sliding window (8, sequences up to 70): the fp32 attention kernels mask and skip
+// by it as the CPU op does.
+GPU_TEST(sliding_window_model_step_matches_cpu_fp32) {
+  check_model_step("qwen3_moe_sliding_window", ops::MoeAuxLossType::none);
 }
 
 // The hybrid: Gated DeltaNet layers, gated attention and the shared expert's gate.

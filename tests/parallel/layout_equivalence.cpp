@@ -11,6 +11,10 @@
 // rank holds only its experts (dense parameters + experts / ep, seeded like the reference's
 // experts there); the reference's buffers are compared through the tensors of the same names.
 //
+// With --window W the model has sliding-window attention (every exchange masks its keys by
+// global position; the ring skips blocks no query's window reaches), and the reference without
+// the window must give another loss, so the window is known to matter for the batch.
+//
 // With --device cuda (the layout_equivalence_emulated build) the layout under test runs on the
 // emulated GPU: parameters, gradients, moments and activations in device memory, kernels,
 // tensors over NCCL (emulated over MPI) and host metadata over MPI, against the same CPU
@@ -155,6 +159,9 @@ struct Options {
   config::CpCommType cp_comm_type = config::CpCommType::all_gather;
   config::PackingScheduler scheduler = config::PackingScheduler::dp_balanced;
   core::Device device = core::Device::cpu;  // --device cuda: the layout under test on the GPU path
+  // --window W: the model's sliding-window attention (config.json's sliding_window), on the
+  // reference and the layout; the step checks that it changes the loss.
+  std::int64_t sliding_window = 0;
 };
 
 Options parse(int argc, char** argv) {
@@ -193,6 +200,9 @@ Options parse(int argc, char** argv) {
       const auto type = config::parse_enum<config::CpCommType>(value);
       if (!type) throw std::runtime_error("--cp-comm-type: all_gather, p2p, a2a or a2a+p2p");
       options.cp_comm_type = *type;
+    } else if (key == "--window") {
+      options.sliding_window = std::stoi(value);
+      if (options.sliding_window < 1) throw std::runtime_error("--window: >= 1");
     } else if (key == "--hierarchical") {
       options.hierarchical_inner = std::stoi(value);
     } else if (key == "--heads") {
@@ -360,6 +370,10 @@ int main(int argc, char** argv) {
       }
       architecture.resolve();
     }
+    if (options.sliding_window > 0) {
+      if (options.hybrid) throw std::runtime_error("--window: the hybrid's attention has none");
+      architecture.sliding_window = options.sliding_window;
+    }
     model::ModelOptions model_options;
     model_options.recompute_full = options.recompute;
     model_options.aux_loss =
@@ -399,6 +413,33 @@ int main(int argc, char** argv) {
     const model::BinResult reference_result =
         reference.run_bin(builder.build(whole_params, whole), local.seams(), reference_options);
     const double reference_loss = reference_result.loss_sum / static_cast<double>(reference_tokens);
+    if (options.sliding_window > 0) {
+      // The window must matter for this batch (sequences longer than it), or a layout that
+      // ignored it would pass: without the window the reference's loss and gradients move far
+      // past the tolerances below (10x the loss's, 100x the gradients').
+      config::ModelArchitecture unwindowed = architecture;
+      unwindowed.sliding_window = 0;
+      model::Qwen3MoeModel full(unwindowed, model_options);
+      full.parameters().init_random(7);
+      full.parameters().zero_grads();
+      const double full_loss =
+          full.run_bin(builder.build(whole_params, whole), local.seams(), reference_options)
+              .loss_sum /
+          static_cast<double>(reference_tokens);
+      const core::Tensor& windowed_grads = reference.parameters().all_grads();
+      const double grad_change =
+          difference_norm(full.parameters().all_grads().data<float>(), windowed_grads.data<float>(),
+                          windowed_grads.numel()) /
+          norm(windowed_grads.data<float>(), windowed_grads.numel());
+      const double loss_change = std::abs(full_loss - reference_loss) / std::abs(reference_loss);
+      char line[200];
+      std::snprintf(line, sizeof line,
+                    "window %lld: without it the reference loss moves by %.3g, its gradients by "
+                    "%.3g (relative)",
+                    static_cast<long long>(options.sliding_window), loss_change, grad_change);
+      check(loss_change > 1e-4 && grad_change > 1e-3, line);
+      if (rank == 0) std::printf("%s\n", line);
+    }
     // The same reference in fp64 with the same (fp32) weights: the truth against which a
     // gradient that is a near-cancelling sum (e.g. a DeltaNet dt_bias, summed over every token)
     // shows how inexact the fp32 reference itself is.
@@ -682,10 +723,11 @@ int main(int argc, char** argv) {
 
     if (rank == 0) {
       std::printf(
-          "layout dp=%d cp=%d ep=%d dynamic=%d on %s: microbatches %lld, worst gradient error "
-          "%.3g\n",
+          "layout dp=%d cp=%d ep=%d dynamic=%d window=%lld on %s: microbatches %lld, worst "
+          "gradient error %.3g\n",
           layout.data_parallel_size, layout.context_parallel_size,
           layout.expert_model_parallel_size, layout.dynamic_context_parallel ? 1 : 0,
+          static_cast<long long>(options.sliding_window),
           options.device == core::Device::cuda ? "the emulated GPU" : "the CPU",
           static_cast<long long>(outcome.microbatches), worst);
     }

@@ -120,7 +120,7 @@ double worst_lse_difference(const Tensor& a, const Tensor& b) {
 }
 
 void check_ring_matches_all_gather(dist::Comm& group, const std::vector<std::int32_t>& lengths,
-                                   bool zigzag, std::uint64_t seed) {
+                                   bool zigzag, std::uint64_t seed, std::int32_t window = 0) {
   const int ranks = group.size();
   HostLayout host = shard(lengths, ranks, group.rank(), zigzag);
   const auto rows = static_cast<std::int64_t>(host.positions.size());
@@ -131,6 +131,7 @@ void check_ring_matches_all_gather(dist::Comm& group, const std::vector<std::int
       Tensor::zeros({rows, kQueryHeads, kHeadDim}, DType::f32),
       {Tensor::view_of(host.cu.data(), {static_cast<std::int64_t>(host.cu.size())}, DType::i32),
        Tensor::view_of(host.positions.data(), {rows}, DType::i32)}};
+  in.layout.sliding_window = window;
   const std::uint64_t rank_seed = seed * 64 + static_cast<std::uint64_t>(group.rank());
   fill_random(in.q, rank_seed * 4);
   fill_random(in.k, rank_seed * 4 + 1);
@@ -143,12 +144,19 @@ void check_ring_matches_all_gather(dist::Comm& group, const std::vector<std::int
   const Results actual = run(ring, group, in);
 
   INFO("group '" << group.name() << "' of " << ranks << ", rank " << group.rank() << ", "
-                 << (zigzag ? "zigzag" : "contiguous") << " shards, " << rows << " local rows");
+                 << (zigzag ? "zigzag" : "contiguous") << " shards, " << rows
+                 << " local rows, window " << window);
   CHECK(relative_difference(actual.out, expected.out) <= 1e-6);
   CHECK(worst_lse_difference(actual.lse, expected.lse) <= 1e-6);
   CHECK(relative_difference(actual.dq, expected.dq) <= 1e-5);
   CHECK(relative_difference(actual.dk, expected.dk) <= 1e-5);
   CHECK(relative_difference(actual.dv, expected.dv) <= 1e-5);
+  if (window > 0) {
+    // The window hides keys both exchanges would otherwise attend.
+    CpAttentionContext unwindowed;
+    in.layout.sliding_window = 0;
+    CHECK(relative_difference(run(unwindowed, group, in).out, expected.out) > 1e-3);
+  }
   // The same bytes on the wire: (c-1) K/V blocks forward, (c-1) K/V plus (c-1) dK/dV blocks
   // backward, where all_gather gathers K/V twice and reduce-scatters dK/dV once.
   const std::uint64_t block_bytes = static_cast<std::uint64_t>(in.k.nbytes());
@@ -198,6 +206,20 @@ TEST_CASE("ring CP attention skips blocks no query can see and still equals all_
   const Groups groups = split_world();
   check_ring_matches_all_gather(world, mixed_lengths, /*zigzag=*/false, 4);
   if (world.size() % 2 == 0) check_ring_matches_all_gather(*groups.pairs, mixed_lengths, false, 5);
+}
+
+TEST_CASE("ring CP attention with a sliding window equals all_gather", "[ring]") {
+  // Window 8: on zigzag shards of the long sequences most blocks are out of every query's
+  // window (skipped) and many queries see no key of a block that is attended (lse -inf there,
+  // left out of the merge); window 100 reaches some blocks partly; contiguous shards leave
+  // each rank only its neighbour's block.
+  dist::Comm& world = dist::testing::test_world();
+  const Groups groups = split_world();
+  check_ring_matches_all_gather(world, mixed_lengths, /*zigzag=*/true, 7, 8);
+  check_ring_matches_all_gather(world, mixed_lengths, /*zigzag=*/true, 8, 100);
+  check_ring_matches_all_gather(world, mixed_lengths, /*zigzag=*/false, 9, 8);
+  if (world.size() % 2 == 0)
+    check_ring_matches_all_gather(*groups.pairs, mixed_lengths, true, 10, 8);
 }
 
 TEST_CASE("ring CP attention on one sequence padded to the group's chunking", "[ring]") {

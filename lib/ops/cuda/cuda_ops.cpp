@@ -458,6 +458,7 @@ class CudaOps final : public CudaHybridOps {
     shape.q_positions = layout.q_positions.data<std::int32_t>();
     shape.kv_positions = layout.kv_positions.data<std::int32_t>();
     shape.scale = static_cast<float>(scale);
+    shape.sliding_window = layout.sliding_window;
     return shape;
   }
 
