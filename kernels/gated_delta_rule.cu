@@ -21,12 +21,12 @@
 #include "common.cuh"
 #include "core/error.hpp"
 #include "hybrid.hpp"
+#include "ops/gated_delta_rule_scratch.hpp"
 
 namespace dyncp::kernels {
 namespace {
 
 constexpr int kMaxKey = kGatedDeltaRuleMaxKeyDim;
-constexpr std::int64_t kMaxBackwardBlocks = 64;
 
 struct HeadRows {
   const float *q, *k;
@@ -229,14 +229,16 @@ void check_dims(const GatedDeltaRuleArgs& a) {
   }
 }
 
+ops::GatedDeltaRuleScratchShape scratch_shape(const GatedDeltaRuleArgs& a) {
+  return {a.sequences, a.value_heads, a.key_dim, a.value_dim, a.chunk};
+}
+
 std::int64_t backward_blocks(const GatedDeltaRuleArgs& a) {
-  const std::int64_t work = a.sequences * a.value_heads;
-  return work < kMaxBackwardBlocks ? work : kMaxBackwardBlocks;
+  return ops::gated_delta_rule_backward_blocks(scratch_shape(a));
 }
 
 std::int64_t slot_floats(const GatedDeltaRuleArgs& a) {
-  const std::int64_t c = a.chunk;
-  return (2 * c + 1) * a.key_dim * a.value_dim + 4 * c * a.value_dim;
+  return ops::gated_delta_rule_backward_slot_floats(scratch_shape(a));
 }
 
 }  // namespace
@@ -253,7 +255,7 @@ void gated_delta_rule_forward(const GatedDeltaRuleArgs& args, float* out, float*
 
 std::int64_t gated_delta_rule_backward_scratch(const GatedDeltaRuleArgs& args,
                                                std::int64_t tokens) {
-  return backward_blocks(args) * slot_floats(args) + 2 * tokens * args.value_heads * args.key_dim;
+  return ops::gated_delta_rule_backward_scratch_floats(scratch_shape(args), tokens);
 }
 
 void gated_delta_rule_backward(const GatedDeltaRuleArgs& args, std::int64_t tokens,

@@ -45,6 +45,7 @@ ModelCost model_cost_from_architecture(config::ModelArchitecture a) {
   cost.query_bytes_per_token_per_layer = q * 2.0;
   cost.query_heads = a.num_attention_heads;
   cost.kv_heads = a.num_key_value_heads;
+  cost.sliding_window = a.sliding_window;
   if (a.is_hybrid()) {
     for (std::int64_t layer = 0; layer < a.num_hidden_layers; ++layer)
       cost.linear_attention_layers +=
@@ -108,7 +109,10 @@ config::ModelArchitecture qwen3_30b_a3b_architecture() {
 
 double CostModel::sequence_flops(std::int64_t length) const {
   const double l = static_cast<double>(length);
-  return model_.linear_flops_per_token * l + model_.attention_flops_per_token_squared * l * l;
+  const double w = static_cast<double>(model_.sliding_window);
+  // 2·(causal pairs): L² in full, 2Lw − w² once the window is shorter than the sequence.
+  const double pairs_twice = model_.sliding_window > 0 && w < l ? 2.0 * l * w - w * w : l * l;
+  return model_.linear_flops_per_token * l + model_.attention_flops_per_token_squared * pairs_twice;
 }
 
 double CostModel::compute_seconds(std::int64_t length, std::int64_t group_size) const {

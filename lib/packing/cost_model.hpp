@@ -3,6 +3,9 @@
 //
 // Per sequence of L tokens (Megatron's model-FLOPs count, fwd + bwd, reference qwen-moe §6):
 //   flops(L) = linear_flops_per_token * L + attention_flops_per_token_squared * L^2
+// and with a sliding window of w < L positions (config.json's sliding_window), where each query
+// sees at most w keys, the attention term charges L·w − w²/2 causal pairs instead of L²/2:
+//   flops(L) = linear_flops_per_token * L + attention_flops_per_token_squared * (2Lw − w²)
 // A bin (the sequences one group runs in one microbatch) on a group of c ranks takes, on each
 // member rank:
 //   t(bin, c) = sum_i flops(L_i) / (c * device_flops_per_second)
@@ -77,6 +80,7 @@ struct ModelCost {
   double attention_flops_per_token_squared = 0.0;
   double kv_bytes_per_token_per_layer = 0.0;  // K and V of one attention layer, bf16
   std::int64_t attention_layers = 0;          // layers whose K/V cross the CP group
+  std::int64_t sliding_window = 0;            // keys a query sees at most (0: all before it)
   // For the all-to-all exchanges: Q (= out) of one attention layer, bf16, and the heads.
   double query_bytes_per_token_per_layer = 0.0;
   std::int64_t query_heads = 1, kv_heads = 1;

@@ -8,6 +8,7 @@
 
 #include "config/head_sharding.hpp"
 #include "model/qwen3_moe_parameters.hpp"
+#include "ops/gated_delta_rule_scratch.hpp"
 #include "packing/alignment.hpp"
 #include "packing/schedule.hpp"
 
@@ -307,6 +308,18 @@ MemoryEstimate estimate_memory(const MemoryEstimateInput& input) {
          bf16_operand_values(s, tokens, local_experts, any_moe, any_dense) * copy_bytes,
          std::string("the largest product's operands, converted per call (bf16_mixed; ") +
              (input.on_gpu ? "2 bytes each on the GPU)" : "fp32-held on the CPU)")});
+  }
+  if (input.on_gpu && a.is_hybrid()) {
+    // The CUDA gated delta rule's backward holds per-block chunk states, one layer at a time;
+    // a bin of many sequences keeps every block busy, so the bound takes the most blocks.
+    const ops::GatedDeltaRuleScratchShape shape{input.tokens_per_rank, a.linear_num_value_heads,
+                                                a.linear_key_head_dim, a.linear_value_head_dim};
+    out.lines.push_back(
+        {"DeltaNet backward (GPU)",
+         4.0 * static_cast<double>(
+                   ops::gated_delta_rule_backward_scratch_floats(shape, input.tokens_per_rank)),
+         std::to_string(ops::gated_delta_rule_backward_blocks(shape)) +
+             " blocks' chunk states and their gradients + per-head dq, dk rows, fp32"});
   }
   for (std::size_t i = 3; i < out.lines.size(); ++i) out.per_bin_bytes += out.lines[i].bytes;
   return out;

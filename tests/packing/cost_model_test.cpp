@@ -40,6 +40,27 @@ TEST_CASE("the hybrid model counts attention only on its full-attention layers",
   CHECK(cost.linear_flops_per_token == Approx(17.93e9).epsilon(0.01));
 }
 
+TEST_CASE("a sliding window caps the attention pairs a long sequence is charged", "[packing]") {
+  dyncp::config::ModelArchitecture a = qwen3_30b_a3b_architecture();
+  const CostModel full(model_cost_from_architecture(a), {});
+  a.sliding_window = 1024;
+  const ModelCost windowed_cost = model_cost_from_architecture(a);
+  CHECK(windowed_cost.sliding_window == 1024);
+  const CostModel windowed(windowed_cost, {});
+  // Up to the window every query sees all its predecessors: nothing changes.
+  CHECK(windowed.sequence_flops(512) == full.sequence_flops(512));
+  CHECK(windowed.sequence_flops(1024) == full.sequence_flops(1024));
+  // Beyond it each further token adds w pairs, so attention grows linearly: 2Lw - w^2.
+  const double linear = windowed_cost.linear_flops_per_token;
+  const double per_pair_twice = windowed_cost.attention_flops_per_token_squared;
+  for (const std::int64_t length : {2048, 8192, 32768}) {
+    const double l = static_cast<double>(length);
+    CHECK(windowed.sequence_flops(length) ==
+          Approx(linear * l + per_pair_twice * (2.0 * l * 1024 - 1024.0 * 1024)));
+    CHECK(windowed.sequence_flops(length) < full.sequence_flops(length));
+  }
+}
+
 TEST_CASE("step time follows group dependencies and the lower bound holds", "[packing]") {
   ModelCost model;
   model.linear_flops_per_token = 1.0;

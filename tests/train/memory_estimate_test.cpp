@@ -3,6 +3,7 @@
 
 #include "train/memory_estimate.hpp"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <string>
 
@@ -176,6 +177,29 @@ TEST_CASE("memory estimate: bf16_mixed keeps fp32 state and adds the largest pro
   // Fewer experts per rank under EP 4: smaller expert copies, never larger.
   CHECK(line_bytes(estimate({"mixed_precision=bf16_mixed", "model.expert_model_parallel_size=4"}),
                    "bf16 operand copies") <= cpu_copies);
+}
+
+TEST_CASE("memory estimate: the GPU's DeltaNet backward scratch is counted on the GPU only",
+          "[train][memory]") {
+  const auto config = [](const std::string& device) {
+    return smoke_config(4, {"dist.device=" + device, "model.max_seqlen_per_dp_cp_rank=256"},
+                        "tiny_hybrid_mock.yaml");
+  };
+  const auto cpu = train::estimate_memory(train::memory_estimate_input(config("cpu")));
+  const auto gpu = train::estimate_memory(train::memory_estimate_input(config("cuda")));
+  CHECK_FALSE(has_line(cpu, "DeltaNet backward (GPU)"));
+  // kernels/gated_delta_rule.cu: min(sequences x value heads, 64) blocks of (2C + 1) dk dv +
+  // 4 C dv floats (C = 64), plus dq and dk rows per value head for every token.
+  auto a = config("cuda").model.architecture;
+  a.resolve();
+  const double tokens = 256, heads = static_cast<double>(a.linear_num_value_heads);
+  const double dk = static_cast<double>(a.linear_key_head_dim);
+  const double dv = static_cast<double>(a.linear_value_head_dim);
+  const double blocks = std::min(tokens * heads, 64.0);
+  const double expected =
+      4 * (blocks * ((2 * 64 + 1) * dk * dv + 4 * 64 * dv) + 2 * tokens * heads * dk);
+  CHECK(line_bytes(gpu, "DeltaNet backward (GPU)") == Approx(expected));
+  CHECK(gpu.per_bin_bytes >= cpu.per_bin_bytes + expected);
 }
 
 TEST_CASE("memory estimate: the ring's CP buffers do not grow with the group", "[train][memory]") {
