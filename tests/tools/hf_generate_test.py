@@ -4,8 +4,8 @@ venv's python:
 
     hf_generate_test.py DYNCP_TRAIN DYNCP_CHECK SOURCE_ROOT
 
-Needs torch, which the test venv has only with DYNCP_PYTHON_TORCH=1 (tools/python-test-env.sh:
-PyPI's Linux wheel with its CUDA libraries is about 2.9 GB, more than CI downloads). Without
+Needs torch, which the test venv has unless it was made with DYNCP_PYTHON_TORCH=0
+(tools/python-test-env.sh: PyPI's Linux wheel with its CUDA libraries is about 2.9 GB). Without
 torch it prints why on stderr and exits 77, which ctest reports as skipped; every other
 failure is a failure.
 
@@ -28,7 +28,8 @@ try:
 except ImportError as error:
     print("*" * 78, file=sys.stderr)
     print(f"tools:hf_generate SKIPPED: torch is not installed in {sys.prefix} ({error}).", file=sys.stderr)
-    print("Run it with: DYNCP_PYTHON_TORCH=1 tools/python-test-env.sh build/python-env", file=sys.stderr)
+    print("Install it with: tools/python-test-env.sh build/python-env (without DYNCP_PYTHON_TORCH=0)",
+          file=sys.stderr)
     print("then: ctest --test-dir build -R tools:hf_generate", file=sys.stderr)
     print("*" * 78, file=sys.stderr)
     sys.exit(77)
