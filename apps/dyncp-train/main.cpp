@@ -99,10 +99,6 @@ int run(const Options& options) {
     for (const auto& line : missing) message += "\n  " + line;
     throw core::Error(core::ErrorKind::config, "", message);
   }
-  if (config.model.recompute_granularity == config::RecomputeGranularity::selective) {
-    core::throw_config_error("model.recompute_granularity",
-                             "selective: not built yet; use full, or leave it unset");
-  }
   if (world_size != launch.world_size) {
     core::throw_usage_error(
         "--world-size " + std::to_string(world_size) + " differs from the launched world (" +

@@ -69,7 +69,7 @@ H model.moe_router_load_balancing_type -> special : model.moe_router_load_balanc
 H model.recompute_granularity -> model.recompute_granularity
 H model.recompute_method -> model.recompute_method
 H model.recompute_num_layers -> model.recompute_num_layers
-H model.recompute_modules -> special : model.recompute_modules (null: none)
+H model.recompute_modules -> special : model.recompute_modules (null: [core_attn], Megatron's default)
 I model.distribute_saved_activations : saved activations split over TP ranks
 H model.hf_model_id -> special : model.hf_model_path, an Org/Name found in the local HF cache
 H model.hf_model_revision -> special : the cache snapshot of hf_model_id (null: refs/main)

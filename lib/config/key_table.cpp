@@ -85,7 +85,7 @@ void append_parallel_keys(std::vector<KeySpec>& keys) {
                           "MoE load-balancing loss (coefficient: model.router_aux_loss_coef)"));
   keys.push_back(make_key("model.recompute_granularity", DYNCP_FIELD(model.recompute_granularity),
                           "Activation recomputation; unset: none",
-                          {.rules = "full is built; selective is not"}));
+                          {.rules = "full and selective are built"}));
   keys.push_back(
       make_key("model.recompute_method", DYNCP_FIELD(model.recompute_method),
                "Which layers full recomputation covers: uniform (every layer) or block (the first "
@@ -96,11 +96,12 @@ void append_parallel_keys(std::vector<KeySpec>& keys) {
       "uniform: layers per recomputation unit (each layer is recomputed on its own, the same "
       "work with no more memory); block: how many leading layers are recomputed",
       {.rules = ">= 1; block: at most num_hidden_layers; only with recompute_granularity=full"}));
-  keys.push_back(make_key("model.recompute_modules", DYNCP_FIELD(model.recompute_modules),
-                          "Modules recomputed under selective recomputation (e.g. moe_act, "
-                          "layernorm)",
-                          {.rules = "only with recompute_granularity=selective",
-                           .feature = "activation recomputation"}));
+  keys.push_back(make_key(
+      "model.recompute_modules", DYNCP_FIELD(model.recompute_modules),
+      "Modules recomputed under selective recomputation: core_attn (nothing to drop: the "
+      "attention keeps only out and lse), moe_act, layernorm; unset: [core_attn]",
+      {.rules = "only with recompute_granularity=selective; Megatron's module names; mla_up_proj, "
+                "mlp, moe, shared_experts are not built (running exits 2)"}));
 }
 
 void append_data_keys(std::vector<KeySpec>& keys) {

@@ -5,6 +5,7 @@
 
 #include "config/key_table.hpp"
 #include "config/problem_list.hpp"
+#include "config/recompute_modules.hpp"
 #include "config/validation_rules.hpp"
 
 namespace dyncp::config {
@@ -41,6 +42,16 @@ std::vector<std::string> unbuilt_features(const ConfigContainer& config) {
   }
   std::vector<std::string> out;
   for (const auto& [feature, settings] : features) out.push_back(feature + " (" + settings + ")");
+  // Selective recomputation is built for some of Megatron's modules only.
+  std::string unbuilt_modules;
+  for (const auto& module : config.model.recompute_modules)
+    if (is_recompute_module(module) && !is_built_recompute_module(module))
+      unbuilt_modules += (unbuilt_modules.empty() ? "" : ", ") + module;
+  if (!unbuilt_modules.empty() &&
+      config.model.recompute_granularity == RecomputeGranularity::selective)
+    out.push_back("selective recomputation of " + unbuilt_modules + " (model.recompute_modules=" +
+                  format_value(KeyValue{config.model.recompute_modules}) +
+                  "; built: core_attn, moe_act, layernorm)");
   return out;
 }
 

@@ -10,6 +10,7 @@
 #include "config/chat_role_names.hpp"
 #include "config/key_table.hpp"
 #include "config/length_distribution.hpp"
+#include "config/recompute_modules.hpp"
 #include "config/validation_rules.hpp"
 
 namespace dyncp::config::detail {
@@ -150,6 +151,15 @@ void check_recompute(ModelConfig& model, ProblemList& problems) {
   if (!model.recompute_modules.empty() && !selective) {
     problems.add("model.recompute_modules", "[...]",
                  "only applies with model.recompute_granularity=selective");
+  }
+  if (selective) {
+    // Megatron's default list; core_attn drops nothing here (docs/model.md).
+    if (model.recompute_modules.empty()) model.recompute_modules = {"core_attn"};
+    for (const auto& module : model.recompute_modules)
+      if (!is_recompute_module(module))
+        problems.add("model.recompute_modules", module,
+                     "not a module Megatron recomputes (core_attn, moe_act, layernorm, "
+                     "mla_up_proj, mlp, moe, shared_experts)");
   }
   if (full && model.recompute_method == RecomputeMethod::block && model.recompute_num_layers &&
       *model.recompute_num_layers > model.architecture.num_hidden_layers) {

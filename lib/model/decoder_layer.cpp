@@ -1,6 +1,7 @@
 #include "model/decoder_layer.hpp"
 
 #include <cmath>
+#include <optional>
 
 #include "ops/elementwise.hpp"
 #include "ops/gemm.hpp"
@@ -65,24 +66,35 @@ double attention_scale(const config::ModelArchitecture& a) {
 }
 
 // The SwiGLU MLP of dense layers and of the shared expert: out = down(silu(gate) ⊙ up).
-void swiglu_mlp_forward(const ops::OpContext& ctx, core::Arena& keep, const DenseMlpParams& mlp,
-                        const Tensor& input, Tensor& gate_up, Tensor& hidden, const Tensor& out) {
+// recompute_hidden: silu(gate) ⊙ up is a scratch temporary and `hidden` is left undefined
+// (the backward recomputes it from gate_up).
+void swiglu_mlp_forward(const ops::OpContext& ctx, core::Arena& keep, core::Arena& scratch,
+                        const DenseMlpParams& mlp, const Tensor& input, Tensor& gate_up,
+                        Tensor& hidden, const Tensor& out, bool recompute_hidden) {
   const DType dtype = input.dtype();
   const std::int64_t tokens = input.size(0);
   const std::int64_t twice_intermediate = mlp.gate_up.value.size(0);
   gate_up = keep.allocate({tokens, twice_intermediate}, dtype);
-  hidden = keep.allocate({tokens, twice_intermediate / 2}, dtype);
+  core::ArenaScope temporaries(scratch);
+  const Tensor activation =
+      (recompute_hidden ? scratch : keep).allocate({tokens, twice_intermediate / 2}, dtype);
   ops::linear_forward(ctx, input, mlp.gate_up.value, gate_up);
-  ops::swiglu_fused_forward(ctx, gate_up, hidden);
-  ops::linear_forward(ctx, hidden, mlp.down.value, out);
+  ops::swiglu_fused_forward(ctx, gate_up, activation);
+  ops::linear_forward(ctx, activation, mlp.down.value, out);
+  hidden = recompute_hidden ? Tensor{} : activation;
 }
 
-// dinput: overwrite or accumulate (mode).
+// dinput: overwrite or accumulate (mode). An undefined `hidden` is recomputed from gate_up.
 void swiglu_mlp_backward(const ops::OpContext& ctx, core::Arena& scratch, const DenseMlpParams& mlp,
                          const Tensor& dout, const Tensor& input, const Tensor& gate_up,
-                         const Tensor& hidden, const Tensor& dinput, GradMode mode) {
+                         const Tensor& kept_hidden, const Tensor& dinput, GradMode mode) {
   const DType dtype = dout.dtype();
   core::ArenaScope temporaries(scratch);
+  Tensor hidden = kept_hidden;
+  if (!hidden.defined()) {
+    hidden = scratch.allocate({gate_up.size(0), gate_up.size(1) / 2}, dtype);
+    ops::swiglu_fused_forward(ctx, gate_up, hidden);
+  }
   const Tensor dhidden = scratch.allocate(hidden.shape(), dtype);
   const Tensor dgate_up = scratch.allocate(gate_up.shape(), dtype);
   ops::linear_backward(ctx, dout, hidden, mlp.down.value, dhidden, mlp.down.grad);
@@ -190,6 +202,7 @@ double moe_forward(const LayerRunContext& run, int layer, const DecoderLayerPara
   const Tensor x_perm = keep.allocate({assignments, n.hidden}, dtype);
   ops::permute_forward(ctx, saved.normed_mid, saved.plan, x_perm);
   saved.y_perm = keep.allocate({assignments, n.hidden}, dtype);
+  saved.experts.recompute_hidden = run.recompute_moe_act;
   run.seams.experts->forward(run.seam, layer, x_perm, saved.plan.expert_offsets, params.moe.experts,
                              saved.y_perm, saved.experts);
   ops::unpermute_forward(ctx, saved.y_perm, saved.plan, saved.routing_weights, mlp_out);
@@ -197,8 +210,9 @@ double moe_forward(const LayerRunContext& run, int layer, const DecoderLayerPara
   if (params.moe.has_shared_expert) {
     // mlp_out += σ(u · w_sg) · SharedExpert(u)  (qwen-moe.md §3.8)
     saved.shared_out = keep.allocate({n.tokens, n.hidden}, dtype);
-    swiglu_mlp_forward(ctx, keep, params.moe.shared_expert, saved.normed_mid, saved.shared_gate_up,
-                       saved.shared_hidden, saved.shared_out);
+    swiglu_mlp_forward(ctx, keep, scratch, params.moe.shared_expert, saved.normed_mid,
+                       saved.shared_gate_up, saved.shared_hidden, saved.shared_out,
+                       run.recompute_moe_act);
     saved.shared_gate_logit = keep.allocate({n.tokens, 1}, dtype);
     ops::linear_forward(ctx, saved.normed_mid, params.moe.shared_expert_gate.value,
                         saved.shared_gate_logit);
@@ -222,8 +236,12 @@ double decoder_layer_forward(const LayerRunContext& run, int layer_index,
   const Dims n = dims_of(run, input);
   const RmsNormVariant variant = residual_norm_variant(a);
   core::Arena& keep = *run.seam.activations;
+  // Recomputed norm outputs live in scratch for this forward only; the norm statistics are kept.
+  std::optional<core::ArenaScope> norm_outputs;
+  if (run.recompute_layernorm) norm_outputs.emplace(*run.seam.scratch);
+  core::Arena& norm_arena = run.recompute_layernorm ? *run.seam.scratch : keep;
 
-  saved.normed_input = keep.allocate({n.tokens, n.hidden}, dtype);
+  saved.normed_input = norm_arena.allocate({n.tokens, n.hidden}, dtype);
   saved.input_norm.inv_rms = keep.allocate({n.tokens}, dtype);
   ops::rmsnorm_forward(run.seam.ops, input, params.input_norm.value, a.rms_norm_eps, variant,
                        saved.normed_input, saved.input_norm);
@@ -237,7 +255,7 @@ double decoder_layer_forward(const LayerRunContext& run, int layer_index,
                            saved.normed_input, saved.mid);
   }
 
-  saved.normed_mid = keep.allocate({n.tokens, n.hidden}, dtype);
+  saved.normed_mid = norm_arena.allocate({n.tokens, n.hidden}, dtype);
   saved.post_attention_norm.inv_rms = keep.allocate({n.tokens}, dtype);
   ops::rmsnorm_forward(run.seam.ops, saved.mid, params.post_attention_norm.value, a.rms_norm_eps,
                        variant, saved.normed_mid, saved.post_attention_norm);
@@ -246,10 +264,15 @@ double decoder_layer_forward(const LayerRunContext& run, int layer_index,
   if (params.is_moe) {
     aux_loss = moe_forward(run, layer_index, params, saved, output);
   } else {
-    swiglu_mlp_forward(run.seam.ops, keep, params.dense, saved.normed_mid, saved.dense_gate_up,
-                       saved.dense_hidden, output);
+    swiglu_mlp_forward(run.seam.ops, keep, *run.seam.scratch, params.dense, saved.normed_mid,
+                       saved.dense_gate_up, saved.dense_hidden, output,
+                       /*recompute_hidden=*/false);
   }
   ops::add(run.seam.ops, output, saved.mid, output);
+  if (run.recompute_layernorm) {
+    saved.normed_input = Tensor{};
+    saved.normed_mid = Tensor{};
+  }
   return aux_loss;
 }
 
@@ -258,10 +281,11 @@ namespace {
 // d(normed_input) of a full-attention mixer (overwrite) from d(mid) = grad.
 void attention_backward(const LayerRunContext& run, int layer_index,
                         const DecoderLayerParams& params, const DecoderLayerActivations& saved,
-                        const Tensor& grad, const Tensor& dnormed_input) {
+                        const Tensor& normed_input, const Tensor& grad,
+                        const Tensor& dnormed_input) {
   const DType dtype = grad.dtype();
   const auto& a = *run.architecture;
-  const Dims n = dims_of(run, saved.normed_input);
+  const Dims n = dims_of(run, normed_input);
   core::Arena& scratch = *run.seam.scratch;
   const ops::OpContext& ctx = run.seam.ops;
   core::ArenaScope temporaries(scratch);
@@ -297,19 +321,33 @@ void attention_backward(const LayerRunContext& run, int layer_index,
     core::ArenaScope projection_temporaries(scratch);
     const Tensor draw = scratch.allocate(raw.shape(), dtype);
     ops::rmsnorm_backward(ctx, dprojected, raw, norm.value, variant, norm_saved, draw, norm.grad);
-    ops::linear_backward(ctx, draw.reshape({n.tokens, raw.size(1) * n.head_dim}),
-                         saved.normed_input, proj.value, dnormed_input, proj.grad, mode);
+    ops::linear_backward(ctx, draw.reshape({n.tokens, raw.size(1) * n.head_dim}), normed_input,
+                         proj.value, dnormed_input, proj.grad, mode);
   };
   projection_backward(dq, saved.q_raw, params.attention.q_norm, saved.q_norm,
                       params.attention.q_proj, GradMode::overwrite);
   projection_backward(dk, saved.k_raw, params.attention.k_norm, saved.k_norm,
                       params.attention.k_proj, GradMode::accumulate);
-  ops::linear_backward(ctx, dv.reshape({n.tokens, n.kv_heads * n.head_dim}), saved.normed_input,
+  ops::linear_backward(ctx, dv.reshape({n.tokens, n.kv_heads * n.head_dim}), normed_input,
                        params.attention.v_proj.value, dnormed_input, params.attention.v_proj.grad,
                        GradMode::accumulate);
   if (gated)
-    ops::linear_backward(ctx, flat(dgate), saved.normed_input, params.attention.q_gate_proj.value,
+    ops::linear_backward(ctx, flat(dgate), normed_input, params.attention.q_gate_proj.value,
                          dnormed_input, params.attention.q_gate_proj.grad, GradMode::accumulate);
+}
+
+// A residual norm's output: kept, or (selective recomputation of layernorm) recomputed into
+// scratch by the same op on the kept input, so bitwise what the forward produced.
+Tensor normed_output(const LayerRunContext& run, const Tensor& kept, const Tensor& norm_input,
+                     const Param& norm) {
+  if (kept.defined()) return kept;
+  const auto& a = *run.architecture;
+  core::Arena& scratch = *run.seam.scratch;
+  const Tensor out = scratch.allocate(norm_input.shape(), norm_input.dtype());
+  ops::RmsNormSaved statistics{scratch.allocate({norm_input.size(0)}, norm_input.dtype())};
+  ops::rmsnorm_forward(run.seam.ops, norm_input, norm.value, a.rms_norm_eps,
+                       residual_norm_variant(a), out, statistics);
+  return out;
 }
 
 }  // namespace
@@ -327,40 +365,45 @@ void decoder_layer_backward(const LayerRunContext& run, int layer_index,
 
   // MLP block: grad is d(output) = d(mid) through the residual, plus the MLP path below.
   const Tensor dnormed_mid = scratch.allocate({n.tokens, n.hidden}, dtype);
-  if (params.is_moe) {
-    const std::int64_t assignments = n.tokens * n.top_k;
-    core::ArenaScope moe_temporaries(scratch);
-    const Tensor dy_perm = scratch.allocate({assignments, n.hidden}, dtype);
-    const Tensor dweights = scratch.allocate({n.tokens, n.top_k}, dtype);
-    ops::unpermute_backward(ctx, grad, saved.y_perm, saved.plan, saved.routing_weights, dy_perm,
-                            dweights);
-    const Tensor dx_perm = scratch.allocate({assignments, n.hidden}, dtype);
-    run.seams.experts->backward(run.seam, layer_index, dy_perm, saved.plan.expert_offsets,
-                                params.moe.experts, saved.experts, dx_perm);
-    ops::permute_backward(ctx, dx_perm, saved.plan, dnormed_mid);
-    const Tensor dlogits = scratch.allocate({n.tokens, n.experts}, dtype);
-    ops::router_backward(ctx, dweights, saved.expert_ids, saved.routing_weights, saved.router,
-                         a.norm_topk_prob, dlogits);
-    if (run.aux_loss != ops::MoeAuxLossType::none) {
-      ops::moe_aux_loss_backward(ctx, saved.router.probs, run.cu_seqlens, run.token_is_real,
-                                 saved.aux_grad_coeff, dlogits, run.aux_loss_grad_scale);
+  {
+    core::ArenaScope mlp_temporaries(scratch);
+    const Tensor normed_mid =
+        normed_output(run, saved.normed_mid, saved.mid, params.post_attention_norm);
+    if (params.is_moe) {
+      const std::int64_t assignments = n.tokens * n.top_k;
+      core::ArenaScope moe_temporaries(scratch);
+      const Tensor dy_perm = scratch.allocate({assignments, n.hidden}, dtype);
+      const Tensor dweights = scratch.allocate({n.tokens, n.top_k}, dtype);
+      ops::unpermute_backward(ctx, grad, saved.y_perm, saved.plan, saved.routing_weights, dy_perm,
+                              dweights);
+      const Tensor dx_perm = scratch.allocate({assignments, n.hidden}, dtype);
+      run.seams.experts->backward(run.seam, layer_index, dy_perm, saved.plan.expert_offsets,
+                                  params.moe.experts, saved.experts, dx_perm);
+      ops::permute_backward(ctx, dx_perm, saved.plan, dnormed_mid);
+      const Tensor dlogits = scratch.allocate({n.tokens, n.experts}, dtype);
+      ops::router_backward(ctx, dweights, saved.expert_ids, saved.routing_weights, saved.router,
+                           a.norm_topk_prob, dlogits);
+      if (run.aux_loss != ops::MoeAuxLossType::none) {
+        ops::moe_aux_loss_backward(ctx, saved.router.probs, run.cu_seqlens, run.token_is_real,
+                                   saved.aux_grad_coeff, dlogits, run.aux_loss_grad_scale);
+      }
+      ops::linear_backward(router_context(ctx), dlogits, normed_mid, params.moe.router.value,
+                           dnormed_mid, params.moe.router.grad, GradMode::accumulate);
+      if (params.moe.has_shared_expert) {
+        const Tensor dshared = scratch.allocate({n.tokens, n.hidden}, dtype);
+        const Tensor dgate_logit = scratch.allocate({n.tokens, 1}, dtype);
+        ops::sigmoid_row_gate_backward(ctx, grad, saved.shared_out, saved.shared_gate_logit,
+                                       dshared, dgate_logit);
+        ops::linear_backward(ctx, dgate_logit, normed_mid, params.moe.shared_expert_gate.value,
+                             dnormed_mid, params.moe.shared_expert_gate.grad, GradMode::accumulate);
+        swiglu_mlp_backward(ctx, scratch, params.moe.shared_expert, dshared, normed_mid,
+                            saved.shared_gate_up, saved.shared_hidden, dnormed_mid,
+                            GradMode::accumulate);
+      }
+    } else {
+      swiglu_mlp_backward(ctx, scratch, params.dense, grad, normed_mid, saved.dense_gate_up,
+                          saved.dense_hidden, dnormed_mid, GradMode::overwrite);
     }
-    ops::linear_backward(router_context(ctx), dlogits, saved.normed_mid, params.moe.router.value,
-                         dnormed_mid, params.moe.router.grad, GradMode::accumulate);
-    if (params.moe.has_shared_expert) {
-      const Tensor dshared = scratch.allocate({n.tokens, n.hidden}, dtype);
-      const Tensor dgate_logit = scratch.allocate({n.tokens, 1}, dtype);
-      ops::sigmoid_row_gate_backward(ctx, grad, saved.shared_out, saved.shared_gate_logit, dshared,
-                                     dgate_logit);
-      ops::linear_backward(ctx, dgate_logit, saved.normed_mid, params.moe.shared_expert_gate.value,
-                           dnormed_mid, params.moe.shared_expert_gate.grad, GradMode::accumulate);
-      swiglu_mlp_backward(ctx, scratch, params.moe.shared_expert, dshared, saved.normed_mid,
-                          saved.shared_gate_up, saved.shared_hidden, dnormed_mid,
-                          GradMode::accumulate);
-    }
-  } else {
-    swiglu_mlp_backward(ctx, scratch, params.dense, grad, saved.normed_mid, saved.dense_gate_up,
-                        saved.dense_hidden, dnormed_mid, GradMode::overwrite);
   }
   ops::rmsnorm_backward(ctx, dnormed_mid, saved.mid, params.post_attention_norm.value, variant,
                         saved.post_attention_norm, grad, params.post_attention_norm.grad,
@@ -368,11 +411,12 @@ void decoder_layer_backward(const LayerRunContext& run, int layer_index,
 
   // Token mixer: grad is now d(mid) = d(input) through the residual plus the path below.
   const Tensor dnormed_input = dnormed_mid;  // free again: reuse its memory
+  const Tensor normed_input = normed_output(run, saved.normed_input, input, params.input_norm);
   if (params.mixer == config::LayerMixer::full_attention) {
-    attention_backward(run, layer_index, params, saved, grad, dnormed_input);
+    attention_backward(run, layer_index, params, saved, normed_input, grad, dnormed_input);
   } else {
-    gated_deltanet_backward(run, layer_index, params.linear_attention, saved.linear,
-                            saved.normed_input, grad, dnormed_input);
+    gated_deltanet_backward(run, layer_index, params.linear_attention, saved.linear, normed_input,
+                            grad, dnormed_input);
   }
   ops::rmsnorm_backward(ctx, dnormed_input, input, params.input_norm.value, variant,
                         saved.input_norm, grad, params.input_norm.grad, GradMode::accumulate);

@@ -33,7 +33,9 @@ struct GatedDeltaNetActivations {
 
 // What a layer's forward keeps for its backward.
 struct DecoderLayerActivations {
-  Tensor normed_input;  // [T, h]
+  // [T, h]. The two residual norms' outputs are undefined after a forward that recomputes them
+  // (LayerRunContext::recompute_layernorm): backward rebuilds them from the kept norm input.
+  Tensor normed_input;
   ops::RmsNormSaved input_norm;
   // Full-attention layers.
   Tensor q_raw, k_raw;  // [T, Hq, d], [T, Hkv, d]: projections before the q/k norm
@@ -60,6 +62,7 @@ struct DecoderLayerActivations {
   ExpertSaved experts;
   Tensor aux_grad_coeff;  // [S, E] when the aux loss is on
   // Shared expert (hybrid family): SwiGLU [T, 2Is] / [T, Is], its output [T, h] and gate logit.
+  // shared_hidden is undefined when the forward recomputes the MoE activation.
   Tensor shared_gate_up, shared_hidden, shared_out;
   Tensor shared_gate_logit;  // [T, 1]
 };
@@ -75,6 +78,13 @@ struct LayerRunContext {
   ops::MoeAuxLossType aux_loss = ops::MoeAuxLossType::none;
   std::int64_t aux_num_sequences_global = 1;
   double aux_loss_grad_scale = 1.0;
+  // Selective recomputation (Megatron's recompute_modules). moe_act: the routed and shared
+  // experts' SwiGLU outputs (the down projections' inputs) are not kept; backward recomputes
+  // them from the kept gate_up. layernorm: the outputs of the input and post-attention norms
+  // are not kept; backward recomputes them from the kept norm inputs. Both re-run the same ops
+  // on the same inputs, so the gradients are bitwise those of a run that keeps them.
+  bool recompute_moe_act = false;
+  bool recompute_layernorm = false;
 };
 
 // output [T, h] = layer(input). Saved tensors are allocated from run.seam.activations,

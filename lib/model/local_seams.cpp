@@ -14,21 +14,32 @@ void run_experts_forward(const SeamContext& context, const Tensor& rows,
   saved.rows = rows;
   saved.group_offsets = group_offsets;
   saved.gate_up = context.activations->allocate({num_rows, twice_intermediate}, rows.dtype());
-  saved.hidden = context.activations->allocate({num_rows, twice_intermediate / 2}, rows.dtype());
+  core::ArenaScope temporaries(*context.scratch);
+  core::Arena& hidden_arena = saved.recompute_hidden ? *context.scratch : *context.activations;
+  const Tensor hidden = hidden_arena.allocate({num_rows, twice_intermediate / 2}, rows.dtype());
   ops::grouped_linear_forward(context.ops, rows, weights.gate_up.value, group_offsets,
                               saved.gate_up);
-  ops::swiglu_fused_forward(context.ops, saved.gate_up, saved.hidden);
-  ops::grouped_linear_forward(context.ops, saved.hidden, weights.down.value, group_offsets, y);
+  ops::swiglu_fused_forward(context.ops, saved.gate_up, hidden);
+  ops::grouped_linear_forward(context.ops, hidden, weights.down.value, group_offsets, y);
+  saved.hidden = saved.recompute_hidden ? Tensor{} : hidden;
 }
 
 void run_experts_backward(const SeamContext& context, const Tensor& dy,
                           const ExpertWeights& weights, const ExpertSaved& saved,
                           const Tensor& drows) {
   core::ArenaScope scope(*context.scratch);
-  const Tensor dhidden = context.scratch->allocate(saved.hidden.shape(), dy.dtype());
+  const std::int64_t num_rows = saved.gate_up.size(0);
+  const core::Shape hidden_shape{num_rows, saved.gate_up.size(1) / 2};
+  Tensor hidden = saved.hidden;
+  if (saved.recompute_hidden) {
+    // The same op on the same kept gate_up: bitwise the hidden the forward used.
+    hidden = context.scratch->allocate(hidden_shape, dy.dtype());
+    ops::swiglu_fused_forward(context.ops, saved.gate_up, hidden);
+  }
+  const Tensor dhidden = context.scratch->allocate(hidden_shape, dy.dtype());
   const Tensor dgate_up = context.scratch->allocate(saved.gate_up.shape(), dy.dtype());
-  ops::grouped_linear_backward(context.ops, dy, saved.hidden, weights.down.value,
-                               saved.group_offsets, dhidden, weights.down.grad);
+  ops::grouped_linear_backward(context.ops, dy, hidden, weights.down.value, saved.group_offsets,
+                               dhidden, weights.down.grad);
   ops::swiglu_fused_backward(context.ops, dhidden, saved.gate_up, dgate_up);
   ops::grouped_linear_backward(context.ops, dgate_up, saved.rows, weights.gate_up.value,
                                saved.group_offsets, drows, weights.gate_up.grad);

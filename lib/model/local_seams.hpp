@@ -8,7 +8,8 @@ namespace dyncp::model {
 
 // SwiGLU experts on rows grouped by expert: for group e (rows [offsets[e], offsets[e+1])),
 //   gate_up = x · gate_upᵀ[e]  [R, 2I],  hidden = silu(gate) ⊙ up  [R, I],  y = hidden · downᵀ[e]
-// saved.gate_up / saved.hidden are allocated from context.activations; saved.rows and
+// saved.gate_up / saved.hidden are allocated from context.activations (hidden only a scratch
+// temporary when saved.recompute_hidden; the backward then recomputes it); saved.rows and
 // saved.group_offsets alias the inputs.
 void run_experts_forward(const SeamContext& context, const Tensor& rows,
                          const Tensor& group_offsets, const ExpertWeights& weights, const Tensor& y,

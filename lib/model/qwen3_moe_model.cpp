@@ -133,6 +133,8 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
   run.aux_loss = options_.aux_loss;
   run.aux_num_sequences_global = options.aux_num_sequences_global;
   run.aux_loss_grad_scale = options.aux_loss_grad_scale;
+  run.recompute_moe_act = options_.recompute_moe_act;
+  run.recompute_layernorm = options_.recompute_layernorm;
 
   SeamContext bin_context = run.seam;
   bin_context.activations = &activations_;

@@ -18,7 +18,9 @@
 // Activations come from two grow-only arenas owned by the model: after the first bins of the
 // largest size no call allocates heap memory. With recompute (recompute_granularity = full) a
 // recomputed layer keeps only its input during forward and re-runs its forward inside backward;
-// every layer is recomputed, or only the first recompute_first_layers (block method).
+// every layer is recomputed, or only the first recompute_first_layers (block method). Selective
+// recomputation (ModelOptions::recompute_moe_act / recompute_layernorm) drops single tensors
+// of every layer instead and rebuilds them in that layer's backward.
 
 #include <cstdint>
 #include <memory>
@@ -53,6 +55,13 @@ struct ModelOptions {
   // With recompute_full: recompute only layers [0, n) (recompute_method = block); -1: every
   // layer (uniform).
   std::int64_t recompute_first_layers = -1;
+  // recompute_granularity = selective, per recompute_modules entry (core_attn needs no flag:
+  // the attention keeps only its output and lse, and its backward recomputes the
+  // probabilities). moe_act: the routed and shared experts' SwiGLU outputs are recomputed in
+  // backward from the kept gate_up; layernorm: the residual norms' outputs from their kept
+  // inputs. Loss and gradients are bitwise those without.
+  bool recompute_moe_act = false;
+  bool recompute_layernorm = false;
   ExpertRange experts;  // experts held by this rank (default: all)
   // f32 (training) or f64 (finite-difference checks): parameters, gradients and activations.
   // HF checkpoints load into either; the per_token_loss / final_hidden outputs of BinOptions
@@ -106,6 +115,10 @@ class Qwen3MoeModel {
   void set_recompute_full(bool enabled, std::int64_t first_layers = -1) {
     options_.recompute_full = enabled;
     options_.recompute_first_layers = first_layers;
+  }
+  void set_recompute_selective(bool moe_act, bool layernorm) {
+    options_.recompute_moe_act = moe_act;
+    options_.recompute_layernorm = layernorm;
   }
 
   // Forward (and backward when options.compute_gradients) over one bin. Token ids outside the

@@ -94,7 +94,10 @@ struct ExpertSaved {
   Tensor rows;           // [R, h] expert inputs as computed on this rank
   Tensor group_offsets;  // i64 [E_local + 1] host
   Tensor gate_up;        // [R, 2I]
-  Tensor hidden;         // [R, I]: silu(gate) ⊙ up
+  Tensor hidden;         // [R, I]: silu(gate) ⊙ up; undefined when recompute_hidden
+  // Set by the layer before forward (selective recomputation of moe_act): hidden is then only a
+  // temporary of the forward and the backward recomputes it from gate_up.
+  bool recompute_hidden = false;
 };
 
 class ExpertDispatcher {

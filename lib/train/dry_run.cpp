@@ -211,7 +211,11 @@ bool write_dry_run_report(std::ostream& out, const config::ConfigContainer& conf
                                     (input.on_gpu ? " on the GPU" : " held as fp32 on the CPU")
                               : std::string("fp32"))
       << "; " << input.tokens_per_rank << " tokens per rank; "
-      << (input.recompute_full ? "recompute full" : "no recompute") << "):\n"
+      << (input.recompute_full ? "recompute full"
+          : config.model.recompute_granularity == config::RecomputeGranularity::selective
+              ? "recompute selective"
+              : "no recompute")
+      << "):\n"
       << format_memory_table(estimate);
   if (config.dist.device == config::Device::cpu) {
     // CPU runs usually put every rank on one machine: they share its memory.

@@ -38,21 +38,28 @@ Shape shape_of(const config::ModelArchitecture& a) {
           static_cast<double>(a.vocab_size)};
 }
 
-// Values one layer saves for backward, per local token.
+// Values one layer saves for backward, per local token. The two residual norms' outputs
+// (normed input, normed mid) are counted apart: norm_outputs_saved_per_token.
 double attention_saved_per_token(const Shape& s) {
-  return 3 * s.hidden                     // normed input, mid (residual), normed mid
+  return s.hidden                         // mid (residual)
          + 2                              // input and post-attention norm statistics
          + 3 * s.q_width + 2 * s.q_heads  // q raw, q, attention output; q-norm stats, lse
          + 3 * s.kv_width + s.kv_heads;   // k raw, k, v; k-norm stats
 }
 
-double moe_saved_per_token(const Shape& s, std::int64_t ep) {
+// The outputs of the input and post-attention norms; not kept under selective layernorm.
+double norm_outputs_saved_per_token(const Shape& s, bool recompute_layernorm) {
+  return recompute_layernorm ? 0.0 : 2 * s.hidden;
+}
+
+double moe_saved_per_token(const Shape& s, std::int64_t ep, bool recompute_moe_act) {
   const double rows = s.top_k;                      // every token is routed to k experts
   double values = s.experts                         // router probabilities
                   + 4 * s.top_k                     // expert ids, weights, permute order and rows
                   + 2 * rows * s.hidden             // x_perm, y_perm
-                  + 3 * rows * s.moe_intermediate;  // expert gate_up and hidden
-  if (ep > 1) values += rows * s.hidden;            // rows received from the EP group
+                  + 2 * rows * s.moe_intermediate;  // expert gate_up
+  if (!recompute_moe_act) values += rows * s.moe_intermediate;  // expert hidden (SwiGLU output)
+  if (ep > 1) values += rows * s.hidden;                        // rows received from the EP group
   return values;
 }
 
@@ -66,7 +73,7 @@ double deltanet_saved_per_token(const config::ModelArchitecture& a) {
   const double key = hk * static_cast<double>(a.linear_key_head_dim);
   const double value = hv * static_cast<double>(a.linear_value_head_dim);
   constexpr double chunk = 64;       // the chunked delta rule's chunk (model::LinearAttentionDims)
-  return 3 * h + 2                   // normed input, mid, normed mid; norm stats
+  return h + 2                       // mid; norm stats (the norm outputs: apart)
          + 2 * key + 2 * value       // q/k/v before the conv, z
          + 4 * hv                    // a, b, g, beta
          + 3 * value + hv            // rule output, gated-norm output and stats
@@ -76,9 +83,9 @@ double deltanet_saved_per_token(const config::ModelArchitecture& a) {
 }
 
 // The hybrid family's shared expert behind its sigmoid gate.
-double shared_expert_saved_per_token(const config::ModelArchitecture& a) {
+double shared_expert_saved_per_token(const config::ModelArchitecture& a, bool recompute_moe_act) {
   if (!a.is_hybrid() || a.shared_expert_intermediate_size <= 0) return 0.0;
-  return 3 * static_cast<double>(a.shared_expert_intermediate_size) + 2;
+  return (recompute_moe_act ? 2 : 3) * static_cast<double>(a.shared_expert_intermediate_size) + 2;
 }
 
 double dense_saved_per_token(const Shape& s) {
@@ -86,11 +93,16 @@ double dense_saved_per_token(const Shape& s) {
 }
 
 // One layer's backward temporaries, per token (the larger of the MLP and attention phases).
-double backward_scratch_per_token(const Shape& s, bool moe_layers) {
-  const double attention = s.hidden + 2 * s.q_width + 2 * s.kv_width + s.q_width;
-  const double mlp = moe_layers ? s.hidden + 2 * s.top_k * s.hidden + s.top_k + s.experts +
-                                      3 * s.top_k * s.moe_intermediate
-                                : s.hidden + 3 * s.dense_intermediate;
+// Selective recomputation adds what it rebuilds: the norm output each phase reads (layernorm)
+// and the experts' SwiGLU output beside their gradients (moe_act).
+double backward_scratch_per_token(const Shape& s, bool moe_layers, bool recompute_moe_act,
+                                  bool recompute_layernorm) {
+  const double norm_output = recompute_layernorm ? s.hidden + 1 : 0.0;  // + its statistics
+  const double attention = s.hidden + 2 * s.q_width + 2 * s.kv_width + s.q_width + norm_output;
+  const double mlp =
+      norm_output + (moe_layers ? s.hidden + 2 * s.top_k * s.hidden + s.top_k + s.experts +
+                                      (recompute_moe_act ? 4 : 3) * s.top_k * s.moe_intermediate
+                                : s.hidden + 3 * s.dense_intermediate);
   return std::max(attention, mlp);
 }
 
@@ -208,13 +220,15 @@ MemoryEstimate estimate_memory(const MemoryEstimateInput& input) {
     any_moe = any_moe || moe;
     any_dense = any_dense || !moe;
     const double mixer =
-        a.mixer_of_layer(layer) == config::LayerMixer::linear_attention
-            ? deltanet_saved_per_token(a)
-            : attention_saved_per_token(s) + (a.is_hybrid() ? 2 * s.q_width : 0.0);  // gate
+        norm_outputs_saved_per_token(s, input.recompute_layernorm) +
+        (a.mixer_of_layer(layer) == config::LayerMixer::linear_attention
+             ? deltanet_saved_per_token(a)
+             : attention_saved_per_token(s) + (a.is_hybrid() ? 2 * s.q_width : 0.0));  // gate
     const double per_token =
-        mixer + (moe ? moe_saved_per_token(s, input.expert_model_parallel_size) +
-                           shared_expert_saved_per_token(a)
-                     : dense_saved_per_token(s));
+        mixer +
+        (moe ? moe_saved_per_token(s, input.expert_model_parallel_size, input.recompute_moe_act) +
+                   shared_expert_saved_per_token(a, input.recompute_moe_act)
+             : dense_saved_per_token(s));
     const bool recomputed = input.recompute_full && (input.recompute_first_layers < 0 ||
                                                      layer < input.recompute_first_layers);
     if (recomputed) {
@@ -230,9 +244,14 @@ MemoryEstimate estimate_memory(const MemoryEstimateInput& input) {
                        std::to_string(a.num_hidden_layers + 1) +
                            " layer inputs + final norm and gradients, [T, h] each, " + at_tokens});
   if (!input.recompute_full) {
+    std::string selective;
+    if (input.recompute_moe_act) selective += "moe_act";
+    if (input.recompute_layernorm)
+      selective += std::string(selective.empty() ? "" : ", ") + "layernorm";
     out.lines.push_back({"saved activations", kept_layers * tokens * bytes_per_value,
                          "every layer, incl. " + std::to_string(a.num_experts_per_tok) +
-                             " top-k copies per token"});
+                             " top-k copies per token" +
+                             (selective.empty() ? "" : " (recomputed: " + selective + ")")});
   } else if (kept_layers == 0) {
     out.lines.push_back({"saved activations", (largest_layer + s.hidden) * tokens * bytes_per_value,
                          "one layer at a time (recompute full)"});
@@ -246,9 +265,11 @@ MemoryEstimate estimate_memory(const MemoryEstimateInput& input) {
              " kept until their backward, then one recomputed layer at a time (recompute "
              "block)"});
   }
-  out.lines.push_back({"backward scratch",
-                       backward_scratch_per_token(s, any_moe) * tokens * bytes_per_value,
-                       "one layer's gradient temporaries"});
+  out.lines.push_back(
+      {"backward scratch",
+       backward_scratch_per_token(s, any_moe, input.recompute_moe_act, input.recompute_layernorm) *
+           tokens * bytes_per_value,
+       "one layer's gradient temporaries"});
   const double token_chunk =
       static_cast<double>(std::min(input.cross_entropy_token_chunk, input.tokens_per_rank));
   const double vocab_chunk =
@@ -362,6 +383,12 @@ MemoryEstimateInput memory_estimate_input(const config::ConfigContainer& config)
   input.recompute_full = config.model.recompute_granularity == config::RecomputeGranularity::full;
   if (input.recompute_full && config.model.recompute_method == config::RecomputeMethod::block)
     input.recompute_first_layers = config.model.recompute_num_layers.value_or(1);
+  if (config.model.recompute_granularity == config::RecomputeGranularity::selective) {
+    const auto& modules = config.model.recompute_modules;
+    input.recompute_moe_act = std::find(modules.begin(), modules.end(), "moe_act") != modules.end();
+    input.recompute_layernorm =
+        std::find(modules.begin(), modules.end(), "layernorm") != modules.end();
+  }
   input.largest_cp_group = largest_cp_group_for(config, &input.largest_cp_group_why);
   input.bf16_products = config.mixed_precision == config::MixedPrecision::bf16_mixed;
   input.on_gpu = config.dist.device == config::Device::cuda;

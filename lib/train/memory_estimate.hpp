@@ -22,8 +22,12 @@
 //                     weights, permute plan, x_perm and y_perm = k copies of the hidden state,
 //                     expert gate_up and hidden rows, the EP-received rows) or dense MLP;
 //                     all layers, or one layer (plus its discarded output) under recompute full;
-//                     with the block method the layers not recomputed keep theirs
-//   backward scratch  one layer's temporaries (dq/dk/dv, d attention, MoE dy/dx_perm, d router)
+//                     with the block method the layers not recomputed keep theirs; selective
+//                     recomputation drops the experts' SwiGLU outputs (moe_act: k x I per token,
+//                     + the shared expert's) and the two residual norms' outputs (layernorm:
+//                     2 x h per token) of every layer
+//   backward scratch  one layer's temporaries (dq/dk/dv, d attention, MoE dy/dx_perm, d router),
+//                     plus the selectively recomputed tensors of that layer
 //   cross-entropy     one token_chunk x vocab_chunk logits tile and its row buffers
 //   CP all-gather     K and V of the largest group (c x T rows), their rank-order staging copy
 //                     and dK/dV: 5 x c x T x Hkv x d. c is the largest group whose tokens a step
@@ -50,7 +54,12 @@ struct MemoryEstimateInput {
   std::int64_t tokens_per_rank = 4096;  // max_seqlen_per_dp_cp_rank
   bool recompute_full = false;
   std::int64_t recompute_first_layers = -1;  // block method: only layers [0, n); -1: all
-  std::int64_t largest_cp_group = 1;         // largest runtime CP group a bin may use
+  // recompute_granularity = selective: recompute_modules moe_act (the routed and shared
+  // experts' SwiGLU outputs are not kept) and layernorm (nor are the residual norms' outputs);
+  // each is one recomputed tensor in the layer's backward scratch instead.
+  bool recompute_moe_act = false;
+  bool recompute_layernorm = false;
+  std::int64_t largest_cp_group = 1;  // largest runtime CP group a bin may use
   std::int64_t expert_model_parallel_size = 1;
   std::int64_t pool_size = 1;          // dp x cp: the dense state's shards
   bool distributed_optimizer = false;  // ddp.use_distributed_optimizer

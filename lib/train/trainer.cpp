@@ -11,6 +11,7 @@
 #include <string>
 
 #include "config/config_loader.hpp"
+#include "config/recompute_modules.hpp"
 #include "core/error.hpp"
 #include "core/output_file.hpp"
 #include "data/sampler.hpp"
@@ -121,6 +122,19 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& la
   if (model_options.recompute_full &&
       model_config.recompute_method == config::RecomputeMethod::block)
     model_options.recompute_first_layers = model_config.recompute_num_layers.value_or(1);
+  // selective: the modules the config rules accept; core_attn drops nothing (docs/model.md).
+  if (model_config.recompute_granularity == config::RecomputeGranularity::selective) {
+    const auto& modules = model_config.recompute_modules;
+    const auto asks = [&](const char* name) {
+      return std::find(modules.begin(), modules.end(), name) != modules.end();
+    };
+    for (const auto& module : modules)
+      if (!config::is_built_recompute_module(module))
+        core::throw_config_error("model.recompute_modules",
+                                 module + ": not built yet (built: core_attn, moe_act, layernorm)");
+    model_options.recompute_moe_act = asks("moe_act");
+    model_options.recompute_layernorm = asks("layernorm");
+  }
   model_options.aux_loss =
       model_config.moe_router_load_balancing_type == config::LoadBalancingType::none
           ? ops::MoeAuxLossType::none

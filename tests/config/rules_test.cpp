@@ -321,10 +321,33 @@ TEST_CASE("unbuilt features are listed with the keys that ask for them", "[confi
   auto overrides = bf16_moments;
   overrides.push_back("mixed_precision=bf16_mixed");
   CHECK(unbuilt_features(resolved(overrides)).empty());
-  const auto features = unbuilt_features(
-      resolved({"model.recompute_granularity=selective", "model.recompute_modules=[moe_act]"}));
-  REQUIRE(features.size() == 1);
-  CHECK_THAT(features[0], Contains("activation recomputation (model.recompute_modules="));
+  // Selective recomputation is built for core_attn, moe_act and layernorm; Megatron's other
+  // modules are named with the list that asks for them.
+  CHECK(unbuilt_features(resolved({"model.recompute_granularity=selective",
+                                   "model.recompute_modules=[core_attn, moe_act, layernorm]"}))
+            .empty());
+  for (const std::string module : {"mla_up_proj", "mlp", "moe", "shared_experts"}) {
+    INFO(module);
+    const auto features =
+        unbuilt_features(resolved({"model.recompute_granularity=selective",
+                                   "model.recompute_modules=[moe_act, " + module + "]"}));
+    REQUIRE(features.size() == 1);
+    CHECK_THAT(features[0], Contains("selective recomputation of " + module +
+                                     " (model.recompute_modules=[moe_act, " + module + "]"));
+  }
+}
+
+TEST_CASE("selective recomputation: Megatron's default modules and its module names", "[config]") {
+  // Unset recompute_modules is Megatron's default [core_attn].
+  CHECK(resolved({"model.recompute_granularity=selective"}).model.recompute_modules ==
+        std::vector<std::string>{"core_attn"});
+  REQUIRE_THROWS_WITH(
+      resolved({"model.recompute_granularity=selective", "model.recompute_modules=[moe_act, act]"}),
+      Contains("model.recompute_modules") && Contains("act: not a module Megatron recomputes"));
+  REQUIRE_THROWS_WITH(
+      resolved({"model.recompute_granularity=full", "model.recompute_modules=[moe_act]"}),
+      Contains("model.recompute_modules") &&
+          Contains("only applies with model.recompute_granularity=selective"));
 }
 
 TEST_CASE("valid but suspicious settings give warnings", "[config]") {

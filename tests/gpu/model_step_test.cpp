@@ -106,5 +106,45 @@ GPU_TEST(hybrid_model_step_matches_cpu_fp32) {
   check_model_step("qwen3_5_moe_b", ops::MoeAuxLossType::seq_aux_loss);
 }
 
+// Selective recomputation (moe_act and layernorm) on the device: the backward re-runs the same
+// kernels on the same kept inputs, so loss and every gradient are bitwise those of the step that
+// keeps the tensors, and the arenas reach less.
+void check_selective_step(const std::string& fixture) {
+  ops::cuda::install_backend();
+  const std::string dir = std::string(DYNCP_SOURCE_DIR) + "/tests/fixtures/model/" + fixture;
+  model::ModelOptions options;
+  options.aux_loss = ops::MoeAuxLossType::seq_aux_loss;
+  const auto cpu_model = model::load_hf_model(dir, options);
+  const auto sequences = model::read_batch_json(dir + "/batch.json");
+  const auto packed = model::pack_sequences(sequences);
+  std::int64_t loss_tokens = 0;
+  for (const auto& sequence : sequences)
+    loss_tokens += static_cast<std::int64_t>(sequence.size()) - 1;
+  const auto count = static_cast<std::int64_t>(sequences.size());
+  const model::PackedBin on_device = device_bin(packed.bin);
+
+  options.device = Device::cuda;
+  model::Qwen3MoeModel kept_model(cpu_model->architecture(), options);
+  kept_model.parameters().copy_values_from(cpu_model->parameters());
+  options.recompute_moe_act = options.recompute_layernorm = true;
+  model::Qwen3MoeModel selective_model(cpu_model->architecture(), options);
+  selective_model.parameters().copy_values_from(cpu_model->parameters());
+
+  const std::string name = fixture + " (selective recompute)";
+  const StepResult want = run_step(kept_model, on_device, loss_tokens, count, Device::cuda);
+  const StepResult got = run_step(selective_model, on_device, loss_tokens, count, Device::cuda);
+  expect(got.result.loss_sum == want.result.loss_sum, name + ": the same loss sum");
+  expect(got.result.aux_loss == want.result.aux_loss, name + ": the same aux loss");
+  expect(got.per_token_loss == want.per_token_loss, name + ": the same per-token losses");
+  expect(got.grads == want.grads, name + ": the same gradients, bit for bit");
+  expect(selective_model.activation_high_water_bytes() < kept_model.activation_high_water_bytes(),
+         name + ": the arenas reach less");
+}
+
+GPU_TEST(selective_recompute_model_step_matches_the_kept_step) {
+  check_selective_step("qwen3_moe_a");
+  check_selective_step("qwen3_5_moe_b");
+}
+
 }  // namespace
 }  // namespace dyncp::gpu_test

@@ -66,6 +66,33 @@ TEST_CASE("recompute_granularity=full gives bitwise the same loss and gradients"
   }
 }
 
+TEST_CASE("selective recomputation gives bitwise the same loss and gradients", "[model]") {
+  const std::string fixture = GENERATE(as<std::string>{}, "qwen3_moe_a", "qwen3_5_moe_b");
+  INFO("fixture " << fixture);
+  ModelOptions options;
+  options.aux_loss = ops::MoeAuxLossType::seq_aux_loss;  // the router's backward reads the norm
+  const auto model = load_hf_model(testing::fixture_dir(fixture), options);
+  const auto sequences = read_batch_json(testing::fixture_dir(fixture) + "/batch.json");
+  const auto stored = testing::run_batch(*model, sequences);
+  const std::size_t stored_high_water = model->activation_high_water_bytes();
+  // moe_act, layernorm, both; core_attn needs no flag (the attention keeps only out and lse).
+  for (const auto& [moe_act, layernorm] :
+       {std::pair{true, false}, std::pair{false, true}, std::pair{true, true}}) {
+    INFO("moe_act " << moe_act << ", layernorm " << layernorm);
+    model->set_recompute_selective(moe_act, layernorm);
+    const auto recomputed = testing::run_batch(*model, sequences);
+    CHECK(recomputed.result.loss_sum == stored.result.loss_sum);
+    CHECK(recomputed.result.aux_loss == stored.result.aux_loss);
+    CHECK(recomputed.per_token_loss == stored.per_token_loss);
+    CHECK(recomputed.grads == stored.grads);
+  }
+  // A fresh model that recomputes both keeps less (arenas only grow, so not the same model).
+  options.recompute_moe_act = options.recompute_layernorm = true;
+  const auto selective = load_hf_model(testing::fixture_dir(fixture), options);
+  testing::run_batch(*selective, sequences);
+  CHECK(selective->activation_high_water_bytes() < stored_high_water);
+}
+
 TEST_CASE("block recompute keeps the activations of the layers it does not recompute", "[model]") {
   const auto model = load_hf_model(testing::fixture_dir("qwen3_moe_a"));
   const auto sequences = read_batch_json(testing::fixture_dir("qwen3_moe_a") + "/batch.json");

@@ -150,6 +150,9 @@ struct Options {
   int min_cp = 1;
   bool aux = false;
   bool recompute = false;
+  // --selective 1: the layout under test (not the reference) recomputes moe_act and layernorm
+  // (selective recomputation): the CP / EP seams see the experts' and norms' recomputation.
+  bool selective = false;
   int optimizer_steps = 3;
   bool distributed_optimizer = false;
   bool hybrid = false;  // --model qwen3_5_moe: the Gated DeltaNet hybrid
@@ -181,6 +184,8 @@ Options parse(int argc, char** argv) {
       options.aux = value == "1";
     else if (key == "--recompute")
       options.recompute = value == "1";
+    else if (key == "--selective")
+      options.selective = value == "1";
     else if (key == "--optimizer-steps")
       options.optimizer_steps = std::stoi(value);
     else if (key == "--distributed-optimizer")
@@ -463,6 +468,7 @@ int main(int argc, char** argv) {
     sliced_options.experts =
         parallel::local_expert_range(architecture.num_experts, parallel_state.expert_parallel());
     sliced_options.device = options.device;
+    sliced_options.recompute_moe_act = sliced_options.recompute_layernorm = options.selective;
     model::Qwen3MoeModel model(architecture, sliced_options);
     model.parameters().init_random(7);
     {

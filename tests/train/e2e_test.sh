@@ -3,7 +3,7 @@
 #   e2e_test.sh DYNCP_TRAIN SOURCE_DIR CASE
 # CASE: smoke | resume | relayout | relayout_distopt | relayout_ep | sigterm | sigusr1 | enospc |
 # nan | learns | learns_hybrid | ring | hybrid | bf16_moments | auto_resume | lr_resume |
-# sigusr1_nosave | sigterm_early. Each prints what it compares and exits non-zero on any mismatch.
+# sigusr1_nosave | sigterm_early | selective. Each prints what it compares and exits non-zero on any mismatch.
 set -euo pipefail
 train=$1
 source_dir=$2
@@ -25,7 +25,8 @@ on_exit() {
 trap on_exit EXIT
 recipe=$source_dir/configs/smoke/tiny_mock.yaml
 # hybrid: the resume check on the Qwen3.5 hybrid (Gated DeltaNet layers under dynamic CP + EP).
-[[ $case_name == hybrid ]] && recipe=$source_dir/configs/smoke/tiny_hybrid_mock.yaml
+[[ $case_name == hybrid || $case_name == selective ]] &&
+  recipe=$source_dir/configs/smoke/tiny_hybrid_mock.yaml
 run() { mpirun -np 4 "$train" --config "$recipe" "$@"; }
 losses() { python3 -c 'import json,sys; [print(repr(json.loads(l)["loss"])) for l in open(sys.argv[1])]' "$1"; }
 
@@ -85,6 +86,18 @@ PY
     cat <(losses "$work/first.jsonl") <(losses "$work/second.jsonl") >"$work/resumed.txt"
     diff "$work/full.txt" "$work/resumed.txt"
     echo "$case_name: 6 losses bitwise equal to the uninterrupted run"
+    ;;
+  selective)
+    # Selective recomputation of moe_act and layernorm through the trainer, on the hybrid under
+    # dynamic CP + EP: the same losses and gradient norms, bit for bit, as keeping everything.
+    run train.train_iters=3 logger.metrics_path="$work/kept.jsonl" >"$work/kept.log" 2>&1
+    run train.train_iters=3 model.recompute_granularity=selective \
+      "model.recompute_modules=[core_attn, moe_act, layernorm]" \
+      logger.metrics_path="$work/selective.jsonl" >"$work/selective.log" 2>&1
+    norms() { python3 -c 'import json,sys; [print(repr(json.loads(l)["grad_norm"])) for l in open(sys.argv[1])]' "$1"; }
+    diff <(losses "$work/kept.jsonl"; norms "$work/kept.jsonl") \
+      <(losses "$work/selective.jsonl"; norms "$work/selective.jsonl")
+    echo "selective: 3 losses and gradient norms bitwise equal to keeping every activation"
     ;;
   bf16_moments)
     # Precision-aware optimizer (both Adam moments stored in bf16). With the distributed
