@@ -39,7 +39,11 @@
 //                     gradients, and a2a+p2p's ring blocks (10 x ρ x T x Hkv x d)
 //   EP dispatch       arrived + expert outputs, T x k rows each (balanced routing; skewed
 //                     routing can exceed this)
-// Hybrid (Qwen3.5) layouts are estimated as if every layer were full attention.
+//   bf16 operand copies  (bf16_mixed) the largest product's operands, 2 bytes each on the GPU
+//   DeltaNet backward (GPU)  (hybrid on cuda) the gated delta rule's backward scratch
+//                     (ops/gated_delta_rule_scratch.hpp)
+// Hybrid (Qwen3.5) layouts are estimated from their own layer plan: Gated DeltaNet layers keep
+// their conv outputs, normalisation statistics and chunk states, gated attention its gate.
 
 #include <cstdint>
 #include <string>
