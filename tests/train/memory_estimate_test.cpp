@@ -40,6 +40,25 @@ bool has_line(const train::MemoryEstimate& estimate, const std::string& name) {
   return false;
 }
 
+// The activation arenas' high-water mark after one step of two sequences filling a 256-token
+// bin on one rank.
+double full_bin_high_water(const config::ModelArchitecture& architecture,
+                           const model::ModelOptions& options) {
+  model::Qwen3MoeModel model(architecture, options);
+  model.parameters().init_random(7);
+  model::TokenSequences sequences(2);
+  for (std::int32_t i = 0; i < 128; ++i) {
+    sequences[0].push_back((i * 37 + 5) % 512);
+    sequences[1].push_back((i * 91 + 11) % 512);
+  }
+  const auto packed = model::pack_sequences(sequences);
+  model::LocalSeams seams;
+  model::BinOptions bin_options;
+  bin_options.loss_grad_scale = 1.0 / 254.0;
+  model.run_bin(packed.bin, seams.seams(), bin_options);
+  return static_cast<double>(model.activation_high_water_bytes());
+}
+
 }  // namespace
 
 TEST_CASE("memory estimate: parameter count matches the model's layout", "[train][memory]") {
@@ -318,21 +337,7 @@ TEST_CASE("memory estimate: close to the arenas' high-water mark on a full bin",
         model::ModelOptions options;
         options.recompute_full = recompute;
         if (bf16) options.precision = ops::ComputePrecision::bf16;
-        model::Qwen3MoeModel model(input.architecture, options);
-        model.parameters().init_random(7);
-        // Two sequences filling the 256-token bin.
-        model::TokenSequences sequences(2);
-        for (std::int32_t i = 0; i < 128; ++i) {
-          sequences[0].push_back((i * 37 + 5) % 512);
-          sequences[1].push_back((i * 91 + 11) % 512);
-        }
-        const auto packed = model::pack_sequences(sequences);
-        model::LocalSeams seams;
-        model::BinOptions bin_options;
-        bin_options.loss_grad_scale = 1.0 / 254.0;
-        model.run_bin(packed.bin, seams.seams(), bin_options);
-
-        const double measured = static_cast<double>(model.activation_high_water_bytes());
+        const double measured = full_bin_high_water(input.architecture, options);
         INFO("measured " << measured << " bytes, estimated " << estimate.per_bin_bytes);
         // A slight over-estimate: it adds peaks the arenas may reach at different times.
         CHECK(estimate.per_bin_bytes >= measured);
@@ -360,21 +365,9 @@ TEST_CASE("memory estimate: selective recomputation saves what the estimate says
       model::ModelOptions options;
       options.recompute_moe_act = input.recompute_moe_act;
       options.recompute_layernorm = input.recompute_layernorm;
-      model::Qwen3MoeModel model(input.architecture, options);
-      model.parameters().init_random(7);
-      model::TokenSequences sequences(2);
-      for (std::int32_t i = 0; i < 128; ++i) {
-        sequences[0].push_back((i * 37 + 5) % 512);
-        sequences[1].push_back((i * 91 + 11) % 512);
-      }
-      const auto packed = model::pack_sequences(sequences);
-      model::LocalSeams seams;
-      model::BinOptions bin_options;
-      bin_options.loss_grad_scale = 1.0 / 254.0;
-      model.run_bin(packed.bin, seams.seams(), bin_options);
+      const double high_water = full_bin_high_water(input.architecture, options);
       if (modules.empty()) kept_estimate_architecture = input.architecture;
-      return std::pair{static_cast<double>(model.activation_high_water_bytes()),
-                       train::estimate_memory(input)};
+      return std::pair{high_water, train::estimate_memory(input)};
     };
     const auto [kept, kept_estimate] = run("");
     for (const std::string modules : {"core_attn", "moe_act", "layernorm", "moe_act, layernorm"}) {
