@@ -99,9 +99,10 @@ void append_parallel_keys(std::vector<KeySpec>& keys) {
   keys.push_back(make_key(
       "model.recompute_modules", DYNCP_FIELD(model.recompute_modules),
       "Modules recomputed under selective recomputation: core_attn (nothing to drop: the "
-      "attention keeps only out and lse), moe_act, layernorm; unset: [core_attn]",
-      {.rules = "only with recompute_granularity=selective; Megatron's module names; mla_up_proj, "
-                "mlp, moe, shared_experts are not built (running exits 2)"}));
+      "attention keeps only out and lse), moe_act, layernorm, mlp, shared_experts; unset: "
+      "[core_attn]",
+      {.rules = "only with recompute_granularity=selective; Megatron's module names; mla_up_proj "
+                "and moe are not built (running exits 2)"}));
 }
 
 void append_data_keys(std::vector<KeySpec>& keys) {

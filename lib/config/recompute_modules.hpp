@@ -15,9 +15,13 @@ inline bool is_recompute_module(std::string_view module) {
 }
 
 // core_attn is built as a no-op: the flash-style attention keeps only its output and lse and
-// its backward recomputes the probabilities already. moe_act and layernorm drop tensors.
+// its backward recomputes the probabilities already. moe_act, layernorm, mlp and
+// shared_experts drop tensors.
+inline constexpr std::string_view kBuiltRecomputeModules =
+    "core_attn, moe_act, layernorm, mlp, shared_experts";
 inline bool is_built_recompute_module(std::string_view module) {
-  return module == "core_attn" || module == "moe_act" || module == "layernorm";
+  return module == "core_attn" || module == "moe_act" || module == "layernorm" || module == "mlp" ||
+         module == "shared_experts";
 }
 
 }  // namespace dyncp::config

@@ -65,31 +65,46 @@ double attention_scale(const config::ModelArchitecture& a) {
   return 1.0 / std::sqrt(static_cast<double>(a.head_dim));
 }
 
+// What the SwiGLU MLP keeps for its backward; what it does not keep the backward recomputes
+// with the same ops from what it does (selective recomputation).
+enum class MlpKept {
+  everything,  // gate_up and hidden = silu(gate) ⊙ up
+  gate_up,     // moe_act: hidden is recomputed from gate_up
+  input_only,  // mlp / shared_experts: gate_up and hidden are recomputed from the input
+};
+
 // The SwiGLU MLP of dense layers and of the shared expert: out = down(silu(gate) ⊙ up).
-// recompute_hidden: silu(gate) ⊙ up is a scratch temporary and `hidden` is left undefined
-// (the backward recomputes it from gate_up).
+// Tensors not kept are scratch temporaries and left undefined in gate_up / hidden.
 void swiglu_mlp_forward(const ops::OpContext& ctx, core::Arena& keep, core::Arena& scratch,
                         const DenseMlpParams& mlp, const Tensor& input, Tensor& gate_up,
-                        Tensor& hidden, const Tensor& out, bool recompute_hidden) {
+                        Tensor& hidden, const Tensor& out, MlpKept kept) {
   const DType dtype = input.dtype();
   const std::int64_t tokens = input.size(0);
   const std::int64_t twice_intermediate = mlp.gate_up.value.size(0);
-  gate_up = keep.allocate({tokens, twice_intermediate}, dtype);
   core::ArenaScope temporaries(scratch);
-  const Tensor activation =
-      (recompute_hidden ? scratch : keep).allocate({tokens, twice_intermediate / 2}, dtype);
-  ops::linear_forward(ctx, input, mlp.gate_up.value, gate_up);
-  ops::swiglu_fused_forward(ctx, gate_up, activation);
+  const Tensor projected =
+      (kept == MlpKept::input_only ? scratch : keep).allocate({tokens, twice_intermediate}, dtype);
+  const Tensor activation = (kept == MlpKept::everything ? keep : scratch)
+                                .allocate({tokens, twice_intermediate / 2}, dtype);
+  ops::linear_forward(ctx, input, mlp.gate_up.value, projected);
+  ops::swiglu_fused_forward(ctx, projected, activation);
   ops::linear_forward(ctx, activation, mlp.down.value, out);
-  hidden = recompute_hidden ? Tensor{} : activation;
+  gate_up = kept == MlpKept::input_only ? Tensor{} : projected;
+  hidden = kept == MlpKept::everything ? activation : Tensor{};
 }
 
-// dinput: overwrite or accumulate (mode). An undefined `hidden` is recomputed from gate_up.
+// dinput: overwrite or accumulate (mode). An undefined `gate_up` is recomputed from the
+// input, an undefined `hidden` from gate_up.
 void swiglu_mlp_backward(const ops::OpContext& ctx, core::Arena& scratch, const DenseMlpParams& mlp,
-                         const Tensor& dout, const Tensor& input, const Tensor& gate_up,
+                         const Tensor& dout, const Tensor& input, const Tensor& kept_gate_up,
                          const Tensor& kept_hidden, const Tensor& dinput, GradMode mode) {
   const DType dtype = dout.dtype();
   core::ArenaScope temporaries(scratch);
+  Tensor gate_up = kept_gate_up;
+  if (!gate_up.defined()) {
+    gate_up = scratch.allocate({input.size(0), mlp.gate_up.value.size(0)}, dtype);
+    ops::linear_forward(ctx, input, mlp.gate_up.value, gate_up);
+  }
   Tensor hidden = kept_hidden;
   if (!hidden.defined()) {
     hidden = scratch.allocate({gate_up.size(0), gate_up.size(1) / 2}, dtype);
@@ -210,9 +225,11 @@ double moe_forward(const LayerRunContext& run, int layer, const DecoderLayerPara
   if (params.moe.has_shared_expert) {
     // mlp_out += σ(u · w_sg) · SharedExpert(u)  (qwen-moe.md §3.8)
     saved.shared_out = keep.allocate({n.tokens, n.hidden}, dtype);
+    const MlpKept kept = run.recompute_shared_experts ? MlpKept::input_only
+                         : run.recompute_moe_act      ? MlpKept::gate_up
+                                                      : MlpKept::everything;
     swiglu_mlp_forward(ctx, keep, scratch, params.moe.shared_expert, saved.normed_mid,
-                       saved.shared_gate_up, saved.shared_hidden, saved.shared_out,
-                       run.recompute_moe_act);
+                       saved.shared_gate_up, saved.shared_hidden, saved.shared_out, kept);
     saved.shared_gate_logit = keep.allocate({n.tokens, 1}, dtype);
     ops::linear_forward(ctx, saved.normed_mid, params.moe.shared_expert_gate.value,
                         saved.shared_gate_logit);
@@ -266,7 +283,7 @@ double decoder_layer_forward(const LayerRunContext& run, int layer_index,
   } else {
     swiglu_mlp_forward(run.seam.ops, keep, *run.seam.scratch, params.dense, saved.normed_mid,
                        saved.dense_gate_up, saved.dense_hidden, output,
-                       /*recompute_hidden=*/false);
+                       run.recompute_mlp ? MlpKept::input_only : MlpKept::everything);
   }
   ops::add(run.seam.ops, output, saved.mid, output);
   if (run.recompute_layernorm) {

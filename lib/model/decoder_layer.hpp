@@ -51,7 +51,7 @@ struct DecoderLayerActivations {
   Tensor normed_mid;
   ops::RmsNormSaved post_attention_norm;
   // Dense MLP layers.
-  Tensor dense_gate_up;  // [T, 2I]
+  Tensor dense_gate_up;  // [T, 2I] (undefined when the backward recomputes the MLP)
   Tensor dense_hidden;   // [T, I]
   // MoE layers.
   ops::RouterSaved router;
@@ -62,7 +62,8 @@ struct DecoderLayerActivations {
   ExpertSaved experts;
   Tensor aux_grad_coeff;  // [S, E] when the aux loss is on
   // Shared expert (hybrid family): SwiGLU [T, 2Is] / [T, Is], its output [T, h] and gate logit.
-  // shared_hidden is undefined when the forward recomputes the MoE activation.
+  // shared_hidden is undefined when the backward recomputes the MoE activation, and
+  // shared_gate_up too when it recomputes the whole shared expert.
   Tensor shared_gate_up, shared_hidden, shared_out;
   Tensor shared_gate_logit;  // [T, 1]
 };
@@ -83,8 +84,12 @@ struct LayerRunContext {
   // them from the kept gate_up. layernorm: the outputs of the input and post-attention norms
   // are not kept; backward recomputes them from the kept norm inputs. Both re-run the same ops
   // on the same inputs, so the gradients are bitwise those of a run that keeps them.
+  // mlp (dense layers) and shared_experts (the hybrid's shared expert): the SwiGLU MLP keeps
+  // only its input; backward recomputes gate_up and the SwiGLU output from it.
   bool recompute_moe_act = false;
   bool recompute_layernorm = false;
+  bool recompute_mlp = false;
+  bool recompute_shared_experts = false;
 };
 
 // output [T, h] = layer(input). Saved tensors are allocated from run.seam.activations,

@@ -59,9 +59,13 @@ struct ModelOptions {
   // the attention keeps only its output and lse, and its backward recomputes the
   // probabilities). moe_act: the routed and shared experts' SwiGLU outputs are recomputed in
   // backward from the kept gate_up; layernorm: the residual norms' outputs from their kept
-  // inputs. Loss and gradients are bitwise those without.
+  // inputs; mlp (dense layers) and shared_experts (the hybrid's shared expert): the SwiGLU MLP
+  // keeps only its input and backward recomputes the rest. Loss and gradients are bitwise
+  // those without.
   bool recompute_moe_act = false;
   bool recompute_layernorm = false;
+  bool recompute_mlp = false;
+  bool recompute_shared_experts = false;
   ExpertRange experts;  // experts held by this rank (default: all)
   // f32 (training) or f64 (finite-difference checks): parameters, gradients and activations.
   // HF checkpoints load into either; the per_token_loss / final_hidden outputs of BinOptions
@@ -116,9 +120,12 @@ class Qwen3MoeModel {
     options_.recompute_full = enabled;
     options_.recompute_first_layers = first_layers;
   }
-  void set_recompute_selective(bool moe_act, bool layernorm) {
+  void set_recompute_selective(bool moe_act, bool layernorm, bool mlp = false,
+                               bool shared_experts = false) {
     options_.recompute_moe_act = moe_act;
     options_.recompute_layernorm = layernorm;
+    options_.recompute_mlp = mlp;
+    options_.recompute_shared_experts = shared_experts;
   }
 
   // Forward (and backward when options.compute_gradients) over one bin. Token ids outside the

@@ -82,27 +82,33 @@ double deltanet_saved_per_token(const config::ModelArchitecture& a) {
          hv * static_cast<double>(a.linear_key_head_dim);  // w of the state maps
 }
 
-// The hybrid family's shared expert behind its sigmoid gate.
-double shared_expert_saved_per_token(const config::ModelArchitecture& a, bool recompute_moe_act) {
+// The hybrid family's shared expert behind its sigmoid gate: gate_up and SwiGLU output (neither
+// under shared_experts, only gate_up under moe_act), output and gate logit.
+double shared_expert_saved_per_token(const config::ModelArchitecture& a, bool recompute_moe_act,
+                                     bool recompute_shared_experts) {
   if (!a.is_hybrid() || a.shared_expert_intermediate_size <= 0) return 0.0;
-  return (recompute_moe_act ? 2 : 3) * static_cast<double>(a.shared_expert_intermediate_size) + 2;
+  const double kept = recompute_shared_experts ? 0 : recompute_moe_act ? 2 : 3;
+  return kept * static_cast<double>(a.shared_expert_intermediate_size) + 2;
 }
 
-double dense_saved_per_token(const Shape& s) {
-  return 3 * s.dense_intermediate;
+// A dense MLP's gate_up and SwiGLU output; neither under selective mlp.
+double dense_saved_per_token(const Shape& s, bool recompute_mlp) {
+  return recompute_mlp ? 0.0 : 3 * s.dense_intermediate;
 }
 
 // One layer's backward temporaries, per token (the larger of the MLP and attention phases).
 // Selective recomputation adds what it rebuilds: the norm output each phase reads (layernorm)
 // and the experts' SwiGLU output beside their gradients (moe_act).
-double backward_scratch_per_token(const Shape& s, bool moe_layers, bool recompute_moe_act,
-                                  bool recompute_layernorm) {
+double backward_scratch_per_token(const Shape& s, bool moe_layers, bool dense_layers,
+                                  bool recompute_moe_act, bool recompute_layernorm,
+                                  bool recompute_mlp) {
   const double norm_output = recompute_layernorm ? s.hidden + 1 : 0.0;  // + its statistics
   const double attention = s.hidden + 2 * s.q_width + 2 * s.kv_width + s.q_width + norm_output;
+  const double moe = s.hidden + 2 * s.top_k * s.hidden + s.top_k + s.experts +
+                     (recompute_moe_act ? 4 : 3) * s.top_k * s.moe_intermediate;
+  const double dense = s.hidden + (recompute_mlp ? 6 : 3) * s.dense_intermediate;
   const double mlp =
-      norm_output + (moe_layers ? s.hidden + 2 * s.top_k * s.hidden + s.top_k + s.experts +
-                                      (recompute_moe_act ? 4 : 3) * s.top_k * s.moe_intermediate
-                                : s.hidden + 3 * s.dense_intermediate);
+      norm_output + std::max(moe_layers ? moe : 0.0, dense_layers || !moe_layers ? dense : 0.0);
   return std::max(attention, mlp);
 }
 
@@ -227,8 +233,9 @@ MemoryEstimate estimate_memory(const MemoryEstimateInput& input) {
     const double per_token =
         mixer +
         (moe ? moe_saved_per_token(s, input.expert_model_parallel_size, input.recompute_moe_act) +
-                   shared_expert_saved_per_token(a, input.recompute_moe_act)
-             : dense_saved_per_token(s));
+                   shared_expert_saved_per_token(a, input.recompute_moe_act,
+                                                 input.recompute_shared_experts)
+             : dense_saved_per_token(s, input.recompute_mlp));
     const bool recomputed = input.recompute_full && (input.recompute_first_layers < 0 ||
                                                      layer < input.recompute_first_layers);
     if (recomputed) {
@@ -246,8 +253,10 @@ MemoryEstimate estimate_memory(const MemoryEstimateInput& input) {
   if (!input.recompute_full) {
     std::string selective;
     if (input.recompute_moe_act) selective += "moe_act";
-    if (input.recompute_layernorm)
-      selective += std::string(selective.empty() ? "" : ", ") + "layernorm";
+    for (const auto& [asked, name] :
+         {std::pair{input.recompute_layernorm, "layernorm"}, std::pair{input.recompute_mlp, "mlp"},
+          std::pair{input.recompute_shared_experts, "shared_experts"}})
+      if (asked) selective += std::string(selective.empty() ? "" : ", ") + name;
     out.lines.push_back({"saved activations", kept_layers * tokens * bytes_per_value,
                          "every layer, incl. " + std::to_string(a.num_experts_per_tok) +
                              " top-k copies per token" +
@@ -265,11 +274,11 @@ MemoryEstimate estimate_memory(const MemoryEstimateInput& input) {
              " kept until their backward, then one recomputed layer at a time (recompute "
              "block)"});
   }
-  out.lines.push_back(
-      {"backward scratch",
-       backward_scratch_per_token(s, any_moe, input.recompute_moe_act, input.recompute_layernorm) *
-           tokens * bytes_per_value,
-       "one layer's gradient temporaries"});
+  out.lines.push_back({"backward scratch",
+                       backward_scratch_per_token(s, any_moe, any_dense, input.recompute_moe_act,
+                                                  input.recompute_layernorm, input.recompute_mlp) *
+                           tokens * bytes_per_value,
+                       "one layer's gradient temporaries"});
   const double token_chunk =
       static_cast<double>(std::min(input.cross_entropy_token_chunk, input.tokens_per_rank));
   const double vocab_chunk =
@@ -388,6 +397,9 @@ MemoryEstimateInput memory_estimate_input(const config::ConfigContainer& config)
     input.recompute_moe_act = std::find(modules.begin(), modules.end(), "moe_act") != modules.end();
     input.recompute_layernorm =
         std::find(modules.begin(), modules.end(), "layernorm") != modules.end();
+    input.recompute_mlp = std::find(modules.begin(), modules.end(), "mlp") != modules.end();
+    input.recompute_shared_experts =
+        std::find(modules.begin(), modules.end(), "shared_experts") != modules.end();
   }
   input.largest_cp_group = largest_cp_group_for(config, &input.largest_cp_group_why);
   input.bf16_products = config.mixed_precision == config::MixedPrecision::bf16_mixed;

@@ -24,8 +24,9 @@
 //                     all layers, or one layer (plus its discarded output) under recompute full;
 //                     with the block method the layers not recomputed keep theirs; selective
 //                     recomputation drops the experts' SwiGLU outputs (moe_act: k x I per token,
-//                     + the shared expert's) and the two residual norms' outputs (layernorm:
-//                     2 x h per token) of every layer
+//                     + the shared expert's), the two residual norms' outputs (layernorm:
+//                     2 x h per token) of every layer, the dense MLPs' gate_up and SwiGLU
+//                     output (mlp: 3 x I per token) and the shared expert's (shared_experts)
 //   backward scratch  one layer's temporaries (dq/dk/dv, d attention, MoE dy/dx_perm, d router),
 //                     plus the selectively recomputed tensors of that layer
 //   cross-entropy     one token_chunk x vocab_chunk logits tile and its row buffers
@@ -60,9 +61,12 @@ struct MemoryEstimateInput {
   std::int64_t recompute_first_layers = -1;  // block method: only layers [0, n); -1: all
   // recompute_granularity = selective: recompute_modules moe_act (the routed and shared
   // experts' SwiGLU outputs are not kept) and layernorm (nor are the residual norms' outputs);
-  // each is one recomputed tensor in the layer's backward scratch instead.
+  // each is one recomputed tensor in the layer's backward scratch instead. mlp (dense layers)
+  // and shared_experts (the hybrid's shared expert) keep only the MLP's input.
   bool recompute_moe_act = false;
   bool recompute_layernorm = false;
+  bool recompute_mlp = false;
+  bool recompute_shared_experts = false;
   std::int64_t largest_cp_group = 1;  // largest runtime CP group a bin may use
   std::int64_t expert_model_parallel_size = 1;
   std::int64_t pool_size = 1;          // dp x cp: the dense state's shards

@@ -131,9 +131,12 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& la
     for (const auto& module : modules)
       if (!config::is_built_recompute_module(module))
         core::throw_config_error("model.recompute_modules",
-                                 module + ": not built yet (built: core_attn, moe_act, layernorm)");
+                                 module + ": not built yet (built: " +
+                                     std::string(config::kBuiltRecomputeModules) + ")");
     model_options.recompute_moe_act = asks("moe_act");
     model_options.recompute_layernorm = asks("layernorm");
+    model_options.recompute_mlp = asks("mlp");
+    model_options.recompute_shared_experts = asks("shared_experts");
   }
   model_options.aux_loss =
       model_config.moe_router_load_balancing_type == config::LoadBalancingType::none

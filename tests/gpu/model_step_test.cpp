@@ -106,9 +106,9 @@ GPU_TEST(hybrid_model_step_matches_cpu_fp32) {
   check_model_step("qwen3_5_moe_b", ops::MoeAuxLossType::seq_aux_loss);
 }
 
-// Selective recomputation (moe_act and layernorm) on the device: the backward re-runs the same
-// kernels on the same kept inputs, so loss and every gradient are bitwise those of the step that
-// keeps the tensors, and the arenas reach less.
+// Selective recomputation (moe_act, layernorm, mlp, shared_experts) on the device: the backward
+// re-runs the same kernels on the same kept inputs, so loss and every gradient are bitwise those of
+// the step that keeps the tensors, and the arenas reach less.
 void check_selective_step(const std::string& fixture) {
   ops::cuda::install_backend();
   const std::string dir = std::string(DYNCP_SOURCE_DIR) + "/tests/fixtures/model/" + fixture;
@@ -127,6 +127,7 @@ void check_selective_step(const std::string& fixture) {
   model::Qwen3MoeModel kept_model(cpu_model->architecture(), options);
   kept_model.parameters().copy_values_from(cpu_model->parameters());
   options.recompute_moe_act = options.recompute_layernorm = true;
+  options.recompute_mlp = options.recompute_shared_experts = true;
   model::Qwen3MoeModel selective_model(cpu_model->architecture(), options);
   selective_model.parameters().copy_values_from(cpu_model->parameters());
 

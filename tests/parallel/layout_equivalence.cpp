@@ -469,6 +469,7 @@ int main(int argc, char** argv) {
         parallel::local_expert_range(architecture.num_experts, parallel_state.expert_parallel());
     sliced_options.device = options.device;
     sliced_options.recompute_moe_act = sliced_options.recompute_layernorm = options.selective;
+    sliced_options.recompute_mlp = sliced_options.recompute_shared_experts = options.selective;
     model::Qwen3MoeModel model(architecture, sliced_options);
     model.parameters().init_random(7);
     {

@@ -88,11 +88,11 @@ PY
     echo "$case_name: 6 losses bitwise equal to the uninterrupted run"
     ;;
   selective)
-    # Selective recomputation of moe_act and layernorm through the trainer, on the hybrid under
+    # Selective recomputation of moe_act, layernorm and shared_experts through the trainer, on the hybrid under
     # dynamic CP + EP: the same losses and gradient norms, bit for bit, as keeping everything.
     run train.train_iters=3 logger.metrics_path="$work/kept.jsonl" >"$work/kept.log" 2>&1
     run train.train_iters=3 model.recompute_granularity=selective \
-      "model.recompute_modules=[core_attn, moe_act, layernorm]" \
+      "model.recompute_modules=[core_attn, moe_act, layernorm, shared_experts]" \
       logger.metrics_path="$work/selective.jsonl" >"$work/selective.log" 2>&1
     norms() { python3 -c 'import json,sys; [print(repr(json.loads(l)["grad_norm"])) for l in open(sys.argv[1])]' "$1"; }
     diff <(losses "$work/kept.jsonl"; norms "$work/kept.jsonl") \

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <string>
+#include <tuple>
 
 #include "config/config_loader.hpp"
 #include "config/resolve.hpp"
@@ -402,6 +403,54 @@ TEST_CASE("memory estimate: selective recomputation saves what the estimate says
       CHECK(saving <= dropped);
       CHECK(estimate.per_bin_bytes >= measured);
     }
+  }
+}
+
+TEST_CASE("memory estimate: recomputing whole MLPs (mlp, shared_experts) saves what it says",
+          "[train][memory]") {
+  // mlp on the MoE smoke model with a dense first layer, shared_experts on the hybrid (a
+  // shared expert in every layer): the MLP keeps only its input, so gate_up and the SwiGLU
+  // output (3 x I per token) go from each such layer.
+  struct Case {
+    const char* recipe;
+    std::vector<std::string> extra;
+    const char* module;
+  };
+  for (const Case& c : {Case{"tiny_mock.yaml", {"model.mlp_only_layers=[0]"}, "mlp"},
+                        Case{"tiny_hybrid_mock.yaml", {}, "shared_experts"}}) {
+    INFO(c.recipe << ", recompute_modules [" << c.module << "]");
+    const auto run = [&](bool recompute) {
+      std::vector<std::string> overrides = {
+          "model.context_parallel_size=1", "model.expert_model_parallel_size=1",
+          "model.dynamic_context_parallel=false", "model.max_seqlen_per_dp_cp_rank=256"};
+      overrides.insert(overrides.end(), c.extra.begin(), c.extra.end());
+      if (recompute) {
+        overrides.push_back("model.recompute_granularity=selective");
+        overrides.push_back(std::string("model.recompute_modules=[") + c.module + "]");
+      }
+      const auto input = train::memory_estimate_input(smoke_config(1, overrides, c.recipe));
+      model::ModelOptions options;
+      options.recompute_mlp = input.recompute_mlp;
+      options.recompute_shared_experts = input.recompute_shared_experts;
+      return std::tuple{full_bin_high_water(input.architecture, options),
+                        train::estimate_memory(input), input.architecture};
+    };
+    const auto [kept, kept_estimate, a] = run(false);
+    const auto [measured, estimate, unused] = run(true);
+    const double dropped =
+        line_bytes(kept_estimate, "saved activations") - line_bytes(estimate, "saved activations");
+    const bool dense = std::string(c.module) == "mlp";
+    const double layers = dense ? 1.0 : static_cast<double>(a.num_hidden_layers);
+    const double intermediate =
+        static_cast<double>(dense ? a.intermediate_size : a.shared_expert_intermediate_size);
+    CHECK(dropped == Approx(3 * intermediate * layers * 256 * 4));
+    const double saving = kept - measured;
+    const double estimated_saving = kept_estimate.per_bin_bytes - estimate.per_bin_bytes;
+    INFO("measured saving " << saving << " bytes, estimated " << estimated_saving);
+    CHECK(saving > 0);
+    CHECK(saving <= dropped);
+    CHECK(saving >= estimated_saving);
+    CHECK(estimate.per_bin_bytes >= measured);
   }
 }
 
