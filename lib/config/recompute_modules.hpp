@@ -1,27 +1,33 @@
 #pragma once
-// Megatron's recompute_modules names (selective recomputation), and which of them are built.
+// Megatron's recompute_modules names (selective recomputation): which are built, and what the
+// model drops for a config's list.
 
-#include <algorithm>
-#include <array>
+#include <string>
 #include <string_view>
+
+#include "config/config_container.hpp"
 
 namespace dyncp::config {
 
-// Every name Megatron's TransformerConfig accepts in recompute_modules.
-inline bool is_recompute_module(std::string_view module) {
-  constexpr std::array<std::string_view, 7> names = {
-      "core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"};
-  return std::find(names.begin(), names.end(), module) != names.end();
-}
+// What selective recomputation leaves out of the saved activations (docs/model.md). core_attn,
+// also built, has no flag: the flash-style attention keeps only its output and lse and its
+// backward recomputes the probabilities already.
+struct SelectiveRecompute {
+  bool moe_act = false;         // the routed and shared experts' SwiGLU outputs
+  bool layernorm = false;       // the two residual norms' outputs
+  bool mlp = false;             // dense layers' MLPs keep only their input
+  bool shared_experts = false;  // so does the hybrid's shared expert
+};
 
-// core_attn is built as a no-op: the flash-style attention keeps only its output and lse and
-// its backward recomputes the probabilities already. moe_act, layernorm, mlp and
-// shared_experts drop tensors.
-inline constexpr std::string_view kBuiltRecomputeModules =
-    "core_attn, moe_act, layernorm, mlp, shared_experts";
-inline bool is_built_recompute_module(std::string_view module) {
-  return module == "core_attn" || module == "moe_act" || module == "layernorm" || module == "mlp" ||
-         module == "shared_experts";
-}
+// Every name Megatron's TransformerConfig accepts in recompute_modules, and those built here.
+bool is_recompute_module(std::string_view module);
+bool is_built_recompute_module(std::string_view module);
+// "core_attn, moe_act, ...": all of Megatron's names, or the built ones, for messages.
+std::string recompute_module_names(bool built_only);
+
+// The flags `model` asks for: none unless recompute_granularity is selective.
+SelectiveRecompute selective_recompute(const ModelConfig& model);
+// The modules that drop tensors, "moe_act, layernorm" (empty when none).
+std::string dropped_modules(const SelectiveRecompute& recompute);
 
 }  // namespace dyncp::config

@@ -51,7 +51,7 @@ std::vector<std::string> unbuilt_features(const ConfigContainer& config) {
       config.model.recompute_granularity == RecomputeGranularity::selective)
     out.push_back("selective recomputation of " + unbuilt_modules + " (model.recompute_modules=" +
                   format_value(KeyValue{config.model.recompute_modules}) +
-                  "; built: " + std::string(kBuiltRecomputeModules) + ")");
+                  "; built: " + recompute_module_names(/*built_only=*/true) + ")");
   return out;
 }
 

@@ -158,8 +158,8 @@ void check_recompute(ModelConfig& model, ProblemList& problems) {
     for (const auto& module : model.recompute_modules)
       if (!is_recompute_module(module))
         problems.add("model.recompute_modules", module,
-                     "not a module Megatron recomputes (core_attn, moe_act, layernorm, "
-                     "mla_up_proj, mlp, moe, shared_experts)");
+                     "not a module Megatron recomputes (" +
+                         recompute_module_names(/*built_only=*/false) + ")");
   }
   if (full && model.recompute_method == RecomputeMethod::block && model.recompute_num_layers &&
       *model.recompute_num_layers > model.architecture.num_hidden_layers) {

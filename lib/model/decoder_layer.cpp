@@ -217,7 +217,7 @@ double moe_forward(const LayerRunContext& run, int layer, const DecoderLayerPara
   const Tensor x_perm = keep.allocate({assignments, n.hidden}, dtype);
   ops::permute_forward(ctx, saved.normed_mid, saved.plan, x_perm);
   saved.y_perm = keep.allocate({assignments, n.hidden}, dtype);
-  saved.experts.recompute_hidden = run.recompute_moe_act;
+  saved.experts.recompute_hidden = run.recompute.moe_act;
   run.seams.experts->forward(run.seam, layer, x_perm, saved.plan.expert_offsets, params.moe.experts,
                              saved.y_perm, saved.experts);
   ops::unpermute_forward(ctx, saved.y_perm, saved.plan, saved.routing_weights, mlp_out);
@@ -225,8 +225,8 @@ double moe_forward(const LayerRunContext& run, int layer, const DecoderLayerPara
   if (params.moe.has_shared_expert) {
     // mlp_out += σ(u · w_sg) · SharedExpert(u)  (qwen-moe.md §3.8)
     saved.shared_out = keep.allocate({n.tokens, n.hidden}, dtype);
-    const MlpKept kept = run.recompute_shared_experts ? MlpKept::input_only
-                         : run.recompute_moe_act      ? MlpKept::gate_up
+    const MlpKept kept = run.recompute.shared_experts ? MlpKept::input_only
+                         : run.recompute.moe_act      ? MlpKept::gate_up
                                                       : MlpKept::everything;
     swiglu_mlp_forward(ctx, keep, scratch, params.moe.shared_expert, saved.normed_mid,
                        saved.shared_gate_up, saved.shared_hidden, saved.shared_out, kept);
@@ -255,8 +255,8 @@ double decoder_layer_forward(const LayerRunContext& run, int layer_index,
   core::Arena& keep = *run.seam.activations;
   // Recomputed norm outputs live in scratch for this forward only; the norm statistics are kept.
   std::optional<core::ArenaScope> norm_outputs;
-  if (run.recompute_layernorm) norm_outputs.emplace(*run.seam.scratch);
-  core::Arena& norm_arena = run.recompute_layernorm ? *run.seam.scratch : keep;
+  if (run.recompute.layernorm) norm_outputs.emplace(*run.seam.scratch);
+  core::Arena& norm_arena = run.recompute.layernorm ? *run.seam.scratch : keep;
 
   saved.normed_input = norm_arena.allocate({n.tokens, n.hidden}, dtype);
   saved.input_norm.inv_rms = keep.allocate({n.tokens}, dtype);
@@ -283,10 +283,10 @@ double decoder_layer_forward(const LayerRunContext& run, int layer_index,
   } else {
     swiglu_mlp_forward(run.seam.ops, keep, *run.seam.scratch, params.dense, saved.normed_mid,
                        saved.dense_gate_up, saved.dense_hidden, output,
-                       run.recompute_mlp ? MlpKept::input_only : MlpKept::everything);
+                       run.recompute.mlp ? MlpKept::input_only : MlpKept::everything);
   }
   ops::add(run.seam.ops, output, saved.mid, output);
-  if (run.recompute_layernorm) {
+  if (run.recompute.layernorm) {
     saved.normed_input = Tensor{};
     saved.normed_mid = Tensor{};
   }

@@ -8,6 +8,7 @@
 // I the (expert or dense) intermediate size.
 
 #include "config/model_architecture.hpp"
+#include "config/recompute_modules.hpp"
 #include "model/qwen3_moe_parameters.hpp"
 #include "model/seams.hpp"
 #include "ops/attention.hpp"
@@ -34,7 +35,7 @@ struct GatedDeltaNetActivations {
 // What a layer's forward keeps for its backward.
 struct DecoderLayerActivations {
   // [T, h]. The two residual norms' outputs are undefined after a forward that recomputes them
-  // (LayerRunContext::recompute_layernorm): backward rebuilds them from the kept norm input.
+  // (LayerRunContext::recompute.layernorm): backward rebuilds them from the kept norm input.
   Tensor normed_input;
   ops::RmsNormSaved input_norm;
   // Full-attention layers.
@@ -82,14 +83,11 @@ struct LayerRunContext {
   // Selective recomputation (Megatron's recompute_modules). moe_act: the routed and shared
   // experts' SwiGLU outputs (the down projections' inputs) are not kept; backward recomputes
   // them from the kept gate_up. layernorm: the outputs of the input and post-attention norms
-  // are not kept; backward recomputes them from the kept norm inputs. Both re-run the same ops
-  // on the same inputs, so the gradients are bitwise those of a run that keeps them.
-  // mlp (dense layers) and shared_experts (the hybrid's shared expert): the SwiGLU MLP keeps
-  // only its input; backward recomputes gate_up and the SwiGLU output from it.
-  bool recompute_moe_act = false;
-  bool recompute_layernorm = false;
-  bool recompute_mlp = false;
-  bool recompute_shared_experts = false;
+  // are not kept; backward recomputes them from the kept norm inputs. mlp (dense layers) and
+  // shared_experts (the hybrid's shared expert): the SwiGLU MLP keeps only its input; backward
+  // recomputes gate_up and the SwiGLU output from it. All re-run the same ops on the same
+  // inputs, so the gradients are bitwise those of a run that keeps them.
+  config::SelectiveRecompute recompute;
 };
 
 // output [T, h] = layer(input). Saved tensors are allocated from run.seam.activations,

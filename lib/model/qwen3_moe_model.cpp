@@ -133,10 +133,7 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
   run.aux_loss = options_.aux_loss;
   run.aux_num_sequences_global = options.aux_num_sequences_global;
   run.aux_loss_grad_scale = options.aux_loss_grad_scale;
-  run.recompute_moe_act = options_.recompute_moe_act;
-  run.recompute_layernorm = options_.recompute_layernorm;
-  run.recompute_mlp = options_.recompute_mlp;
-  run.recompute_shared_experts = options_.recompute_shared_experts;
+  run.recompute = options_.selective;
 
   SeamContext bin_context = run.seam;
   bin_context.activations = &activations_;

@@ -19,12 +19,13 @@
 // largest size no call allocates heap memory. With recompute (recompute_granularity = full) a
 // recomputed layer keeps only its input during forward and re-runs its forward inside backward;
 // every layer is recomputed, or only the first recompute_first_layers (block method). Selective
-// recomputation (ModelOptions::recompute_moe_act / recompute_layernorm) drops single tensors
+// recomputation (ModelOptions::selective) drops single tensors
 // of every layer instead and rebuilds them in that layer's backward.
 
 #include <cstdint>
 #include <memory>
 
+#include "config/recompute_modules.hpp"
 #include "core/arena.hpp"
 #include "model/qwen3_moe_parameters.hpp"
 #include "model/seams.hpp"
@@ -55,17 +56,10 @@ struct ModelOptions {
   // With recompute_full: recompute only layers [0, n) (recompute_method = block); -1: every
   // layer (uniform).
   std::int64_t recompute_first_layers = -1;
-  // recompute_granularity = selective, per recompute_modules entry (core_attn needs no flag:
-  // the attention keeps only its output and lse, and its backward recomputes the
-  // probabilities). moe_act: the routed and shared experts' SwiGLU outputs are recomputed in
-  // backward from the kept gate_up; layernorm: the residual norms' outputs from their kept
-  // inputs; mlp (dense layers) and shared_experts (the hybrid's shared expert): the SwiGLU MLP
-  // keeps only its input and backward recomputes the rest. Loss and gradients are bitwise
-  // those without.
-  bool recompute_moe_act = false;
-  bool recompute_layernorm = false;
-  bool recompute_mlp = false;
-  bool recompute_shared_experts = false;
+  // recompute_granularity = selective (config/recompute_modules.hpp): what each layer leaves
+  // out of its saved activations and rebuilds in its backward with the same ops, so loss and
+  // gradients are bitwise those without.
+  config::SelectiveRecompute selective;
   ExpertRange experts;  // experts held by this rank (default: all)
   // f32 (training) or f64 (finite-difference checks): parameters, gradients and activations.
   // HF checkpoints load into either; the per_token_loss / final_hidden outputs of BinOptions
@@ -120,12 +114,8 @@ class Qwen3MoeModel {
     options_.recompute_full = enabled;
     options_.recompute_first_layers = first_layers;
   }
-  void set_recompute_selective(bool moe_act, bool layernorm, bool mlp = false,
-                               bool shared_experts = false) {
-    options_.recompute_moe_act = moe_act;
-    options_.recompute_layernorm = layernorm;
-    options_.recompute_mlp = mlp;
-    options_.recompute_shared_experts = shared_experts;
+  void set_recompute_selective(const config::SelectiveRecompute& selective) {
+    options_.selective = selective;
   }
 
   // Forward (and backward when options.compute_gradients) over one bin. Token ids outside the

@@ -52,13 +52,14 @@ double norm_outputs_saved_per_token(const Shape& s, bool recompute_layernorm) {
   return recompute_layernorm ? 0.0 : 2 * s.hidden;
 }
 
-double moe_saved_per_token(const Shape& s, std::int64_t ep, bool recompute_moe_act) {
+double moe_saved_per_token(const Shape& s, std::int64_t ep,
+                           const config::SelectiveRecompute& recompute) {
   const double rows = s.top_k;                      // every token is routed to k experts
   double values = s.experts                         // router probabilities
                   + 4 * s.top_k                     // expert ids, weights, permute order and rows
                   + 2 * rows * s.hidden             // x_perm, y_perm
                   + 2 * rows * s.moe_intermediate;  // expert gate_up
-  if (!recompute_moe_act) values += rows * s.moe_intermediate;  // expert hidden (SwiGLU output)
+  if (!recompute.moe_act) values += rows * s.moe_intermediate;  // expert hidden (SwiGLU output)
   if (ep > 1) values += rows * s.hidden;                        // rows received from the EP group
   return values;
 }
@@ -84,10 +85,10 @@ double deltanet_saved_per_token(const config::ModelArchitecture& a) {
 
 // The hybrid family's shared expert behind its sigmoid gate: gate_up and SwiGLU output (neither
 // under shared_experts, only gate_up under moe_act), output and gate logit.
-double shared_expert_saved_per_token(const config::ModelArchitecture& a, bool recompute_moe_act,
-                                     bool recompute_shared_experts) {
+double shared_expert_saved_per_token(const config::ModelArchitecture& a,
+                                     const config::SelectiveRecompute& recompute) {
   if (!a.is_hybrid() || a.shared_expert_intermediate_size <= 0) return 0.0;
-  const double kept = recompute_shared_experts ? 0 : recompute_moe_act ? 2 : 3;
+  const double kept = recompute.shared_experts ? 0 : recompute.moe_act ? 2 : 3;
   return kept * static_cast<double>(a.shared_expert_intermediate_size) + 2;
 }
 
@@ -100,13 +101,12 @@ double dense_saved_per_token(const Shape& s, bool recompute_mlp) {
 // Selective recomputation adds what it rebuilds: the norm output each phase reads (layernorm)
 // and the experts' SwiGLU output beside their gradients (moe_act).
 double backward_scratch_per_token(const Shape& s, bool moe_layers, bool dense_layers,
-                                  bool recompute_moe_act, bool recompute_layernorm,
-                                  bool recompute_mlp) {
-  const double norm_output = recompute_layernorm ? s.hidden + 1 : 0.0;  // + its statistics
+                                  const config::SelectiveRecompute& recompute) {
+  const double norm_output = recompute.layernorm ? s.hidden + 1 : 0.0;  // + its statistics
   const double attention = s.hidden + 2 * s.q_width + 2 * s.kv_width + s.q_width + norm_output;
   const double moe = s.hidden + 2 * s.top_k * s.hidden + s.top_k + s.experts +
-                     (recompute_moe_act ? 4 : 3) * s.top_k * s.moe_intermediate;
-  const double dense = s.hidden + (recompute_mlp ? 6 : 3) * s.dense_intermediate;
+                     (recompute.moe_act ? 4 : 3) * s.top_k * s.moe_intermediate;
+  const double dense = s.hidden + (recompute.mlp ? 6 : 3) * s.dense_intermediate;
   const double mlp =
       norm_output + std::max(moe_layers ? moe : 0.0, dense_layers || !moe_layers ? dense : 0.0);
   return std::max(attention, mlp);
@@ -226,16 +226,14 @@ MemoryEstimate estimate_memory(const MemoryEstimateInput& input) {
     any_moe = any_moe || moe;
     any_dense = any_dense || !moe;
     const double mixer =
-        norm_outputs_saved_per_token(s, input.recompute_layernorm) +
+        norm_outputs_saved_per_token(s, input.selective.layernorm) +
         (a.mixer_of_layer(layer) == config::LayerMixer::linear_attention
              ? deltanet_saved_per_token(a)
              : attention_saved_per_token(s) + (a.is_hybrid() ? 2 * s.q_width : 0.0));  // gate
     const double per_token =
-        mixer +
-        (moe ? moe_saved_per_token(s, input.expert_model_parallel_size, input.recompute_moe_act) +
-                   shared_expert_saved_per_token(a, input.recompute_moe_act,
-                                                 input.recompute_shared_experts)
-             : dense_saved_per_token(s, input.recompute_mlp));
+        mixer + (moe ? moe_saved_per_token(s, input.expert_model_parallel_size, input.selective) +
+                           shared_expert_saved_per_token(a, input.selective)
+                     : dense_saved_per_token(s, input.selective.mlp));
     const bool recomputed = input.recompute_full && (input.recompute_first_layers < 0 ||
                                                      layer < input.recompute_first_layers);
     if (recomputed) {
@@ -251,12 +249,7 @@ MemoryEstimate estimate_memory(const MemoryEstimateInput& input) {
                        std::to_string(a.num_hidden_layers + 1) +
                            " layer inputs + final norm and gradients, [T, h] each, " + at_tokens});
   if (!input.recompute_full) {
-    std::string selective;
-    if (input.recompute_moe_act) selective += "moe_act";
-    for (const auto& [asked, name] :
-         {std::pair{input.recompute_layernorm, "layernorm"}, std::pair{input.recompute_mlp, "mlp"},
-          std::pair{input.recompute_shared_experts, "shared_experts"}})
-      if (asked) selective += std::string(selective.empty() ? "" : ", ") + name;
+    const std::string selective = config::dropped_modules(input.selective);
     out.lines.push_back({"saved activations", kept_layers * tokens * bytes_per_value,
                          "every layer, incl. " + std::to_string(a.num_experts_per_tok) +
                              " top-k copies per token" +
@@ -275,9 +268,8 @@ MemoryEstimate estimate_memory(const MemoryEstimateInput& input) {
              "block)"});
   }
   out.lines.push_back({"backward scratch",
-                       backward_scratch_per_token(s, any_moe, any_dense, input.recompute_moe_act,
-                                                  input.recompute_layernorm, input.recompute_mlp) *
-                           tokens * bytes_per_value,
+                       backward_scratch_per_token(s, any_moe, any_dense, input.selective) * tokens *
+                           bytes_per_value,
                        "one layer's gradient temporaries"});
   const double token_chunk =
       static_cast<double>(std::min(input.cross_entropy_token_chunk, input.tokens_per_rank));
@@ -392,15 +384,7 @@ MemoryEstimateInput memory_estimate_input(const config::ConfigContainer& config)
   input.recompute_full = config.model.recompute_granularity == config::RecomputeGranularity::full;
   if (input.recompute_full && config.model.recompute_method == config::RecomputeMethod::block)
     input.recompute_first_layers = config.model.recompute_num_layers.value_or(1);
-  if (config.model.recompute_granularity == config::RecomputeGranularity::selective) {
-    const auto& modules = config.model.recompute_modules;
-    input.recompute_moe_act = std::find(modules.begin(), modules.end(), "moe_act") != modules.end();
-    input.recompute_layernorm =
-        std::find(modules.begin(), modules.end(), "layernorm") != modules.end();
-    input.recompute_mlp = std::find(modules.begin(), modules.end(), "mlp") != modules.end();
-    input.recompute_shared_experts =
-        std::find(modules.begin(), modules.end(), "shared_experts") != modules.end();
-  }
+  input.selective = config::selective_recompute(config.model);
   input.largest_cp_group = largest_cp_group_for(config, &input.largest_cp_group_why);
   input.bf16_products = config.mixed_precision == config::MixedPrecision::bf16_mixed;
   input.on_gpu = config.dist.device == config::Device::cuda;

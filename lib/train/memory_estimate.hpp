@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "config/config_container.hpp"
+#include "config/recompute_modules.hpp"
 
 namespace dyncp::train {
 
@@ -59,14 +60,9 @@ struct MemoryEstimateInput {
   std::int64_t tokens_per_rank = 4096;  // max_seqlen_per_dp_cp_rank
   bool recompute_full = false;
   std::int64_t recompute_first_layers = -1;  // block method: only layers [0, n); -1: all
-  // recompute_granularity = selective: recompute_modules moe_act (the routed and shared
-  // experts' SwiGLU outputs are not kept) and layernorm (nor are the residual norms' outputs);
-  // each is one recomputed tensor in the layer's backward scratch instead. mlp (dense layers)
-  // and shared_experts (the hybrid's shared expert) keep only the MLP's input.
-  bool recompute_moe_act = false;
-  bool recompute_layernorm = false;
-  bool recompute_mlp = false;
-  bool recompute_shared_experts = false;
+  // recompute_granularity = selective: the tensors each layer does not keep (gone from
+  // "saved activations"); each is one recomputed tensor in the layer's backward scratch instead.
+  config::SelectiveRecompute selective;
   std::int64_t largest_cp_group = 1;  // largest runtime CP group a bin may use
   std::int64_t expert_model_parallel_size = 1;
   std::int64_t pool_size = 1;          // dp x cp: the dense state's shards

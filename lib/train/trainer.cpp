@@ -124,20 +124,13 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& la
     model_options.recompute_first_layers = model_config.recompute_num_layers.value_or(1);
   // selective: the modules the config rules accept; core_attn drops nothing (docs/model.md).
   if (model_config.recompute_granularity == config::RecomputeGranularity::selective) {
-    const auto& modules = model_config.recompute_modules;
-    const auto asks = [&](const char* name) {
-      return std::find(modules.begin(), modules.end(), name) != modules.end();
-    };
-    for (const auto& module : modules)
+    for (const auto& module : model_config.recompute_modules)
       if (!config::is_built_recompute_module(module))
         core::throw_config_error("model.recompute_modules",
                                  module + ": not built yet (built: " +
-                                     std::string(config::kBuiltRecomputeModules) + ")");
-    model_options.recompute_moe_act = asks("moe_act");
-    model_options.recompute_layernorm = asks("layernorm");
-    model_options.recompute_mlp = asks("mlp");
-    model_options.recompute_shared_experts = asks("shared_experts");
+                                     config::recompute_module_names(/*built_only=*/true) + ")");
   }
+  model_options.selective = config::selective_recompute(model_config);
   model_options.aux_loss =
       model_config.moe_router_load_balancing_type == config::LoadBalancingType::none
           ? ops::MoeAuxLossType::none

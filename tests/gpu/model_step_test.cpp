@@ -126,8 +126,7 @@ void check_selective_step(const std::string& fixture) {
   options.device = Device::cuda;
   model::Qwen3MoeModel kept_model(cpu_model->architecture(), options);
   kept_model.parameters().copy_values_from(cpu_model->parameters());
-  options.recompute_moe_act = options.recompute_layernorm = true;
-  options.recompute_mlp = options.recompute_shared_experts = true;
+  options.selective = {.moe_act = true, .layernorm = true, .mlp = true, .shared_experts = true};
   model::Qwen3MoeModel selective_model(cpu_model->architecture(), options);
   selective_model.parameters().copy_values_from(cpu_model->parameters());
 

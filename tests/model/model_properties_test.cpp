@@ -77,15 +77,13 @@ TEST_CASE("selective recomputation gives bitwise the same loss and gradients", "
   const std::size_t stored_high_water = model->activation_high_water_bytes();
   // Each module alone and all together; core_attn needs no flag (the attention keeps only out
   // and lse). qwen3_moe_a's layer 0 is a dense MLP (mlp), qwen3_5_moe_b has a shared expert.
-  struct Modules {
-    bool moe_act, layernorm, mlp, shared_experts;
-  };
-  for (const Modules m : {Modules{true, false, false, false}, Modules{false, true, false, false},
-                          Modules{false, false, true, false}, Modules{false, false, false, true},
-                          Modules{true, true, true, true}}) {
-    INFO("moe_act " << m.moe_act << ", layernorm " << m.layernorm << ", mlp " << m.mlp
-                    << ", shared_experts " << m.shared_experts);
-    model->set_recompute_selective(m.moe_act, m.layernorm, m.mlp, m.shared_experts);
+  using config::SelectiveRecompute;
+  for (const SelectiveRecompute m :
+       {SelectiveRecompute{.moe_act = true}, SelectiveRecompute{.layernorm = true},
+        SelectiveRecompute{.mlp = true}, SelectiveRecompute{.shared_experts = true},
+        SelectiveRecompute{true, true, true, true}}) {
+    INFO("recomputed: " << config::dropped_modules(m));
+    model->set_recompute_selective(m);
     const auto recomputed = testing::run_batch(*model, sequences);
     CHECK(recomputed.result.loss_sum == stored.result.loss_sum);
     CHECK(recomputed.result.aux_loss == stored.result.aux_loss);
@@ -94,11 +92,11 @@ TEST_CASE("selective recomputation gives bitwise the same loss and gradients", "
   }
   // A fresh model that recomputes keeps less (arenas only grow, so not the same model), and
   // the module of this fixture's MLP (a dense layer, or the shared expert) less again.
-  options.recompute_moe_act = options.recompute_layernorm = true;
+  options.selective = {.moe_act = true, .layernorm = true};
   const auto selective = load_hf_model(testing::fixture_dir(fixture), options);
   testing::run_batch(*selective, sequences);
   CHECK(selective->activation_high_water_bytes() < stored_high_water);
-  options.recompute_mlp = options.recompute_shared_experts = true;
+  options.selective.mlp = options.selective.shared_experts = true;
   const auto whole_mlps = load_hf_model(testing::fixture_dir(fixture), options);
   testing::run_batch(*whole_mlps, sequences);
   CHECK(whole_mlps->activation_high_water_bytes() < selective->activation_high_water_bytes());

@@ -468,8 +468,8 @@ int main(int argc, char** argv) {
     sliced_options.experts =
         parallel::local_expert_range(architecture.num_experts, parallel_state.expert_parallel());
     sliced_options.device = options.device;
-    sliced_options.recompute_moe_act = sliced_options.recompute_layernorm = options.selective;
-    sliced_options.recompute_mlp = sliced_options.recompute_shared_experts = options.selective;
+    const bool s = options.selective;
+    sliced_options.selective = {.moe_act = s, .layernorm = s, .mlp = s, .shared_experts = s};
     model::Qwen3MoeModel model(architecture, sliced_options);
     model.parameters().init_random(7);
     {

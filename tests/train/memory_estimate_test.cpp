@@ -364,8 +364,7 @@ TEST_CASE("memory estimate: selective recomputation saves what the estimate says
       }
       const auto input = train::memory_estimate_input(smoke_config(1, overrides, recipe));
       model::ModelOptions options;
-      options.recompute_moe_act = input.recompute_moe_act;
-      options.recompute_layernorm = input.recompute_layernorm;
+      options.selective = input.selective;
       const double high_water = full_bin_high_water(input.architecture, options);
       if (modules.empty()) kept_estimate_architecture = input.architecture;
       return std::pair{high_water, train::estimate_memory(input)};
@@ -430,8 +429,7 @@ TEST_CASE("memory estimate: recomputing whole MLPs (mlp, shared_experts) saves w
       }
       const auto input = train::memory_estimate_input(smoke_config(1, overrides, c.recipe));
       model::ModelOptions options;
-      options.recompute_mlp = input.recompute_mlp;
-      options.recompute_shared_experts = input.recompute_shared_experts;
+      options.selective = input.selective;
       return std::tuple{full_bin_high_water(input.architecture, options),
                         train::estimate_memory(input), input.architecture};
     };
