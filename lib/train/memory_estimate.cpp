@@ -107,8 +107,7 @@ double backward_scratch_per_token(const Shape& s, bool moe_layers, bool dense_la
   const double moe = s.hidden + 2 * s.top_k * s.hidden + s.top_k + s.experts +
                      (recompute.moe_act ? 4 : 3) * s.top_k * s.moe_intermediate;
   const double dense = s.hidden + (recompute.mlp ? 6 : 3) * s.dense_intermediate;
-  const double mlp =
-      norm_output + std::max(moe_layers ? moe : 0.0, dense_layers || !moe_layers ? dense : 0.0);
+  const double mlp = norm_output + std::max(moe_layers ? moe : 0.0, dense_layers ? dense : 0.0);
   return std::max(attention, mlp);
 }
 
