@@ -8,7 +8,7 @@ packages=(
   libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev catch2 nlohmann-json3-dev
   libopenblas-dev openmpi-bin libopenmpi-dev
   libpcre2-dev libutf8proc-dev libboost-context-dev libxxhash-dev
-  clang libclang-rt-dev
+  clang libclang-rt-dev universal-ctags
 )
 # Slurm pieces are needed only by the one-node Slurm launch test.
 if [[ "${DYNCP_WITH_SLURM:-1}" == 1 ]]; then

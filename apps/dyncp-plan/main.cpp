@@ -100,8 +100,10 @@ packing::CostModel make_cost_model(const Options& options) {
 int run(const Options& options) {
   const auto& names = plan::scheduler_names();
   if (std::find(names.begin(), names.end(), options.scheduler) == names.end()) {
+    std::string known;
+    for (const auto& name : names) known += (known.empty() ? "" : ", ") + name;
     core::throw_usage_error("--scheduler: unknown scheduler '" + options.scheduler +
-                            "'; expected one of [dp_balanced, default_dynamic_cp, cost_aware]");
+                            "'; expected one of [" + known + "]");
   }
   if (options.lengths_path.empty() == options.distribution.empty()) {
     core::throw_usage_error("give exactly one of --lengths FILE or --distribution SPEC");
@@ -260,7 +262,10 @@ int main(int argc, char** argv) {
   app.add_option("--cap", options.cap,
                  "max_seqlen_per_dp_cp_rank: tokens one rank may hold per microbatch");
   app.add_option("--min-cp", options.min_cp, "Smallest dynamic CP group (a power of two)");
-  app.add_option("--scheduler", options.scheduler, "dp_balanced | default_dynamic_cp | cost_aware");
+  std::string scheduler_help;
+  for (const auto& name : dyncp::plan::scheduler_names())
+    scheduler_help += (scheduler_help.empty() ? "" : " | ") + name;
+  app.add_option("--scheduler", options.scheduler, scheduler_help);
   app.add_option("--alignment", options.alignment,
                  "Padding: per_group (each sequence to 2c for its group of c ranks; default) | "
                  "pool (2 x dp x cp, Megatron-Core; a lengths file is then taken as given)");

@@ -42,7 +42,10 @@ std::string format(const char* pattern, double value) {
 }  // namespace
 
 const std::vector<std::string>& scheduler_names() {
-  static const std::vector<std::string> names = {"dp_balanced", "default_dynamic_cp", "cost_aware"};
+  static const std::vector<std::string> names = [] {
+    const auto& known = config::EnumTraits<config::PackingScheduler>::names;
+    return std::vector<std::string>(known.begin(), known.end());
+  }();
   return names;
 }
 

@@ -13,6 +13,7 @@
 #include "packing/dp_balanced.hpp"
 #include "packing/run_scheduler.hpp"
 #include "packing/schedule.hpp"
+#include "parallel/parallel_plan.hpp"
 #include "train/memory_estimate.hpp"
 #include "train/training_data.hpp"
 
@@ -42,15 +43,13 @@ std::string milliseconds(double seconds) {
 SchedulePreview preview_first_step(const config::ConfigContainer& config,
                                    const data::SampleSource& source) {
   const auto& model = config.model;
-  // The same layout, scheduler and cost model the trainer derives (trainer.cpp, step_engine.cpp).
-  const dist::ParallelLayout layout = dist::layout_for_world(
-      static_cast<int>(config.layout.world_size), static_cast<int>(model.context_parallel_size),
-      static_cast<int>(model.expert_model_parallel_size), model.dynamic_context_parallel,
-      static_cast<int>(model.min_dynamic_context_parallel_size));
-  const config::PackingScheduler scheduler = model.sequence_packing_scheduler.value_or(
-      layout.dynamic_context_parallel ? config::PackingScheduler::default_dynamic_cp
-                                      : config::PackingScheduler::dp_balanced);
-  const std::int64_t cap = model.max_seqlen_per_dp_cp_rank.value_or(model.seq_length);
+  // The plan, scheduler and cost model the trainer derives (parallel/parallel_plan.hpp,
+  // train/run_options.hpp).
+  const parallel::ParallelPlan plan =
+      parallel::make_parallel_plan(config, static_cast<int>(config.layout.world_size), 0);
+  const dist::ParallelLayout& layout = plan.layout;
+  const config::PackingScheduler scheduler = plan.scheduler;
+  const std::int64_t cap = plan.max_seqlen_per_dp_cp_rank;
   const packing::CostModel cost_model(packing::model_cost_from_architecture(model.architecture),
                                       packing::cost_model_parameters(config.packing, model));
 
@@ -65,7 +64,7 @@ SchedulePreview preview_first_step(const config::ConfigContainer& config,
   preview.batch_size = static_cast<std::int64_t>(batch.size());
 
   // Real lengths; each is padded for the group the schedule gives it.
-  const packing::AlignmentRule alignment = packing::alignment_rule(config);
+  const packing::AlignmentRule& alignment = plan.alignment;
   std::vector<std::int64_t> lengths;
   lengths.reserve(batch.size());
   for (const std::int64_t id : batch) {
@@ -192,6 +191,9 @@ std::string suggest_static_layout(const config::ConfigContainer& config) {
 bool write_dry_run_report(std::ostream& out, const config::ConfigContainer& config,
                           std::int64_t max_records) {
   bool valid = true;
+  out << parallel::describe_rank_groups(
+      parallel::make_parallel_plan(config, static_cast<int>(config.layout.world_size), 0),
+      config.model.architecture.num_experts);
   TrainingData data = open_preview_data(config, max_records);
   if (data.source) {
     SchedulePreview preview = preview_first_step(config, *data.source);

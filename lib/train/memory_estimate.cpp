@@ -166,11 +166,17 @@ std::int64_t count_expert_parameters(const config::ModelArchitecture& a,
   return total - dense;
 }
 
-MemoryEstimate estimate_memory(const MemoryEstimateInput& input) {
+namespace {
+
+bool has_layers(const config::ModelArchitecture& a, bool moe) {
+  for (std::int64_t layer = 0; layer < a.num_hidden_layers; ++layer)
+    if (a.is_moe_layer(layer) == moe) return true;
+  return false;
+}
+
+// weights, gradients and AdamW moments: the first three lines, in parameter_state_bytes.
+void add_parameter_state(MemoryEstimate& out, const MemoryEstimateInput& input) {
   const auto& a = input.architecture;
-  const Shape s = shape_of(a);
-  const double tokens = static_cast<double>(input.tokens_per_rank);
-  MemoryEstimate out;
   // Under EP a rank holds only its E/ep experts of every MoE layer.
   const std::int64_t ep = std::max<std::int64_t>(input.expert_model_parallel_size, 1);
   out.num_parameters = count_parameters(a, ep);
@@ -215,7 +221,13 @@ MemoryEstimate estimate_memory(const MemoryEstimateInput& input) {
          "exp_avg + exp_avg_sq of every parameter this rank holds" + moment_dtypes});
     out.parameter_state_bytes = 2 * parameter_bytes + moments;
   }
+}
 
+// What one bin keeps for backward and needs during it: layer inputs, saved activations (by the
+// recompute settings), one layer's backward scratch and the cross-entropy chunk.
+void add_activations(MemoryEstimate& out, const MemoryEstimateInput& input, const Shape& s) {
+  const auto& a = input.architecture;
+  const double tokens = static_cast<double>(input.tokens_per_rank);
   double kept_layers = 0;  // saved for backward through the whole bin
   double largest_layer = 0;
   bool any_moe = false;
@@ -277,6 +289,15 @@ MemoryEstimate estimate_memory(const MemoryEstimateInput& input) {
   out.lines.push_back(
       {"cross-entropy chunk", token_chunk * (vocab_chunk + 2 * s.hidden + 5) * bytes_per_value,
        with_commas(token_chunk) + " tokens x " + with_commas(vocab_chunk) + " vocab tile"});
+}
+
+// The buffers of the CP exchange that runs (for the largest group a step forms) and of the EP
+// dispatch.
+void add_communication_buffers(MemoryEstimate& out, const MemoryEstimateInput& input,
+                               const Shape& s) {
+  const auto& a = input.architecture;
+  const double tokens = static_cast<double>(input.tokens_per_rank);
+  const bool any_moe = has_layers(a, /*moe=*/true);
   const double group = static_cast<double>(input.largest_cp_group);
   const bool all_to_all = input.cp_comm_type == config::CpCommType::a2a ||
                           input.cp_comm_type == config::CpCommType::a2a_p2p;
@@ -321,6 +342,16 @@ MemoryEstimate estimate_memory(const MemoryEstimateInput& input) {
                            : 0.0,
                        "received rows + expert outputs, balanced routing over ep " +
                            std::to_string(input.expert_model_parallel_size)});
+}
+
+// bf16_mixed's operand copies and the GPU gated delta rule's backward scratch.
+void add_precision_and_device_buffers(MemoryEstimate& out, const MemoryEstimateInput& input,
+                                      const Shape& s) {
+  const auto& a = input.architecture;
+  const double tokens = static_cast<double>(input.tokens_per_rank);
+  const std::int64_t ep = std::max<std::int64_t>(input.expert_model_parallel_size, 1);
+  const bool any_moe = has_layers(a, /*moe=*/true);
+  const bool any_dense = has_layers(a, /*moe=*/false);
   if (input.bf16_products) {
     const double copy_bytes = input.on_gpu ? 2.0 : bytes_per_value;
     const double local_experts = static_cast<double>(std::max<std::int64_t>(a.num_experts / ep, 1));
@@ -342,6 +373,17 @@ MemoryEstimate estimate_memory(const MemoryEstimateInput& input) {
          std::to_string(ops::gated_delta_rule_backward_blocks(shape)) +
              " blocks' chunk states and their gradients + per-head dq, dk rows, fp32"});
   }
+}
+
+}  // namespace
+
+MemoryEstimate estimate_memory(const MemoryEstimateInput& input) {
+  const Shape s = shape_of(input.architecture);
+  MemoryEstimate out;
+  add_parameter_state(out, input);
+  add_activations(out, input, s);
+  add_communication_buffers(out, input, s);
+  add_precision_and_device_buffers(out, input, s);
   for (std::size_t i = 3; i < out.lines.size(); ++i) out.per_bin_bytes += out.lines[i].bytes;
   return out;
 }

@@ -10,25 +10,18 @@
 #include <string>
 #include <vector>
 
-#include "config/config_loader.hpp"
-#include "config/resolve.hpp"
 #include "data/mock_dataset.hpp"
 #include "data/sampler.hpp"
 #include "packing/alignment.hpp"
+#include "smoke_recipe.hpp"
 #include "train/training_data.hpp"
 
 namespace fs = std::filesystem;
+
 using namespace dyncp;
+using test::smoke_config;
 
 namespace {
-
-config::ConfigContainer smoke_config(std::int64_t world_size,
-                                     const std::vector<std::string>& overrides = {}) {
-  auto config = config::load_config_file(
-      std::string(DYNCP_SOURCE_DIR) + "/configs/smoke/tiny_mock.yaml", overrides);
-  config::resolve_config(config, world_size);
-  return config;
-}
 
 // The histogram must account for every group and every rank of every microbatch.
 void check_histogram(const train::SchedulePreview& preview) {

@@ -1,0 +1,97 @@
+#include "train/checkpoint_saver.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "core/error.hpp"
+#include "model/hf_checkpoint.hpp"
+#include "train/hf_export.hpp"
+#include "train/training_checkpoint.hpp"
+
+namespace dyncp::train {
+
+namespace fs = std::filesystem;
+
+CheckpointSaver::CheckpointSaver(const config::ConfigContainer& config, dist::Comm& world,
+                                 dist::ParallelState& parallel_state,
+                                 HostParameters& host_parameters, AdamWOptimizer& optimizer)
+    : config_(config),
+      world_(world),
+      host_parameters_(host_parameters),
+      optimizer_(optimizer),
+      expert_gather_(parallel_state.expert_parallel()) {
+  if (!config.checkpoint.save.empty()) {
+    store_ = std::make_unique<CheckpointStore>(config.checkpoint.save,
+                                               static_cast<int>(config.checkpoint.most_recent_k));
+  }
+  std::int32_t writer = world.rank() == 0 ? 1 : 0;
+  parallel_state.expert_parallel().all_reduce(&writer, &writer, 1, core::DType::i32,
+                                              dist::ReduceOp::max);
+  writer_group_ = writer != 0;
+}
+
+bool CheckpointSaver::save(const LoopState& state) {
+  if (!store_) return false;
+  // The checkpoint holds every moment whatever the layout: the distributed optimizer's pieces
+  // are gathered into temporary buffers the size of this rank's parameters first, and the
+  // experts of other EP ranks come through the gather while rank 0 writes.
+  const AdamWOptimizer::FullSizeMoments moments = optimizer_.full_size_moments();
+  optimizer_.gather_full_size_moments(moments);
+  const model::Qwen3MoeParameters& parameters = host_parameters_.download();
+  if (writer_group_ && world_.rank() != 0) {
+    write_training_checkpoint({}, parameters, moments.exp_avg, moments.exp_avg_sq, state,
+                              &expert_gather_, /*write=*/false);
+  }
+  std::int32_t failed = 0;
+  if (world_.rank() == 0) {
+    std::string failure;
+    fs::path folder;
+    try {
+      folder = store_->begin(state.iteration);
+    } catch (const std::exception& error) {  // core::Error or std::filesystem's
+      failure = error.what();
+    }
+    try {
+      // Even when begin() failed: the other ranks of the EP group are gathering.
+      write_training_checkpoint(folder, parameters, moments.exp_avg, moments.exp_avg_sq, state,
+                                &expert_gather_, /*write=*/failure.empty());
+      if (failure.empty())
+        spdlog::info("checkpoint saved: {}", store_->commit(state.iteration).string());
+    } catch (const std::exception& error) {
+      if (failure.empty()) failure = error.what();
+    }
+    if (!failure.empty()) {
+      store_->abandon(state.iteration);
+      spdlog::error("checkpoint at iteration {} failed, the previous one is kept: {}",
+                    state.iteration, failure);
+      failed = 1;
+    }
+  }
+  world_.all_reduce(&failed, &failed, 1, core::DType::i32, dist::ReduceOp::max);
+  return failed == 0;
+}
+
+void CheckpointSaver::export_hf(const fs::path& tokenizer_folder) {
+  const std::string& folder = config_.checkpoint.export_hf;
+  const model::Qwen3MoeParameters& parameters = host_parameters_.download();
+  if (writer_group_ && world_.rank() != 0) {
+    model::save_hf_checkpoint(folder, parameters, model::StoredDType::bf16, 0, &expert_gather_,
+                              /*write=*/false);
+  }
+  if (world_.rank() == 0) {
+    model::save_hf_checkpoint(folder, parameters, model::StoredDType::bf16, 0, &expert_gather_);
+    complete_hf_export(folder, tokenizer_folder, model::StoredDType::bf16,
+                       config_.model.architecture);
+    spdlog::info("HF weights exported to {}", folder);
+  }
+  world_.barrier();
+}
+
+void require_final_save(bool saved, const LoopState& state, const std::string& save_folder) {
+  if (saved) return;
+  core::throw_runtime_error("the final checkpoint (iteration " + std::to_string(state.iteration) +
+                            ") could not be written to " + save_folder +
+                            "; the trained steps since the last good checkpoint are lost "
+                            "(see the error above)");
+}
+
+}  // namespace dyncp::train

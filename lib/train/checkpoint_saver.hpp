@@ -1,0 +1,53 @@
+#pragma once
+// Writes a run's training checkpoints (checkpoint.save, through train::CheckpointStore) and its
+// HF export (checkpoint.export_hf). Rank 0 writes; the other ranks of its EP group send it
+// their experts one MoE layer at a time (parallel::EpExpertGather), and the distributed
+// optimizer's pieces are gathered into full-size moments first, so what is written does not
+// depend on the layout. Every method is collective over the world.
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "config/config_container.hpp"
+#include "dist/comm.hpp"
+#include "dist/parallel_state.hpp"
+#include "parallel/expert_gather.hpp"
+#include "train/checkpoint_store.hpp"
+#include "train/loop_state.hpp"
+#include "train/optimizer.hpp"
+#include "train/training_device.hpp"
+
+namespace dyncp::train {
+
+class CheckpointSaver {
+ public:
+  // Collective: finds whether this rank's EP group holds rank 0 (the writer).
+  CheckpointSaver(const config::ConfigContainer& config, dist::Comm& world,
+                  dist::ParallelState& parallel_state, HostParameters& host_parameters,
+                  AdamWOptimizer& optimizer);
+
+  // Whether checkpoint.save is set: without it save() saves nothing and returns false.
+  bool saves() const { return store_ != nullptr; }
+  // Saves `state` with the current parameters and moments. Returns whether the checkpoint was
+  // saved (the same answer on every rank); a failure is logged, the previous checkpoint is
+  // kept, and the caller decides whether it ends the run.
+  bool save(const LoopState& state);
+  // The HF folder of checkpoint.export_hf (bf16 weights, config, tokenizer files from
+  // `tokenizer_folder` when not empty, generation config).
+  void export_hf(const std::filesystem::path& tokenizer_folder);
+
+ private:
+  const config::ConfigContainer& config_;
+  dist::Comm& world_;
+  HostParameters& host_parameters_;
+  AdamWOptimizer& optimizer_;
+  std::unique_ptr<CheckpointStore> store_;
+  parallel::EpExpertGather expert_gather_;
+  bool writer_group_ = false;  // this rank's EP group holds rank 0
+};
+
+// Ends the run with exit 1 (a runtime error) when the checkpoint that closes it was not saved.
+void require_final_save(bool saved, const LoopState& state, const std::string& save_folder);
+
+}  // namespace dyncp::train

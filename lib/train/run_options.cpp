@@ -1,0 +1,83 @@
+#include "train/run_options.hpp"
+
+#include "config/recompute_modules.hpp"
+#include "core/error.hpp"
+#include "packing/cost_model.hpp"
+
+namespace dyncp::train {
+
+model::ModelOptions model_options_for(const config::ConfigContainer& config,
+                                      const parallel::ParallelPlan& plan, core::Device device) {
+  const auto& model = config.model;
+  model::ModelOptions options;
+  options.recompute_full = model.recompute_granularity == config::RecomputeGranularity::full;
+  // uniform: every layer, one at a time (Megatron's chunks of recompute_num_layers recompute
+  // the same layers; one at a time needs no more memory); block: the first n layers only.
+  if (options.recompute_full && model.recompute_method == config::RecomputeMethod::block)
+    options.recompute_first_layers = model.recompute_num_layers.value_or(1);
+  // selective: the modules the config rules accept; core_attn drops nothing (docs/model.md).
+  if (model.recompute_granularity == config::RecomputeGranularity::selective) {
+    for (const auto& module : model.recompute_modules)
+      if (!config::is_built_recompute_module(module))
+        core::throw_config_error("model.recompute_modules",
+                                 module + ": not built yet (built: " +
+                                     config::recompute_module_names(/*built_only=*/true) + ")");
+  }
+  options.selective = config::selective_recompute(model);
+  options.aux_loss = model.moe_router_load_balancing_type == config::LoadBalancingType::none
+                         ? ops::MoeAuxLossType::none
+                         : ops::MoeAuxLossType::seq_aux_loss;
+  // Under EP this rank holds only its experts' weights, gradients and moments.
+  options.experts = plan.experts;
+  options.device = device;
+  options.precision = config.mixed_precision == config::MixedPrecision::bf16_mixed
+                          ? ops::ComputePrecision::bf16
+                          : ops::ComputePrecision::fp32;
+  return options;
+}
+
+StepEngineOptions step_engine_options_for(const config::ConfigContainer& config,
+                                          const parallel::ParallelPlan& plan,
+                                          std::int32_t pad_token_id) {
+  const auto& model = config.model;
+  StepEngineOptions options;
+  options.scheduler = plan.scheduler;
+  options.max_seqlen_per_dp_cp_rank = plan.max_seqlen_per_dp_cp_rank;
+  options.alignment = plan.alignment;
+  options.fold_alignment_padding = config.dataset.fold_alignment_padding;
+  options.pad_token_id = pad_token_id;
+  options.cp_comm_type = model.cp_comm_type;
+  if (!model.hierarchical_context_parallel_sizes.empty())
+    options.hierarchical_inner_size =
+        static_cast<int>(model.hierarchical_context_parallel_sizes.front());
+  // cost_aware prices the exchange that runs.
+  options.cost_model = packing::cost_model_parameters(config.packing, model);
+  options.distributed_optimizer = config.ddp.use_distributed_optimizer;
+  return options;
+}
+
+AdamWSettings adamw_settings_for(const config::ConfigContainer& config) {
+  const auto state_dtype = [](config::StateDType dtype) {
+    return dtype == config::StateDType::bfloat16 ? core::DType::bf16 : core::DType::f32;
+  };
+  AdamWSettings settings;
+  settings.beta1 = config.optimizer.adam_beta1;
+  settings.beta2 = config.optimizer.adam_beta2;
+  settings.eps = config.optimizer.adam_eps;
+  settings.weight_decay = config.optimizer.weight_decay;
+  settings.exp_avg_dtype = state_dtype(config.optimizer.exp_avg_dtype);
+  settings.exp_avg_sq_dtype = state_dtype(config.optimizer.exp_avg_sq_dtype);
+  return settings;
+}
+
+LrSchedule lr_schedule_for(const config::ConfigContainer& config) {
+  LrSchedule schedule;
+  schedule.max_lr = config.optimizer.lr;
+  schedule.min_lr = config.optimizer.min_lr;
+  schedule.warmup_iters = config.scheduler.lr_warmup_iters;
+  schedule.decay_iters = config.scheduler.lr_decay_iters.value_or(config.train.train_iters);
+  schedule.style = config.scheduler.lr_decay_style;
+  return schedule;
+}
+
+}  // namespace dyncp::train
