@@ -432,11 +432,12 @@ R dataset.hf_validation_dataset : Hugging Face Hub datasets
 R dataset.hf_test_dataset : Hugging Face Hub datasets
 R dataset.max_train_samples : a capped training set
 R dataset.enable_offline_packing = false : offline packing (global-batch packing is the only data path)
+R dataset.packed_sequence_specs = null : offline packing (Bridge before 0.6; global-batch packing is the only data path)
 R dataset.trust_remote_code = null|false : remote dataset code
 I dataset.offline_packing_specs* : offline packing settings (used only with enable_offline_packing)
 I dataset.random_seed : shuffling uses rng.seed here
 I dataset.seed : shuffling uses rng.seed here
-I dataset.sequence_length : Bridge's internal copy of seq_length
+H dataset.sequence_length -> special : dataset.seq_length (how Bridge before 0.6 dumps it)
 I dataset.split_matrix : derived by Bridge from split
 I dataset.reset_position_ids : samples are whole documents with their own positions here
 I dataset.reset_attention_mask : samples are whole documents with their own attention here
@@ -453,7 +454,7 @@ I dataset.dynamic_context_parallel : derived by Bridge from the model
 I dataset.tokenizer : runtime object
 H dataset.do_validation -> special : true: dataset.validation_data_path = <root>/validation.jsonl
 I dataset.do_test : no test split is run
-I dataset.dataset_kwargs : padding options of the offline path
+H dataset.dataset_kwargs -> special : padding, cache and kernel arguments have no effect here; any other argument (sample filters, seeds, special tokens, loss options) is refused
 I dataset.data_sharding : loader workers, memory maps, caches and index options
 I dataset.pin_memory : loader workers, memory maps, caches and index options
 I dataset.drop_last : loader workers, memory maps, caches and index options
@@ -497,6 +498,7 @@ I tokenizer.pad_vocab_size : vocabulary padding and tokenizer-backend options
 I tokenizer.metadata_path : vocabulary padding and tokenizer-backend options
 I tokenizer.tiktoken_pattern : vocabulary padding and tokenizer-backend options
 I tokenizer.tiktoken_num_special_tokens : vocabulary padding and tokenizer-backend options
+I tokenizer.tiktoken_special_tokens : vocabulary padding and tokenizer-backend options
 I tokenizer.tokenizer_sentencepiece_legacy : vocabulary padding and tokenizer-backend options
 I tokenizer.tokenizer_sentencepiece_ignore_extra_whitespaces : vocabulary padding and tokenizer-backend options
 I tokenizer.tokenizer_hf_no_use_fast : vocabulary padding and tokenizer-backend options
