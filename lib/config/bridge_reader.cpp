@@ -314,6 +314,15 @@ class BridgeReader {
   }
 
   void finish() {
+    // ConfigContainer.validate copies TrainingConfig's deprecated validation fields over
+    // ValidationConfig's when they are set.
+    for (const char* name : {"eval_iters", "eval_interval"}) {
+      const auto* entry = special(std::string("train.") + name);
+      if (entry == nullptr || entry->value.IsNull()) continue;
+      const std::string target = std::string("validation.") + name;
+      std::erase_if(out_, [&](const Assignment& done) { return done.path == target; });
+      assign(target, to_raw(entry->value), entry->origin);
+    }
     finish_model();
     finish_data();
     finish_precision();

@@ -27,8 +27,8 @@ I rerun_state_machine.* : result-validation reruns and fault injection
 H train.micro_batch_size -> train.micro_batch_size
 H train.global_batch_size -> train.global_batch_size
 H train.train_iters -> train.train_iters
-I train.eval_iters : deprecated Bridge spelling (validation.eval_iters is read)
-I train.eval_interval : deprecated Bridge spelling (validation.eval_interval is read)
+H train.eval_iters -> special : validation.eval_iters when set (Bridge copies the deprecated spelling over ValidationConfig's)
+H train.eval_interval -> special : validation.eval_interval when set (Bridge copies the deprecated spelling over ValidationConfig's)
 R train.skip_train = null|false : skipping training
 R train.rampup_batch_size : batch-size ramp-up
 R train.step_batch_size_schedule : a batch-size schedule
@@ -441,7 +441,7 @@ H dataset.sequence_length -> special : dataset.seq_length (how Bridge before 0.6
 I dataset.split_matrix : derived by Bridge from split
 I dataset.reset_position_ids : samples are whole documents with their own positions here
 I dataset.reset_attention_mask : samples are whole documents with their own attention here
-I dataset.eod_mask_loss : samples are whole documents here
+R dataset.eod_mask_loss = null|false : masking the loss on end-of-document tokens (the loss counts every token of a document here)
 I dataset.create_attention_mask : masks come from cu_seqlens here
 I dataset.add_extra_token_to_sequence : samples are whole documents here
 I dataset.drop_last_partial_validation_sequence : samples are whole documents here

@@ -273,3 +273,29 @@ TEST_CASE("SFT dataset arguments that change samples or the loss are refused", "
     CHECK(message.find("changes the samples or the loss and is not built") != std::string::npos);
   }
 }
+
+TEST_CASE("train's deprecated validation fields override validation's as in Bridge",
+          "[config][bridge]") {
+  const auto text = read_text(fixture_path("qwen3_30b_a3b_pretrain_dynamic_cp.yaml"));
+  const auto base = load_text(text);
+  CHECK(base.validation.eval_iters == 32);
+  CHECK(base.validation.eval_interval == 500);
+  auto edited = edit(text, "train", "eval_iters", "null", "5");
+  edited = edit(edited, "train", "eval_interval", "null", "20");
+  const auto config = load_text(edited);
+  CHECK(config.validation.eval_iters == 5);
+  CHECK(config.validation.eval_interval == 20);
+  CHECK_FALSE(lists(config, "train.eval_iters=5"));
+}
+
+TEST_CASE("masking the loss on end-of-document tokens is refused", "[config][bridge]") {
+  for (const auto& label : older_releases()) {
+    INFO(label);
+    const auto text = release_dump(label);
+    CHECK(error_of(text).empty());
+    const auto message = error_of(edit(text, "dataset", "eod_mask_loss", "false", "true"));
+    CHECK(message.find("dataset.eod_mask_loss") != std::string::npos);
+    CHECK(message.find("masking the loss on end-of-document tokens (the loss counts") !=
+          std::string::npos);
+  }
+}
