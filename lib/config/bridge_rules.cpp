@@ -509,7 +509,7 @@ I tokenizer.null_tokenizer_pad_id : vocabulary padding and tokenizer-backend opt
 I tokenizer.make_vocab_size_divisible_by : vocabulary padding and tokenizer-backend options
 I tokenizer.tensor_model_parallel_size : vocabulary padding and tokenizer-backend options
 I tokenizer.rank : vocabulary padding and tokenizer-backend options
-I tokenizer.use_tokenizer_vocab_size : vocabulary padding and tokenizer-backend options
+R tokenizer.use_tokenizer_vocab_size = false : a model vocabulary sized from the tokenizer (Bridge then ignores model.vocab_size; the vocabulary here is model.vocab_size)
 H tokenizer.hf_tokenizer_kwargs -> special : revision: the cache snapshot of tokenizer_model (other arguments have no effect)
 I tokenizer.sp_tokenizer_kwargs : vocabulary padding and tokenizer-backend options
 I tokenizer.image_tag_type : vocabulary padding and tokenizer-backend options

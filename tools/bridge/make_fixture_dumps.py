@@ -299,7 +299,8 @@ def dumps(fields):
         {"model": dict(context_parallel_size=2, dynamic_context_parallel=True,
                        max_seqlen_per_dp_cp_rank=1024, calculate_per_token_loss=True),
          "dataset": dict(enable_global_batch_packing=True),
-         "ddp": dict(average_in_collective=False)}, 16)
+         "ddp": dict(average_in_collective=False),
+         "tokenizer": dict(use_tokenizer_vocab_size=False)}, 16)
 
     # qwen3_30b_a3b_sft_16gpu_h100_bf16_config: TP1 PP1 EP16, seq 2048, packed SFT data.
     model = dict(QWEN3_30B_A3B, tensor_model_parallel_size=1, pipeline_model_parallel_size=1,
@@ -384,7 +385,8 @@ def dumps(fields):
                        max_seqlen_per_dp_cp_rank=1024, calculate_per_token_loss=True,
                        moe_router_load_balancing_type="aux_loss"),
          "dataset": dict(enable_global_batch_packing=True),
-         "ddp": dict(average_in_collective=False)}, 8)
+         "ddp": dict(average_in_collective=False),
+         "tokenizer": dict(use_tokenizer_vocab_size=False)}, 8)
     return out
 
 
@@ -396,15 +398,19 @@ def write(path, dump, header):
 
 def write_recipe(path, name, dump, edits, world, release):
     edited = copy.deepcopy(dump)
+    applied = []
     for section_name, values in edits.items():
         for key, value in values.items():
             key = key if key in edited[section_name] else RENAMED.get(key, key)
+            if key not in edited[section_name] and release:
+                continue  # a field that release does not have (nor its recipe's setting)
             if key not in edited[section_name]:
                 raise KeyError(f"{section_name}.{key}")
             edited[section_name][key] = value
+            applied.append(f"#   {section_name}.{key}: {value}\n")
     write(path, edited,
-          f"# {name} edited to turn on dynamic context parallelism (world size {world}):\n"
-          + "".join(f"#   {s}.{k}: {v}\n" for s, kv in edits.items() for k, v in kv.items())
+          f"# {name} edited (Bridge keys only) for dynamic context parallelism here (world size {world}):\n"
+          + "".join(applied)
           + (f"# The fields of Megatron-Bridge {release} (and PR #6127's dynamic-CP fields).\n"
              if release else "")
           + "# Written by tools/bridge/make_fixture_dumps.py; do not edit.\n")
