@@ -32,6 +32,7 @@ new Bridge field fails the tests until it is classified.
 """
 
 import ast
+import hashlib
 import os
 import re
 import sys
@@ -323,6 +324,15 @@ def main(argv):
     print("// DYNCP_BRIDGE_FIELD(section, class, field, type, default, releases): one line per")
     print("// field of each ConfigContainer section and spelling of its type and default, with the")
     print("// labels of the releases that declare it so (space-separated).")
+    print("// The files read (sha256):")
+    for label in labels:
+        for entry in sorted(os.listdir(os.path.join(root, label))):
+            if entry.endswith(".whl"):
+                with open(os.path.join(root, label, entry), "rb") as wheel:
+                    digest = hashlib.sha256(wheel.read()).hexdigest()
+                print(f"//   {label}: {entry} {digest}")
+            elif os.path.isdir(os.path.join(root, label, entry)):
+                print(f"//   {label}: {entry}/ (a source tree; see its SOURCE line)")
     for label in labels:
         print(macro("DYNCP_BRIDGE_RELEASE", label, descriptions[label]))
     print(macro("DYNCP_BRIDGE_RELEASE", DYNAMIC_CP_LABEL,
