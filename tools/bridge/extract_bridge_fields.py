@@ -14,7 +14,8 @@ megatron-core wheels of that release, or unpacked source trees (folders with a `
 package inside), and a one-line file SOURCE that says what they are (versions, commits). Labels
 sort as versions, `main` last.
 
-    for pair in 0.4.2:0.17.1 0.5.1:0.18.2 0.6.0:0.19.0 0.6.2:0.19.2; do
+    for pair in 0.4.0:0.17.0 0.4.1:0.17.0 0.4.2:0.17.1 0.5.0:0.18.0 0.5.1:0.18.2 \
+                0.6.0:0.19.0 0.6.2:0.19.2; do
       bridge=${pair%:*} core=${pair#*:}
       pip download --no-deps --python-version 3.12 --platform manylinux_2_28_x86_64 \
           --only-binary=:all: megatron-bridge==$bridge megatron-core==$core -d /tmp/bridge/$bridge
@@ -26,8 +27,8 @@ sort as versions, `main` last.
     python3 tools/bridge/extract_bridge_fields.py /tmp/bridge > lib/config/bridge_fields.inc
 
 Each Bridge release is paired with the megatron-core release published with it (the Bridge
-wheels do not pin one). The classification of every field (lib/config/bridge_rules.cpp) is
-checked against this list by tests/config/bridge_dump_test.cpp and bridge_release_test.cpp, so a
+wheels do not pin one: the one published the same day, or the last one before). The
+classification of every field (lib/config/bridge_rules.cpp) is checked against this list by tests/config/bridge_dump_test.cpp and bridge_release_test.cpp, so a
 new Bridge field fails the tests until it is classified.
 """
 
