@@ -29,6 +29,8 @@ INC = os.path.join(ROOT, "lib", "config", "bridge_fields.inc")
 DYNAMIC_CP_LABEL = "pr6127"
 # The recipe written for each older release (tests/fixtures/bridge/releases/).
 RELEASE_RECIPE = "qwen3_30b_a3b_pretrain"
+# ConfigContainer fields newer than the oldest release read -> the first release with them.
+TOP_LEVEL_SINCE = {"env_vars": "0.6.0"}
 # Renamed fields: newest name -> the name of releases that lack it.
 RENAMED = {"seq_length": "sequence_length"}
 
@@ -65,6 +67,10 @@ def dtype(name):
 
 def function(path):
     return {"_target_": path, "_call_": False}
+
+
+def version(label):
+    return [int(part) for part in label.split(".")]
 
 
 def releases():
@@ -434,6 +440,9 @@ def main():
         older = read_fields(label)
         older["_older"] = label
         dump, edits, world = dumps(older)[RELEASE_RECIPE]
+        for name, since in TOP_LEVEL_SINCE.items():
+            if version(label) < version(since):
+                del dump[name]
         write_recipe(os.path.join(OUT, "releases", f"{RELEASE_RECIPE}_dynamic_cp_{label}.yaml"),
                      RELEASE_RECIPE, dump, edits, world, label)
     return 0
