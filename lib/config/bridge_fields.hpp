@@ -2,10 +2,10 @@
 // Every field of Megatron-Bridge's ConfigContainer sections in each Bridge release read
 // (tools/bridge/extract_bridge_fields.py writes bridge_fields.inc from the megatron-bridge and
 // megatron-core sources of several releases, with the releases that declare each field), and
-// the classification of each one: honoured
-// (mapped to this program's key), inert (a performance or infrastructure knob: accepted, one
-// summary warning when it is not at Bridge's default) or refused (changes the math or the layout
-// and is not built: any value but the supported ones exits 2).
+// the classification of each one: honoured (mapped to this program's key), inert (a performance
+// or infrastructure knob: accepted, one summary warning when it is at no release's default) or
+// refused (changes the math or the layout and is not built: any value but the supported ones
+// exits 2).
 
 #include <string>
 #include <string_view>
