@@ -1,5 +1,6 @@
 // The resolved configuration as a Megatron-Bridge ConfigContainer dump (`--print-config
-// --format bridge`): every field of every section Bridge's loader instantiates, keys sorted as
+// --format bridge`): every field of every section the newest Bridge release read
+// (bridge_dump_release()) instantiates, keys sorted as
 // yaml.safe_dump sorts them, `_target_` on each section and `{_target_, _call_}` objects for
 // dtypes, enums and functions. Honoured fields carry this configuration's values, everything
 // else Bridge's default (a refused field its first supported value). Settings of this program
@@ -312,10 +313,17 @@ class BridgeWriter {
     }
   }
 
+  // The fields of the newest numbered release (the one a user can install to read the dump)
+  // and the dynamic-CP fields no release has yet.
+  static bool is_dump_field(const BridgeField& field) {
+    return field.in_release(bridge_dump_release()) || field.in_release(bridge_dynamic_cp_label);
+  }
+
   std::string write_section(const SectionClass& section) {
     std::map<std::string, std::string> lines;
     for (const auto& field : bridge_fields()) {
       if (field.section != section.section || field.class_name != section.class_name) continue;
+      if (!is_dump_field(field)) continue;
       const std::string path = field.path();
       if (section.section == "dataset" && field.name == "sequence_length") continue;
       std::string value;

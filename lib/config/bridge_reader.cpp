@@ -236,7 +236,8 @@ class BridgeReader {
       const std::string where = location(source_, entry.first.Mark());
       const YAML::Node& value = entry.second;
       if (find_bridge_field(path) == nullptr) {
-        problems_.add_line(path + " (" + where + "): unknown key" +
+        problems_.add_line(path + " (" + where + "): unknown key (a field of no Megatron-Bridge " +
+                           "release known here: " + release_labels() + ")" +
                            did_you_mean(path, field_paths(section)));
         continue;
       }
@@ -266,14 +267,17 @@ class BridgeReader {
     return found == section_class_.end() ? std::string() : found->second;
   }
 
+  // Listed when the value is the default of no release (a dump does not say which release
+  // wrote it).
   void note_inert(const std::string& path, const YAML::Node& value) {
-    const auto* field = find_bridge_field(path, class_of(path));
-    const std::string default_value(field->default_value);
-    if (default_value.front() == '<') return;  // no literal default to compare with
     const std::string actual = canonical(value);
-    if (actual != canonical_bridge_value(default_value)) {
-      inert_settings_.push_back(path + "=" + actual);
+    bool literal = false;
+    for (const auto& default_value : bridge_field_defaults(path, class_of(path))) {
+      if (default_value.front() == '<') continue;  // no literal default to compare with
+      literal = true;
+      if (actual == canonical_bridge_value(default_value)) return;
     }
+    if (literal) inert_settings_.push_back(path + "=" + actual);
   }
 
   void check_refused(const BridgeRule& rule, const std::string& path, const YAML::Node& value,
@@ -310,6 +314,15 @@ class BridgeReader {
   }
 
   void finish() {
+    // ConfigContainer.validate copies TrainingConfig's deprecated validation fields over
+    // ValidationConfig's when they are set.
+    for (const char* name : {"eval_iters", "eval_interval"}) {
+      const auto* entry = special(std::string("train.") + name);
+      if (entry == nullptr || entry->value.IsNull()) continue;
+      const std::string target = std::string("validation.") + name;
+      std::erase_if(out_, [&](const Assignment& done) { return done.path == target; });
+      assign(target, to_raw(entry->value), entry->origin);
+    }
     finish_model();
     finish_data();
     finish_precision();
@@ -497,7 +510,57 @@ class BridgeReader {
     }
   }
 
+  // Bridge before 0.6 dumps GPTDatasetConfig's length as MCore's sequence_length (seq_length
+  // was a property then); later releases dump seq_length and leave sequence_length out.
+  void read_dataset_sequence_length() {
+    const auto* old = special("dataset.sequence_length");
+    if (old == nullptr || old->value.IsNull()) return;
+    const auto* current = special("dataset.seq_length");
+    if (current == nullptr || current->value.IsNull()) {
+      assign("dataset.seq_length", to_raw(old->value), old->origin);
+      special_["dataset.seq_length"] = *old;
+    } else if (canonical(current->value) != canonical(old->value)) {
+      refuse("dataset.sequence_length", old->origin, canonical(old->value),
+             "contradicts dataset.seq_length (" + canonical(current->value) +
+                 "): both are the dataset's sequence length; give one value");
+    }
+  }
+
+  // The SFT dataset's constructor arguments: those that only pad samples (there is no padding
+  // in global-batch packing), name caches or pick kernels change nothing here; the others
+  // (min_seq_length, seed, special_tokens, answer_only_loss, ...) change the samples or the
+  // loss.
+  void read_dataset_kwargs() {
+    const auto* kwargs = special("dataset.dataset_kwargs");
+    if (kwargs == nullptr || kwargs->value.IsNull()) return;
+    static const std::set<std::string> no_effect = {
+        "pad_to_max_length",   "pad_seq_length_to_mult", "ceil_to_power_2",
+        "index_mapping_dir",   "memmap_workers",         "get_attention_mask_from_fusion",
+        "output_original_text"};
+    std::string names;
+    for (const auto& name : no_effect) names += (names.empty() ? "" : ", ") + name;
+    if (!kwargs->value.IsMap()) {
+      refuse("dataset.dataset_kwargs", kwargs->origin, canonical(kwargs->value),
+             "expected a mapping of dataset arguments");
+      return;
+    }
+    for (const auto& argument : kwargs->value) {
+      const std::string name = argument.first.Scalar();
+      const std::string value = canonical(argument.second);
+      if (no_effect.count(name) > 0) {
+        inert_settings_.push_back("dataset.dataset_kwargs." + name + "=" + value);
+      } else {
+        refuse("dataset.dataset_kwargs." + name, kwargs->origin, value,
+               "this SFT dataset argument changes the samples or the loss and is not built; "
+               "supported: the padding, cache and kernel arguments (" +
+                   names + ")");
+      }
+    }
+  }
+
   void finish_data() {
+    read_dataset_sequence_length();
+    read_dataset_kwargs();
     copy_unless_null("dataset.dataloader_type", "dataset.dataloader_type");
     copy_unless_null("dataset.path_to_cache", "dataset.cache_dir");
     if (const auto* entry = special("tokenizer.tokenizer_type")) {
@@ -632,9 +695,18 @@ class BridgeReader {
   static std::vector<std::string> field_paths(const std::string& section) {
     std::vector<std::string> paths;
     for (const auto& field : bridge_fields()) {
-      if (field.section == section) paths.push_back(field.path());
+      if (field.section == section && (paths.empty() || paths.back() != field.path())) {
+        paths.push_back(field.path());
+      }
     }
     return paths;
+  }
+  static std::string release_labels() {
+    std::string out;
+    for (const auto& release : bridge_releases()) {
+      out += (out.empty() ? "" : ", ") + std::string(release.label);
+    }
+    return out;
   }
   static std::string did_you_mean(const std::string& word, const std::vector<std::string>& names) {
     const auto suggestion = closest_match(word, names);

@@ -27,8 +27,8 @@ I rerun_state_machine.* : result-validation reruns and fault injection
 H train.micro_batch_size -> train.micro_batch_size
 H train.global_batch_size -> train.global_batch_size
 H train.train_iters -> train.train_iters
-I train.eval_iters : deprecated Bridge spelling (validation.eval_iters is read)
-I train.eval_interval : deprecated Bridge spelling (validation.eval_interval is read)
+H train.eval_iters -> special : validation.eval_iters when set (Bridge copies the deprecated spelling over ValidationConfig's)
+H train.eval_interval -> special : validation.eval_interval when set (Bridge copies the deprecated spelling over ValidationConfig's)
 R train.skip_train = null|false : skipping training
 R train.rampup_batch_size : batch-size ramp-up
 R train.step_batch_size_schedule : a batch-size schedule
@@ -432,15 +432,16 @@ R dataset.hf_validation_dataset : Hugging Face Hub datasets
 R dataset.hf_test_dataset : Hugging Face Hub datasets
 R dataset.max_train_samples : a capped training set
 R dataset.enable_offline_packing = false : offline packing (global-batch packing is the only data path)
+R dataset.packed_sequence_specs = null : offline packing (Bridge before 0.6; global-batch packing is the only data path)
 R dataset.trust_remote_code = null|false : remote dataset code
 I dataset.offline_packing_specs* : offline packing settings (used only with enable_offline_packing)
 I dataset.random_seed : shuffling uses rng.seed here
 I dataset.seed : shuffling uses rng.seed here
-I dataset.sequence_length : Bridge's internal copy of seq_length
+H dataset.sequence_length -> special : dataset.seq_length (how Bridge before 0.6 dumps it)
 I dataset.split_matrix : derived by Bridge from split
 I dataset.reset_position_ids : samples are whole documents with their own positions here
 I dataset.reset_attention_mask : samples are whole documents with their own attention here
-I dataset.eod_mask_loss : samples are whole documents here
+R dataset.eod_mask_loss = null|false : masking the loss on end-of-document tokens (the loss counts every token of a document here)
 I dataset.create_attention_mask : masks come from cu_seqlens here
 I dataset.add_extra_token_to_sequence : samples are whole documents here
 I dataset.drop_last_partial_validation_sequence : samples are whole documents here
@@ -453,7 +454,7 @@ I dataset.dynamic_context_parallel : derived by Bridge from the model
 I dataset.tokenizer : runtime object
 H dataset.do_validation -> special : true: dataset.validation_data_path = <root>/validation.jsonl
 I dataset.do_test : no test split is run
-I dataset.dataset_kwargs : padding options of the offline path
+H dataset.dataset_kwargs -> special : padding, cache and kernel arguments have no effect here; any other argument (sample filters, seeds, special tokens, loss options) is refused
 I dataset.data_sharding : loader workers, memory maps, caches and index options
 I dataset.pin_memory : loader workers, memory maps, caches and index options
 I dataset.drop_last : loader workers, memory maps, caches and index options
@@ -497,6 +498,7 @@ I tokenizer.pad_vocab_size : vocabulary padding and tokenizer-backend options
 I tokenizer.metadata_path : vocabulary padding and tokenizer-backend options
 I tokenizer.tiktoken_pattern : vocabulary padding and tokenizer-backend options
 I tokenizer.tiktoken_num_special_tokens : vocabulary padding and tokenizer-backend options
+I tokenizer.tiktoken_special_tokens : vocabulary padding and tokenizer-backend options
 I tokenizer.tokenizer_sentencepiece_legacy : vocabulary padding and tokenizer-backend options
 I tokenizer.tokenizer_sentencepiece_ignore_extra_whitespaces : vocabulary padding and tokenizer-backend options
 I tokenizer.tokenizer_hf_no_use_fast : vocabulary padding and tokenizer-backend options
@@ -507,7 +509,7 @@ I tokenizer.null_tokenizer_pad_id : vocabulary padding and tokenizer-backend opt
 I tokenizer.make_vocab_size_divisible_by : vocabulary padding and tokenizer-backend options
 I tokenizer.tensor_model_parallel_size : vocabulary padding and tokenizer-backend options
 I tokenizer.rank : vocabulary padding and tokenizer-backend options
-I tokenizer.use_tokenizer_vocab_size : vocabulary padding and tokenizer-backend options
+R tokenizer.use_tokenizer_vocab_size = false : a model vocabulary sized from the tokenizer (Bridge then ignores model.vocab_size; the vocabulary here is model.vocab_size)
 H tokenizer.hf_tokenizer_kwargs -> special : revision: the cache snapshot of tokenizer_model (other arguments have no effect)
 I tokenizer.sp_tokenizer_kwargs : vocabulary padding and tokenizer-backend options
 I tokenizer.image_tag_type : vocabulary padding and tokenizer-backend options

@@ -10,6 +10,10 @@ the checkpoint's config.json. `*_dynamic_cp.yaml` are the same dumps edited (Bri
 only) to turn on dynamic context parallelism.
 
     python3 tools/bridge/make_fixture_dumps.py   # rewrites tests/fixtures/bridge/*.yaml
+
+The main dumps use the fields of the newest release in bridge_fields.inc; releases/ holds the
+pretraining recipe (edited for dynamic CP) as each older release of the table would dump it, its
+fields and defaults, with the recipe's settings where that release has the field.
 """
 
 import ast
@@ -21,6 +25,14 @@ import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, "tests", "fixtures", "bridge")
+INC = os.path.join(ROOT, "lib", "config", "bridge_fields.inc")
+DYNAMIC_CP_LABEL = "pr6127"
+# The recipe written for each older release (tests/fixtures/bridge/releases/).
+RELEASE_RECIPE = "qwen3_30b_a3b_pretrain"
+# ConfigContainer fields newer than the oldest release read -> the first release with them.
+TOP_LEVEL_SINCE = {"env_vars": "0.6.0"}
+# Renamed fields: newest name -> the name of releases that lack it.
+RENAMED = {"seq_length": "sequence_length"}
 
 CLASS_PATHS = {
     "RNGConfig": "megatron.training.config.common_config.RNGConfig",
@@ -57,13 +69,38 @@ def function(path):
     return {"_target_": path, "_call_": False}
 
 
-def read_fields():
+def version(label):
+    return [int(part) for part in label.split(".")]
+
+
+def releases():
+    """Release labels of lib/config/bridge_fields.inc, oldest first, without the PR label."""
+    out = []
+    with open(INC) as inc:
+        for line in inc:
+            if line.startswith("DYNCP_BRIDGE_RELEASE"):
+                label, _sources = ast.literal_eval(line[len("DYNCP_BRIDGE_RELEASE"):])
+                if label[0].isdigit() or label == "main":
+                    out.append(label)
+    return out
+
+
+def read_fields(release):
+    """(section, class) -> [(field, default)] of one release, plus the dynamic-CP fields."""
     fields = {}
-    with open(os.path.join(ROOT, "lib", "config", "bridge_fields.inc")) as inc:
+    added = []
+    with open(INC) as inc:
         for line in inc:
             if line.startswith("DYNCP_BRIDGE_FIELD"):
-                section, cls, name, _type, default = ast.literal_eval(line[len("DYNCP_BRIDGE_FIELD"):])
-                fields.setdefault((section, cls), []).append((name, default))
+                section, cls, name, _type, default, labels = ast.literal_eval(
+                    line[len("DYNCP_BRIDGE_FIELD"):])
+                if release in labels.split():
+                    fields.setdefault((section, cls), []).append((name, default))
+                elif DYNAMIC_CP_LABEL in labels.split():
+                    added.append(((section, cls), (name, default)))
+    for key, field in added:  # to the classes this release has
+        if key in fields:
+            fields[key].append(field)
     return fields
 
 
@@ -84,14 +121,23 @@ def value_of(name, default):
 
 
 def section(fields, section_name, cls, overrides):
+    if (section_name, cls) not in fields and fields.get("_older"):
+        return None  # a class that release does not have (its recipes are not written)
     out = {"_target_": CLASS_PATHS[cls]}
+    names = [name for name, _default in fields[(section_name, cls)]]
     for name, default in fields[(section_name, cls)]:
-        if section_name == "dataset" and name == "sequence_length":
-            continue  # GPTDatasetConfig.to_cfg_dict leaves MCore's copy out
+        if section_name == "dataset" and name == "sequence_length" and "seq_length" in names:
+            continue  # GPTDatasetConfig.to_cfg_dict (Bridge 0.6+) leaves MCore's copy out
         out[name] = value_of(name, default)
     for name, value in overrides.items():
+        if name not in out and RENAMED.get(name) in out:
+            name = RENAMED[name]
         if name not in out:
-            raise KeyError(f"{section_name}.{name} is not a field of {cls}")
+            if not fields.get("_older"):
+                raise KeyError(f"{section_name}.{name} is not a field of {cls}")
+            print(f"{fields['_older']}: {section_name}.{name} is not a field of {cls} there; "
+                  "left out", file=sys.stderr)
+            continue
         out[name] = value
     return out
 
@@ -259,7 +305,8 @@ def dumps(fields):
         {"model": dict(context_parallel_size=2, dynamic_context_parallel=True,
                        max_seqlen_per_dp_cp_rank=1024, calculate_per_token_loss=True),
          "dataset": dict(enable_global_batch_packing=True),
-         "ddp": dict(average_in_collective=False)}, 16)
+         "ddp": dict(average_in_collective=False),
+         "tokenizer": dict(use_tokenizer_vocab_size=False)}, 16)
 
     # qwen3_30b_a3b_sft_16gpu_h100_bf16_config: TP1 PP1 EP16, seq 2048, packed SFT data.
     model = dict(QWEN3_30B_A3B, tensor_model_parallel_size=1, pipeline_model_parallel_size=1,
@@ -344,7 +391,8 @@ def dumps(fields):
                        max_seqlen_per_dp_cp_rank=1024, calculate_per_token_loss=True,
                        moe_router_load_balancing_type="aux_loss"),
          "dataset": dict(enable_global_batch_packing=True),
-         "ddp": dict(average_in_collective=False)}, 8)
+         "ddp": dict(average_in_collective=False),
+         "tokenizer": dict(use_tokenizer_vocab_size=False)}, 8)
     return out
 
 
@@ -354,22 +402,49 @@ def write(path, dump, header):
         yaml.safe_dump(dump, f, default_flow_style=False)
 
 
+def write_recipe(path, name, dump, edits, world, release):
+    edited = copy.deepcopy(dump)
+    applied = []
+    for section_name, values in edits.items():
+        for key, value in values.items():
+            key = key if key in edited[section_name] else RENAMED.get(key, key)
+            if key not in edited[section_name] and release:
+                continue  # a field that release does not have (nor its recipe's setting)
+            if key not in edited[section_name]:
+                raise KeyError(f"{section_name}.{key}")
+            edited[section_name][key] = value
+            applied.append(f"#   {section_name}.{key}: {value}\n")
+    write(path, edited,
+          f"# {name} edited (Bridge keys only) for dynamic context parallelism here (world size {world}):\n"
+          + "".join(applied)
+          + (f"# The fields of Megatron-Bridge {release} (and PR #6127's dynamic-CP fields).\n"
+             if release else "")
+          + "# Written by tools/bridge/make_fixture_dumps.py; do not edit.\n")
+
+
 def main():
-    fields = read_fields()
+    labels = [label for label in releases() if label[0].isdigit()]
+    newest = labels[-1]
+    fields = read_fields(newest)
     for name, (dump, edits, world) in dumps(fields).items():
         write(os.path.join(OUT, name + ".yaml"), dump,
               f"# Megatron-Bridge ConfigContainer dump of {name} (world size {world}).\n"
               "# Written by tools/bridge/make_fixture_dumps.py; do not edit.\n")
-        edited = copy.deepcopy(dump)
-        for section_name, values in edits.items():
-            for key, value in values.items():
-                if key not in edited[section_name]:
-                    raise KeyError(f"{section_name}.{key}")
-                edited[section_name][key] = value
-        write(os.path.join(OUT, name + "_dynamic_cp.yaml"), edited,
-              f"# {name} edited to turn on dynamic context parallelism (world size {world}):\n"
-              + "".join(f"#   {s}.{k}: {v}\n" for s, kv in edits.items() for k, v in kv.items())
-              + "# Written by tools/bridge/make_fixture_dumps.py; do not edit.\n")
+        write_recipe(os.path.join(OUT, name + "_dynamic_cp.yaml"), name, dump, edits, world, None)
+    # The same recipe as each older release (and main) dumps it: that release's fields and
+    # defaults, the recipe's settings where the release has the field.
+    os.makedirs(os.path.join(OUT, "releases"), exist_ok=True)
+    for label in releases():
+        if label == newest:
+            continue
+        older = read_fields(label)
+        older["_older"] = label
+        dump, edits, world = dumps(older)[RELEASE_RECIPE]
+        for name, since in TOP_LEVEL_SINCE.items():
+            if version(label) < version(since):
+                del dump[name]
+        write_recipe(os.path.join(OUT, "releases", f"{RELEASE_RECIPE}_dynamic_cp_{label}.yaml"),
+                     RELEASE_RECIPE, dump, edits, world, label)
     return 0
 
 
