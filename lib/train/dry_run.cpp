@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include "core/error.hpp"
@@ -14,6 +15,7 @@
 #include "packing/run_scheduler.hpp"
 #include "packing/schedule.hpp"
 #include "train/memory_estimate.hpp"
+#include "train/step_model_report.hpp"
 #include "train/training_data.hpp"
 
 namespace dyncp::train {
@@ -112,6 +114,8 @@ SchedulePreview preview_first_step(const config::ConfigContainer& config,
   }
   preview.lower_bound_seconds = cost_model.tight_lower_bound_seconds(
       lengths, layout.pool_size(), cap, layout.min_dynamic_context_parallel_size, alignment);
+  preview.schedule = schedule;
+  preview.lengths = std::move(lengths);
   return preview;
 }
 
@@ -193,8 +197,9 @@ bool write_dry_run_report(std::ostream& out, const config::ConfigContainer& conf
                           std::int64_t max_records) {
   bool valid = true;
   TrainingData data = open_preview_data(config, max_records);
+  SchedulePreview preview;
   if (data.source) {
-    SchedulePreview preview = preview_first_step(config, *data.source);
+    preview = preview_first_step(config, *data.source);
     preview.data = data.description;
     out << format_schedule_preview(preview);
     valid = preview.check_problem.empty();
@@ -224,6 +229,8 @@ bool write_dry_run_report(std::ostream& out, const config::ConfigContainer& conf
   } else {
     out << memory_fit_line(estimate, 1, 0, "a dry run does not query GPU memory");
   }
+  out << format_step_model_report(config, data.source ? &preview.schedule : nullptr,
+                                  preview.lengths);
   return valid;
 }
 
