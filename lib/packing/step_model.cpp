@@ -486,9 +486,9 @@ std::string serial_text(const StepOpRow& row) {
   }
   if (row.launches > 0) {
     const bool one = row.launches == 1.0;
-    std::snprintf(buffer, sizeof buffer, "%.0f %s", row.launches,
-                  is_communication(row.op) ? (one ? "call" : "calls")
-                                           : (one ? "launch" : "launches"));
+    std::snprintf(
+        buffer, sizeof buffer, "%.0f %s", row.launches,
+        is_communication(row.op) ? (one ? "call" : "calls") : (one ? "launch" : "launches"));
     out << buffer;
   }
   return out.str();
