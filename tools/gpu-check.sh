@@ -13,6 +13,8 @@
 #                1e-5, every step to 1e-4) and bf16_mixed (every step within 2e-2 of CPU fp32
 #                and 1e-2 of CPU bf16_mixed, docs/precision.md)
 #   5 bench      tools/bench/gpu_step.sh (Qwen3-30B-A3B-shaped layers, targets printed)
+#   6 model      the modelled step's table (docs/step-model.md) against phase 5's measurements,
+#                per op class (tools/bench/step_model_vs_measured.py): the calibration
 # Multi-rank NCCL cannot run on one GPU: the emulated backend covers it (ctest -L cuda_emulated).
 #
 #   tools/gpu-check.sh                    # on the GPU machine, with out/gpu-prefix.tar.xz carried
@@ -322,8 +324,21 @@ else
   status=passed
   bench_layers=${DYNCP_GPU_CHECK_BENCH_LAYERS:-$([[ $emulate == 1 ]] && echo 2 || echo 4)}
   bench_steps=${DYNCP_GPU_CHECK_BENCH_STEPS:-$([[ $emulate == 1 ]] && echo 3 || echo 4)}
-  DYNCP_BENCH_EMULATE=$emulate timeout 300 "$root/tools/bench/gpu_step.sh" "$build_dir" \
-    "$bench_layers" "$bench_steps" || { echo "gpu-check: the step benchmark failed"; status=FAILED; }
+  DYNCP_BENCH_EMULATE=$emulate DYNCP_BENCH_KEEP=$work/bench timeout 300 \
+    "$root/tools/bench/gpu_step.sh" "$build_dir" "$bench_layers" "$bench_steps" \
+    || { echo "gpu-check: the step benchmark failed"; status=FAILED; }
   phase_end bench 120 "$status"
+fi
+
+# ---- 6. modelled against measured -------------------------------------------------------------
+phase "6 modelled vs measured, per op class"
+if [[ $bench != 1 || ! -f $work/bench/results.jsonl ]]; then
+  echo "model: skipped (no step benchmark results)"
+  phase_end model 10 skipped
+else
+  status=passed
+  python3 "$root/tools/bench/step_model_vs_measured.py" "$work/bench/results.jsonl" \
+    "$work"/bench/dry-run-*.txt || { echo "gpu-check: modelled vs measured incomplete"; status=FAILED; }
+  phase_end model 10 "$status"
 fi
 finish

@@ -164,6 +164,23 @@ struct PackingCostConfig {
   double link_bytes_per_second = 4.0e11;
   double collective_latency_seconds = 1.5e-5;
   double microbatch_overhead_seconds = 5e-4;
+  // The modelled GPU step of --dry-run (packing/step_model.hpp, docs/step-model.md): the
+  // device's peaks (H200 SXM: bf16 dense matrix rate as measured on random data, the
+  // datasheet's fp32 and HBM3e rates), the fraction of a peak each kernel class reaches, and
+  // the latencies of its serial steps. The links and the collective latency are the keys above.
+  DeltaNetKernel step_model_deltanet_kernel = DeltaNetKernel::chunked;
+  double step_model_bf16_flops_per_second = 7.9e14;
+  double step_model_fp32_flops_per_second = 6.7e13;
+  double step_model_memory_bytes_per_second = 4.8e12;
+  double step_model_launch_latency_seconds = 5e-6;
+  double step_model_dense_gemm_efficiency = 0.7;
+  double step_model_expert_gemm_efficiency = 0.5;
+  double step_model_attention_efficiency = 0.35;
+  double step_model_deltanet_efficiency = 0.3;
+  double step_model_cross_entropy_efficiency = 0.6;
+  double step_model_memory_efficiency = 0.8;
+  double step_model_deltanet_token_step_seconds = 5e-7;
+  double step_model_deltanet_chunk_step_seconds = 2e-6;
 };
 
 // Filled by resolve_config; not keys. The parallel layout for one world size.

@@ -31,6 +31,11 @@ DYNCP_CONFIG_ENUM_NAMES(PackingScheduler, "dp_balanced", "default_dynamic_cp", "
 enum class PackingAlignment { per_group, pool };
 DYNCP_CONFIG_ENUM_NAMES(PackingAlignment, "per_group", "pool");
 
+// Which Gated DeltaNet kernel the modelled GPU step (packing/step_model.hpp) prices: the
+// token-by-token recurrence, or the chunked (WY) form over chunks of 64 tokens.
+enum class DeltaNetKernel { chunked, token_by_token };
+DYNCP_CONFIG_ENUM_NAMES(DeltaNetKernel, "chunked", "token_by_token");
+
 enum class DatasetType { chat_jsonl, token_jsonl, megatron_indexed, mock_varlen };
 DYNCP_CONFIG_ENUM_NAMES(DatasetType, "chat_jsonl", "token_jsonl", "megatron_indexed",
                         "mock_varlen");

@@ -251,6 +251,60 @@ void append_training_keys(std::vector<KeySpec>& keys) {
                           "On resume, take the schedule from this config, not the checkpoint"));
 }
 
+// The modelled GPU step's table (docs/step-model.md): peaks, efficiencies, latencies.
+void append_step_model_keys(std::vector<KeySpec>& keys) {
+  keys.push_back(make_key(
+      "packing.step_model_deltanet_kernel", DYNCP_FIELD(packing.step_model_deltanet_kernel),
+      "Modelled step: the Gated DeltaNet kernel priced, chunked (WY form, chunks of 64 tokens on "
+      "tensor cores) or token_by_token (the recurrence one token at a time); --dry-run prints "
+      "both"));
+  const auto rate = [&](const char* path, auto access, const char* doc) {
+    keys.push_back(make_key(path, access, doc, {.rules = "> 0"}));
+  };
+  rate("packing.step_model_bf16_flops_per_second",
+       DYNCP_FIELD(packing.step_model_bf16_flops_per_second),
+       "Modelled step: bf16 dense tensor-core peak of one device, FLOP/s");
+  rate("packing.step_model_fp32_flops_per_second",
+       DYNCP_FIELD(packing.step_model_fp32_flops_per_second),
+       "Modelled step: fp32 (non-tensor) peak of one device, FLOP/s");
+  rate("packing.step_model_memory_bytes_per_second",
+       DYNCP_FIELD(packing.step_model_memory_bytes_per_second),
+       "Modelled step: device memory bandwidth, bytes/s");
+  keys.push_back(make_key("packing.step_model_launch_latency_seconds",
+                          DYNCP_FIELD(packing.step_model_launch_latency_seconds),
+                          "Modelled step: cost of one kernel launch in a dependent chain, s",
+                          {.rules = ">= 0"}));
+  const auto efficiency = [&](const char* path, auto access, const char* doc) {
+    keys.push_back(make_key(path, access, doc, {.rules = "> 0 and <= 1"}));
+  };
+  efficiency("packing.step_model_dense_gemm_efficiency",
+             DYNCP_FIELD(packing.step_model_dense_gemm_efficiency),
+             "Modelled step: fraction of the matrix peak dense GEMMs reach");
+  efficiency("packing.step_model_expert_gemm_efficiency",
+             DYNCP_FIELD(packing.step_model_expert_gemm_efficiency),
+             "Modelled step: fraction of the matrix peak expert GEMMs reach");
+  efficiency("packing.step_model_attention_efficiency",
+             DYNCP_FIELD(packing.step_model_attention_efficiency),
+             "Modelled step: fraction of the matrix peak the attention kernels reach");
+  efficiency("packing.step_model_deltanet_efficiency",
+             DYNCP_FIELD(packing.step_model_deltanet_efficiency),
+             "Modelled step: fraction of the peak the Gated DeltaNet kernels reach (the matrix "
+             "peak chunked, the fp32 peak token by token)");
+  efficiency(
+      "packing.step_model_cross_entropy_efficiency",
+      DYNCP_FIELD(packing.step_model_cross_entropy_efficiency),
+      "Modelled step: fraction of the matrix peak the fused LM head + cross-entropy reaches");
+  efficiency("packing.step_model_memory_efficiency",
+             DYNCP_FIELD(packing.step_model_memory_efficiency),
+             "Modelled step: fraction of the memory bandwidth every kernel's traffic reaches");
+  rate("packing.step_model_deltanet_token_step_seconds",
+       DYNCP_FIELD(packing.step_model_deltanet_token_step_seconds),
+       "Modelled step: latency of one token of the token-by-token gated delta rule, s");
+  rate("packing.step_model_deltanet_chunk_step_seconds",
+       DYNCP_FIELD(packing.step_model_deltanet_chunk_step_seconds),
+       "Modelled step: latency of one 64-token chunk of the chunked state recurrence, s");
+}
+
 void append_runtime_keys(std::vector<KeySpec>& keys) {
   keys.push_back(make_key("ddp.average_in_collective", DYNCP_FIELD(ddp.average_in_collective),
                           "Average (instead of sum) gradients in the collective",
@@ -338,6 +392,7 @@ void append_runtime_keys(std::vector<KeySpec>& keys) {
   keys.push_back(make_key("packing.microbatch_overhead_seconds",
                           DYNCP_FIELD(packing.microbatch_overhead_seconds),
                           "Cost model: fixed cost of one microbatch, s", {.rules = ">= 0"}));
+  append_step_model_keys(keys);
   keys.push_back(make_key("mixed_precision", DYNCP_FIELD(mixed_precision),
                           "Compute precision: fp32, or bf16_mixed (Megatron-Bridge's: matrix "
                           "products and attention on bf16 weights and activations, fp32 master "

@@ -218,6 +218,38 @@ void check_runtime(ConfigContainer& config, ProblemList& problems) {
     problems.add("packing.microbatch_overhead_seconds", num(packing.microbatch_overhead_seconds),
                  "must be >= 0");
   }
+  for (const auto& [key, value] : {std::pair{"packing.step_model_bf16_flops_per_second",
+                                             packing.step_model_bf16_flops_per_second},
+                                   std::pair{"packing.step_model_fp32_flops_per_second",
+                                             packing.step_model_fp32_flops_per_second},
+                                   std::pair{"packing.step_model_memory_bytes_per_second",
+                                             packing.step_model_memory_bytes_per_second},
+                                   std::pair{"packing.step_model_deltanet_token_step_seconds",
+                                             packing.step_model_deltanet_token_step_seconds},
+                                   std::pair{"packing.step_model_deltanet_chunk_step_seconds",
+                                             packing.step_model_deltanet_chunk_step_seconds}}) {
+    if (!(value > 0)) problems.add(key, num(value), "must be > 0");
+  }
+  if (!(packing.step_model_launch_latency_seconds >= 0)) {
+    problems.add("packing.step_model_launch_latency_seconds",
+                 num(packing.step_model_launch_latency_seconds), "must be >= 0");
+  }
+  // An efficiency is a fraction of a peak: above 1 would model a device faster than its peak.
+  for (const auto& [key, value] :
+       {std::pair{"packing.step_model_dense_gemm_efficiency",
+                  packing.step_model_dense_gemm_efficiency},
+        std::pair{"packing.step_model_expert_gemm_efficiency",
+                  packing.step_model_expert_gemm_efficiency},
+        std::pair{"packing.step_model_attention_efficiency",
+                  packing.step_model_attention_efficiency},
+        std::pair{"packing.step_model_deltanet_efficiency", packing.step_model_deltanet_efficiency},
+        std::pair{"packing.step_model_cross_entropy_efficiency",
+                  packing.step_model_cross_entropy_efficiency},
+        std::pair{"packing.step_model_memory_efficiency", packing.step_model_memory_efficiency}}) {
+    if (!(value > 0 && value <= 1)) {
+      problems.add(key, num(value), "must be > 0 and <= 1 (a fraction of the device's peak)");
+    }
+  }
 }
 
 // W&B runs through the sidecar, which reads the metrics JSONL; Megatron-Bridge skips W&B when

@@ -8,39 +8,74 @@
 
 namespace dyncp::packing {
 
-ModelCost model_cost_from_architecture(config::ModelArchitecture a) {
+namespace {
+
+void add_product(ProductFlops& flops, double in, double out, double rows_per_token = 1.0,
+                 double copies = 1.0) {
+  flops.flops_per_token += 6.0 * in * out * rows_per_token;
+  flops.weight_values += in * out * copies;
+  flops.row_values_per_token += (in + out) * rows_per_token;
+  flops.products += 1.0;
+}
+
+}  // namespace
+
+ModelFlopsBreakdown model_flops_breakdown(config::ModelArchitecture a) {
   a.resolve();
   const double h = static_cast<double>(a.hidden_size);
   const double q = static_cast<double>(a.head_dim * a.num_attention_heads);
   const double kv = static_cast<double>(a.head_dim * a.num_key_value_heads);
   const double gate = a.is_hybrid() ? q : 0.0;  // Qwen3.5 full attention has an output gate
-  constexpr double swiglu = 3.0;
-  ModelCost cost;
-  double linear = 0.0;
+  ModelFlopsBreakdown out;
   for (std::int64_t layer = 0; layer < a.num_hidden_layers; ++layer) {
     if (a.mixer_of_layer(layer) == config::LayerMixer::full_attention) {
-      linear += 6.0 * (h * (q + 2.0 * kv + gate) + q * h);
-      cost.attention_flops_per_token_squared += 6.0 * q;
-      ++cost.attention_layers;
+      add_product(out.dense, h, q + 2.0 * kv + gate);  // q, k, v (and the gate)
+      add_product(out.dense, q, h);                    // o_proj
+      out.attention_flops_per_token_squared += 6.0 * q;
+      ++out.attention_layers;
     } else {  // Gated DeltaNet, linear in the sequence length
       const double qk = static_cast<double>(a.linear_num_key_heads * a.linear_key_head_dim);
       const double v = static_cast<double>(a.linear_num_value_heads * a.linear_value_head_dim);
       const double value_heads = static_cast<double>(a.linear_num_value_heads);
       const double dv = static_cast<double>(a.linear_value_head_dim);
       const double conv = static_cast<double>(a.linear_conv_kernel_dim);
-      linear += 6.0 * (h * (2.0 * qk + 2.0 * v + 2.0 * value_heads) + conv * (2.0 * qk + v) +
-                       4.0 * value_heads * dv * dv + h * v);
+      add_product(out.dense, h, 2.0 * qk + 2.0 * v);  // in_proj_qkvz
+      add_product(out.dense, h, 2.0 * value_heads);   // in_proj_ba
+      add_product(out.dense, v, h);                   // out_proj
+      out.deltanet_flops_per_token += 6.0 * (conv * (2.0 * qk + v) + 4.0 * value_heads * dv * dv);
+      ++out.linear_attention_layers;
     }
     if (a.is_moe_layer(layer)) {
-      linear += 6.0 * h *
-                (static_cast<double>(a.moe_intermediate_size * a.num_experts_per_tok) * swiglu +
-                 static_cast<double>(a.shared_expert_intermediate_size) * swiglu);
+      const double routed = static_cast<double>(a.moe_intermediate_size);
+      const double k = static_cast<double>(a.num_experts_per_tok);
+      const double experts = static_cast<double>(a.num_experts);
+      add_product(out.experts, h, 2.0 * routed, k, experts);  // gate_up
+      add_product(out.experts, routed, h, k, experts);        // down
+      if (a.shared_expert_intermediate_size > 0) {
+        const double shared = static_cast<double>(a.shared_expert_intermediate_size);
+        add_product(out.dense, h, 2.0 * shared);
+        add_product(out.dense, shared, h);
+      }
+      ++out.moe_layers;
     } else {
-      linear += 6.0 * h * static_cast<double>(a.intermediate_size) * swiglu;
+      const double inner = static_cast<double>(a.intermediate_size);
+      add_product(out.dense, h, 2.0 * inner);
+      add_product(out.dense, inner, h);
     }
   }
-  linear += 6.0 * h * static_cast<double>(a.vocab_size);  // logits
-  cost.linear_flops_per_token = linear;
+  add_product(out.logits, h, static_cast<double>(a.vocab_size));
+  return out;
+}
+
+ModelCost model_cost_from_architecture(config::ModelArchitecture a) {
+  a.resolve();
+  const ModelFlopsBreakdown flops = model_flops_breakdown(a);
+  const double q = static_cast<double>(a.head_dim * a.num_attention_heads);
+  const double kv = static_cast<double>(a.head_dim * a.num_key_value_heads);
+  ModelCost cost;
+  cost.linear_flops_per_token = flops.linear_flops_per_token();
+  cost.attention_flops_per_token_squared = flops.attention_flops_per_token_squared;
+  cost.attention_layers = flops.attention_layers;
   cost.kv_bytes_per_token_per_layer = 2.0 * kv * 2.0;  // K and V, 2 bytes each
   cost.query_bytes_per_token_per_layer = q * 2.0;
   cost.query_heads = a.num_attention_heads;
@@ -107,12 +142,16 @@ config::ModelArchitecture qwen3_30b_a3b_architecture() {
   return a;
 }
 
-double CostModel::sequence_flops(std::int64_t length) const {
+double CostModel::attention_flops(std::int64_t length) const {
   const double l = static_cast<double>(length);
   const double w = static_cast<double>(model_.sliding_window);
   // 2·(causal pairs): L² in full, 2Lw − w² once the window is shorter than the sequence.
   const double pairs_twice = model_.sliding_window > 0 && w < l ? 2.0 * l * w - w * w : l * l;
-  return model_.linear_flops_per_token * l + model_.attention_flops_per_token_squared * pairs_twice;
+  return model_.attention_flops_per_token_squared * pairs_twice;
+}
+
+double CostModel::sequence_flops(std::int64_t length) const {
+  return model_.linear_flops_per_token * static_cast<double>(length) + attention_flops(length);
 }
 
 double CostModel::compute_seconds(std::int64_t length, std::int64_t group_size) const {

@@ -74,6 +74,35 @@ CostModelParameters cost_model_parameters(const config::PackingCostConfig& secti
 CostModelParameters cost_model_parameters(const config::PackingCostConfig& section,
                                           const config::ModelConfig& model);
 
+// Megatron's model-FLOPs count split by the kind of kernel that runs it: the one formula behind
+// ModelCost::linear_flops_per_token (and so the metrics' TFLOP/s) and the modelled step
+// (step_model.hpp). A matrix product of `in` -> `out` features per token row costs
+// 6 in out FLOPs per row (forward, input gradient, weight gradient).
+struct ProductFlops {
+  double flops_per_token = 0.0;
+  double weight_values = 0.0;         // in x out, summed over the products (every expert)
+  double row_values_per_token = 0.0;  // (in + out) x rows per token, summed over the products
+  double products = 0.0;              // matrix products over the layers (an expert's once)
+};
+struct ModelFlopsBreakdown {
+  // Attention and Gated DeltaNet projections, dense MLPs, shared experts.
+  ProductFlops dense;
+  // Routed experts: k rows per token per MoE layer; weight_values count all E experts.
+  ProductFlops experts;
+  ProductFlops logits;  // the LM head, inside the fused cross-entropy
+  // Gated DeltaNet's causal conv1d and gated delta rule (reference qwen-moe §6), per token.
+  double deltanet_flops_per_token = 0.0;
+  double attention_flops_per_token_squared = 0.0;
+  std::int64_t attention_layers = 0;
+  std::int64_t linear_attention_layers = 0;
+  std::int64_t moe_layers = 0;
+  double linear_flops_per_token() const {
+    return dense.flops_per_token + experts.flops_per_token + logits.flops_per_token +
+           deltanet_flops_per_token;
+  }
+};
+ModelFlopsBreakdown model_flops_breakdown(config::ModelArchitecture architecture);
+
 // The model's shape as the cost model needs it.
 struct ModelCost {
   double linear_flops_per_token = 0.0;
@@ -108,6 +137,8 @@ class CostModel {
   const CostModelParameters& parameters() const { return parameters_; }
 
   double sequence_flops(std::int64_t length) const;
+  // The attention part of sequence_flops (the L^2 term, capped by a sliding window).
+  double attention_flops(std::int64_t length) const;
   // Per-rank compute seconds of one sequence on a group of `group_size`.
   double compute_seconds(std::int64_t length, std::int64_t group_size) const;
   // Per-rank CP communication seconds for a bin of `tokens` in `sequences` sequences on

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include "core/error.hpp"
@@ -15,6 +16,7 @@
 #include "packing/schedule.hpp"
 #include "parallel/parallel_plan.hpp"
 #include "train/memory_estimate.hpp"
+#include "train/step_model_report.hpp"
 #include "train/training_data.hpp"
 
 namespace dyncp::train {
@@ -111,6 +113,8 @@ SchedulePreview preview_first_step(const config::ConfigContainer& config,
   }
   preview.lower_bound_seconds = cost_model.tight_lower_bound_seconds(
       lengths, layout.pool_size(), cap, layout.min_dynamic_context_parallel_size, alignment);
+  preview.schedule = schedule;
+  preview.lengths = std::move(lengths);
   return preview;
 }
 
@@ -195,8 +199,9 @@ bool write_dry_run_report(std::ostream& out, const config::ConfigContainer& conf
       parallel::make_parallel_plan(config, static_cast<int>(config.layout.world_size), 0),
       config.model.architecture.num_experts);
   TrainingData data = open_preview_data(config, max_records);
+  SchedulePreview preview;
   if (data.source) {
-    SchedulePreview preview = preview_first_step(config, *data.source);
+    preview = preview_first_step(config, *data.source);
     preview.data = data.description;
     out << format_schedule_preview(preview);
     valid = preview.check_problem.empty();
@@ -226,6 +231,8 @@ bool write_dry_run_report(std::ostream& out, const config::ConfigContainer& conf
   } else {
     out << memory_fit_line(estimate, 1, 0, "a dry run does not query GPU memory");
   }
+  out << format_step_model_report(config, data.source ? &preview.schedule : nullptr,
+                                  preview.lengths);
   return valid;
 }
 

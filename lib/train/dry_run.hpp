@@ -7,9 +7,11 @@
 #include <map>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "config/config_container.hpp"
 #include "data/sample.hpp"
+#include "packing/schedule.hpp"
 
 namespace dyncp::train {
 
@@ -28,6 +30,8 @@ struct SchedulePreview {
   double step_seconds = 0;             // cost model, the configured scheduler
   double static_cp_step_seconds = -1;  // dp_balanced on the static layout; < 0: cannot run
   double lower_bound_seconds = 0;
+  packing::Schedule schedule;         // the previewed step, for the modelled GPU step
+  std::vector<std::int64_t> lengths;  // its real lengths, by schedule id
 };
 
 // Draws the first global batch from `source` (data::Sampler with the recipe's settings), pads
@@ -50,9 +54,10 @@ std::string milliseconds(double seconds);
 std::string suggest_static_layout(const config::ConfigContainer& config);
 
 // Writes the dry-run report that follows the layout: the preview (or a note saying why it is
-// skipped) and the memory table. `max_records`: how much of a not-yet-prepared data file to
-// tokenize. For a dynamic-CP recipe it also prints suggest_static_layout. Returns false when
-// the scheduler broke the schedule contract (a bug: exit 1).
+// skipped), the memory table and the modelled GPU step (train/step_model_report.hpp).
+// `max_records`: how much of a not-yet-prepared data file to tokenize. For a dynamic-CP recipe it
+// also prints suggest_static_layout. Returns false when the scheduler broke the schedule contract
+// (a bug: exit 1).
 bool write_dry_run_report(std::ostream& out, const config::ConfigContainer& config,
                           std::int64_t max_records = 4096);
 

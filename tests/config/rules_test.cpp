@@ -289,6 +289,26 @@ TEST_CASE("rule: optimizer and LR schedule values are in range", "[config]") {
                       Contains("packing.device_flops_per_second"));
 }
 
+TEST_CASE("rule: the modelled step's peaks are positive and its efficiencies fractions",
+          "[config]") {
+  const auto config = resolved({"packing.step_model_dense_gemm_efficiency=0.35",
+                                "packing.step_model_deltanet_kernel=token_by_token",
+                                "packing.step_model_bf16_flops_per_second=9.89e14"});
+  CHECK(config.packing.step_model_dense_gemm_efficiency == 0.35);
+  CHECK(config.packing.step_model_deltanet_kernel == DeltaNetKernel::token_by_token);
+  CHECK(config.packing.step_model_bf16_flops_per_second == 9.89e14);
+  REQUIRE_THROWS_WITH(resolved({"packing.step_model_attention_efficiency=1.5"}),
+                      Contains("packing.step_model_attention_efficiency"));
+  REQUIRE_THROWS_WITH(resolved({"packing.step_model_memory_efficiency=0"}),
+                      Contains("packing.step_model_memory_efficiency"));
+  REQUIRE_THROWS_WITH(resolved({"packing.step_model_memory_bytes_per_second=0"}),
+                      Contains("packing.step_model_memory_bytes_per_second"));
+  REQUIRE_THROWS_WITH(resolved({"packing.step_model_launch_latency_seconds=-1e-6"}),
+                      Contains("packing.step_model_launch_latency_seconds"));
+  REQUIRE_THROWS_WITH(resolved({"packing.step_model_deltanet_kernel=wy"}),
+                      Contains("packing.step_model_deltanet_kernel"));
+}
+
 TEST_CASE("several broken rules are all reported in one error", "[config]") {
   try {
     resolved({"model.tensor_model_parallel_size=2", "train.micro_batch_size=2",

@@ -15,6 +15,7 @@
 # Then the targets, each met / NOT met / not measured: dyncp >= 2x HF's tokens/s, model TFLOP/s
 # >= 40% of the GEMM anchor's rate, peak memory within 10% of the estimate. Exit 0 when every
 # measurement ran (targets are reported, not enforced); 1 when a run failed.
+# DYNCP_BENCH_KEEP=DIR: keep results.jsonl and the dry runs (dry-run-<bin>.txt) in DIR.
 #
 #   tools/bench/gpu_step.sh BUILD_DIR [LAYERS] [STEPS]       # GPU-check build (default 4 layers, 4 steps)
 #   DYNCP_BENCH_EMULATE=1 tools/bench/gpu_step.sh build      # tiny shapes, emulated backend:
@@ -110,6 +111,11 @@ print(json.dumps({
     "tokens_per_s": statistics.median(r["tokens_per_s"] for r in timed),
     "model_tflops": statistics.median(r["tflops_per_device"] for r in timed),
     "step_ms": statistics.median(r["elapsed_ms"] for r in timed),
+    # Per phase (compute, cp_comm, ep_comm, grad_sync, optimizer, ...): the measured side of
+    # the modelled step's table (tools/bench/step_model_vs_measured.py).
+    "time_ms": {key: statistics.median(r["time_ms"][key] for r in timed)
+                for key in timed[0]["time_ms"]},
+    "microbatches": statistics.median(r["microbatches"] for r in timed),
     "real_tokens_per_step": statistics.median(r["real_tokens"] for r in timed),
     "estimate_mib": estimate,
     # nvidia-smi's peak above the idle baseline (CUDA context and library handles included);
@@ -133,6 +139,12 @@ PY
 done
 [[ $have_hf == 1 ]] || echo "gpu_step: HF anchor skipped: python3 cannot import torch and transformers here"
 cat "$results"
+# DYNCP_BENCH_KEEP=DIR keeps the results and each bin's dry run (with its modelled step table)
+# for tools/bench/step_model_vs_measured.py (tools/gpu-check.sh's phase 6).
+if [[ -n ${DYNCP_BENCH_KEEP:-} ]]; then
+  mkdir -p "$DYNCP_BENCH_KEEP"
+  cp "$results" "$work"/dry-run-*.txt "$DYNCP_BENCH_KEEP/"
+fi
 python3 - "$results" <<'PY'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
