@@ -8,7 +8,8 @@
 // Supported: statements if/elif/else, for (loop.*, `if` filter, else, break/continue), set
 // (names, tuples, namespace attributes, blocks), macro, call blocks, filter blocks, with,
 // generation; the expression grammar with Python's operators; the string, list and dict
-// methods and the filters and tests in jinja_builtins.cpp. Anything else (include, import,
+// methods, filters, tests and globals of jinja_methods.cpp, jinja_filters_*.cpp, jinja_tests.cpp
+// and jinja_globals.cpp. Anything else (include, import,
 // extends, block, raw, recursive loops, unknown filters or tests) is refused when the template
 // is parsed, naming its line.
 

@@ -1,0 +1,265 @@
+// Methods of str, list and dict values (`text.strip()`, `d.items()`), as Python's. The ones
+// that modify a list or dict are registered as refused: transformers' ImmutableSandboxedEnvironment
+// refuses them.
+#include <algorithm>
+
+#include "data/jinja_builtins.hpp"
+#include "data/jinja_python.hpp"
+#include "data/jinja_registry.hpp"
+
+namespace dyncp::data::jinja {
+
+namespace {
+
+using Receiver = MethodTable::Receiver;
+
+// ---- str
+
+Value str_strip(const Value& self, const CallArguments& a, int line) {
+  return Value::string(strip(self.text(), a.get(0, "chars"), true, true, line));
+}
+Value str_lstrip(const Value& self, const CallArguments& a, int line) {
+  return Value::string(strip(self.text(), a.get(0, "chars"), true, false, line));
+}
+Value str_rstrip(const Value& self, const CallArguments& a, int line) {
+  return Value::string(strip(self.text(), a.get(0, "chars"), false, true, line));
+}
+Value str_split(const Value& self, const CallArguments& a, int line) {
+  return split(self.text(), a.get(0, "sep"), a.get(1, "maxsplit"), line);
+}
+Value str_rsplit(const Value& self, const CallArguments& a, int line) {
+  const std::optional<Value> max_split = a.get(1, "maxsplit");
+  if (max_split && require_int(*max_split, "rsplit()", line) >= 0)
+    fail(line, "rsplit() with maxsplit is not supported");
+  return split(self.text(), a.get(0, "sep"), std::nullopt, line);
+}
+Value str_splitlines(const Value& self, const CallArguments& a, int) {
+  const std::string& text = self.text();
+  const bool keep = argument_or(a, 0, "keepends", Value::boolean(false)).truthy();
+  ValueList lines;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '\n' || text[i] == '\r') {
+      const std::size_t end = i;
+      if (text[i] == '\r' && i + 1 < text.size() && text[i + 1] == '\n') ++i;
+      lines.push_back(Value::string(text.substr(start, (keep ? i + 1 : end) - start)));
+      start = i + 1;
+    }
+  }
+  if (start < text.size()) lines.push_back(Value::string(text.substr(start)));
+  return Value::list(std::move(lines));
+}
+Value starts_or_ends_method(const Value& self, const CallArguments& a, bool starts, int line) {
+  const char* name = starts ? "startswith" : "endswith";
+  if (a.positional.empty()) fail(line, std::string(name) + "() needs an argument");
+  if (a.positional.size() > 1) fail(line, std::string(name) + "() with start/end is not supported");
+  return Value::boolean(starts_or_ends(self.text(), a.positional[0], starts, line));
+}
+Value str_startswith(const Value& self, const CallArguments& a, int line) {
+  return starts_or_ends_method(self, a, true, line);
+}
+Value str_endswith(const Value& self, const CallArguments& a, int line) {
+  return starts_or_ends_method(self, a, false, line);
+}
+Value str_upper(const Value& self, const CallArguments&, int) {
+  return Value::string(map_case(self.text(), true));
+}
+Value str_lower(const Value& self, const CallArguments&, int) {
+  return Value::string(map_case(self.text(), false));
+}
+Value str_title(const Value& self, const CallArguments&, int) {
+  return Value::string(title_case(self.text()));
+}
+Value str_capitalize(const Value& self, const CallArguments&, int) {
+  return Value::string(capitalize(self.text()));
+}
+Value str_replace(const Value& self, const CallArguments& a, int line) {
+  if (a.positional.size() < 2) fail(line, "replace() needs old and new");
+  const std::int64_t count =
+      a.positional.size() > 2 ? require_int(a.positional[2], "replace()", line) : -1;
+  return Value::string(replace_all(self.text(), require_string(a.positional[0], "replace()", line),
+                                   require_string(a.positional[1], "replace()", line), count));
+}
+// find / rfind / index / rindex: the code-point position of the first (last) occurrence.
+Value find_in(const Value& self, const CallArguments& a, bool from_right, bool raise, int line) {
+  if (a.positional.size() != 1) fail(line, "find() needs one argument");
+  const std::string& text = self.text();
+  const std::string& needle = require_string(a.positional[0], "find()", line);
+  const std::size_t at = from_right ? text.rfind(needle) : text.find(needle);
+  if (at == std::string::npos) {
+    if (raise) fail(line, "substring not found");
+    return Value::integer(-1);
+  }
+  return Value::integer(code_point_count(std::string_view(text).substr(0, at)));
+}
+Value str_find(const Value& self, const CallArguments& a, int line) {
+  return find_in(self, a, false, false, line);
+}
+Value str_rfind(const Value& self, const CallArguments& a, int line) {
+  return find_in(self, a, true, false, line);
+}
+Value str_index(const Value& self, const CallArguments& a, int line) {
+  return find_in(self, a, false, true, line);
+}
+Value str_rindex(const Value& self, const CallArguments& a, int line) {
+  return find_in(self, a, true, true, line);
+}
+Value str_count(const Value& self, const CallArguments& a, int line) {
+  if (a.positional.size() != 1) fail(line, "count() needs one argument");
+  const std::string& text = self.text();
+  const std::string& needle = require_string(a.positional[0], "find()", line);
+  if (needle.empty()) return Value::integer(code_point_count(text) + 1);
+  std::int64_t count = 0;
+  for (std::size_t at = text.find(needle); at != std::string::npos;
+       at = text.find(needle, at + needle.size()))
+    ++count;
+  return Value::integer(count);
+}
+Value str_join(const Value& self, const CallArguments& a, int line) {
+  if (a.positional.size() != 1) fail(line, "join() needs one argument");
+  std::string out;
+  bool first = true;
+  for (const Value& item : iterate(a.positional[0], line)) {
+    if (!first) out += self.text();
+    first = false;
+    out += require_string(item, "str.join()", line);
+  }
+  return Value::string(std::move(out));
+}
+template <bool (*Predicate)(char32_t)>
+Value all_code_points(const Value& self, const CallArguments&, int) {
+  const std::u32string code_points = decode(self.text());
+  return Value::boolean(!code_points.empty() &&
+                        std::all_of(code_points.begin(), code_points.end(), Predicate));
+}
+bool is_alnum(char32_t c) {
+  return is_letter(c) || is_decimal_digit(c);
+}
+
+// ---- dict
+
+Value dict_items(const Value& self, const CallArguments& a, int line) {
+  return apply_filter("items", self, a, line);
+}
+Value dict_keys(const Value& self, const CallArguments&, int) {
+  ValueList out;
+  for (const auto& entry : self.dict_ptr()->entries) out.push_back(Value::string(entry.first));
+  return Value::list(std::move(out));
+}
+Value dict_values(const Value& self, const CallArguments&, int) {
+  ValueList out;
+  for (const auto& entry : self.dict_ptr()->entries) out.push_back(entry.second);
+  return Value::list(std::move(out));
+}
+Value dict_get(const Value& self, const CallArguments& a, int line) {
+  if (a.positional.empty()) fail(line, "get() needs a key");
+  const Value* found =
+      a.positional[0].is_string() ? self.dict_ptr()->find(a.positional[0].text()) : nullptr;
+  if (found != nullptr) return *found;
+  return a.positional.size() > 1 ? a.positional[1] : Value::none();
+}
+
+// ---- list
+
+Value list_index_or_count(const Value& self, const CallArguments& a, bool index, int line) {
+  if (a.positional.size() != 1)
+    fail(line, std::string(index ? "index" : "count") + "() needs one argument");
+  std::int64_t count = 0;
+  const ValueList& items = self.items();
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (python_equal(items[i], a.positional[0])) {
+      if (index) return Value::integer(static_cast<std::int64_t>(i));
+      ++count;
+    }
+  }
+  if (index) fail(line, "value is not in list");
+  return Value::integer(count);
+}
+Value list_index(const Value& self, const CallArguments& a, int line) {
+  return list_index_or_count(self, a, true, line);
+}
+Value list_count(const Value& self, const CallArguments& a, int line) {
+  return list_index_or_count(self, a, false, line);
+}
+
+const MethodTable& methods() {
+  static const MethodTable table = [] {
+    MethodTable t;
+    t.add(Receiver::string, "strip", str_strip);
+    t.add(Receiver::string, "lstrip", str_lstrip);
+    t.add(Receiver::string, "rstrip", str_rstrip);
+    t.add(Receiver::string, "split", str_split);
+    t.add(Receiver::string, "rsplit", str_rsplit);
+    t.add(Receiver::string, "splitlines", str_splitlines);
+    t.add(Receiver::string, "startswith", str_startswith);
+    t.add(Receiver::string, "endswith", str_endswith);
+    t.add(Receiver::string, "upper", str_upper);
+    t.add(Receiver::string, "lower", str_lower);
+    t.add(Receiver::string, "title", str_title);
+    t.add(Receiver::string, "capitalize", str_capitalize);
+    t.add(Receiver::string, "replace", str_replace);
+    t.add(Receiver::string, "find", str_find);
+    t.add(Receiver::string, "rfind", str_rfind);
+    t.add(Receiver::string, "index", str_index);
+    t.add(Receiver::string, "rindex", str_rindex);
+    t.add(Receiver::string, "count", str_count);
+    t.add(Receiver::string, "join", str_join);
+    t.add(Receiver::string, "isspace", all_code_points<is_python_space>);
+    t.add(Receiver::string, "isdigit", all_code_points<is_decimal_digit>);
+    t.add(Receiver::string, "isalpha", all_code_points<is_letter>);
+    t.add(Receiver::string, "isalnum", all_code_points<is_alnum>);
+    t.add(Receiver::dict, "items", dict_items);
+    t.add(Receiver::dict, "keys", dict_keys);
+    t.add(Receiver::dict, "values", dict_values);
+    t.add(Receiver::dict, "get", dict_get);
+    for (const char* name : {"pop", "popitem", "update", "setdefault", "clear"})
+      t.refuse(Receiver::dict, name, "modifies a dict, which transformers' sandbox refuses");
+    t.add(Receiver::list, "index", list_index);
+    t.add(Receiver::list, "count", list_count);
+    for (const char* name :
+         {"append", "extend", "insert", "pop", "remove", "sort", "reverse", "clear"})
+      t.refuse(Receiver::list, name, "modifies a list, which transformers' sandbox refuses");
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
+void MethodTable::add(Receiver receiver, const std::string& name, MethodFunction function) {
+  entries_[static_cast<int>(receiver)][name] = Entry{function, nullptr};
+}
+
+void MethodTable::refuse(Receiver receiver, const std::string& name, const char* reason) {
+  entries_[static_cast<int>(receiver)][name] = Entry{nullptr, reason};
+}
+
+const MethodTable::Entry* MethodTable::find(Receiver receiver, std::string_view name) const {
+  const auto& entries = entries_[static_cast<int>(receiver)];
+  const auto found = entries.find(name);
+  return found == entries.end() ? nullptr : &found->second;
+}
+
+Value bound_method(const Value& self, const std::string& name, int line) {
+  Receiver receiver = Receiver::string;
+  const char* type = "str";
+  if (self.is_list()) {
+    receiver = Receiver::list;
+    type = "list";
+  } else if (self.is_dict()) {
+    receiver = Receiver::dict;
+    type = "dict";
+  }
+  const MethodTable::Entry* entry = methods().find(receiver, name);
+  if (entry == nullptr) return Value();
+  if (entry->refusal != nullptr) {
+    const std::string message = std::string(type) + "." + name + "() " + entry->refusal;
+    return Value::callable([message, line](CallArguments&) -> Value { fail(line, message); }, name);
+  }
+  const MethodFunction function = entry->function;
+  return Value::callable(
+      [self, function, line](CallArguments& arguments) { return function(self, arguments, line); },
+      name);
+}
+
+}  // namespace dyncp::data::jinja

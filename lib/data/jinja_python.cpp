@@ -1,0 +1,289 @@
+#include "data/jinja_python.hpp"
+
+#include <utf8proc.h>
+
+#include <algorithm>
+
+#include "data/jinja_builtins.hpp"
+#include "data/utf8.hpp"
+
+namespace dyncp::data::jinja {
+
+void fail(int line, const std::string& message) {
+  throw TemplateError(line, message);
+}
+
+// Python's str.isspace set.
+bool is_python_space(char32_t c) {
+  return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 ||
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f ||
+         c == 0x205f || c == 0x3000;
+}
+
+std::u32string decode(std::string_view text) {
+  std::u32string out;
+  out.reserve(text.size());
+  std::size_t offset = 0;
+  while (offset < text.size()) out.push_back(next_code_point(text, offset));
+  return out;
+}
+
+std::string encode(std::u32string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char32_t c : text) append_utf8(out, c);
+  return out;
+}
+
+bool is_ascii(std::string_view text) {
+  return std::all_of(text.begin(), text.end(),
+                     [](char c) { return (static_cast<unsigned char>(c) & 0x80) == 0; });
+}
+
+const std::string& require_string(const Value& value, const char* what, int line) {
+  if (!value.is_string()) {
+    if (value.is_undefined()) throw_undefined(value, line);
+    fail(line, std::string(what) + " needs a string, got " + python_type_name(value));
+  }
+  return value.text();
+}
+
+std::int64_t require_int(const Value& value, const char* what, int line) {
+  if (value.kind() != Value::Kind::integer && value.kind() != Value::Kind::boolean)
+    fail(line, std::string(what) + " needs an integer, got " + python_type_name(value));
+  return value.as_int();
+}
+
+// str.strip / lstrip / rstrip with Python's default (Unicode whitespace) or explicit chars.
+std::string strip(const std::string& text, const std::optional<Value>& chars, bool left, bool right,
+                  int line) {
+  std::u32string strip_set;
+  const bool default_set = !chars || chars->is_none();
+  if (!default_set) strip_set = decode(require_string(*chars, "strip()", line));
+  const auto stripped = [&](char32_t c) {
+    return default_set ? is_python_space(c) : strip_set.find(c) != std::u32string::npos;
+  };
+  const std::u32string code_points = decode(text);
+  std::size_t begin = 0;
+  std::size_t end = code_points.size();
+  if (left) {
+    while (begin < end && stripped(code_points[begin])) ++begin;
+  }
+  if (right) {
+    while (end > begin && stripped(code_points[end - 1])) --end;
+  }
+  return encode(std::u32string_view(code_points).substr(begin, end - begin));
+}
+
+Value split(const std::string& text, const std::optional<Value>& separator,
+            const std::optional<Value>& max_split_value, int line) {
+  const std::int64_t max_split =
+      max_split_value ? require_int(*max_split_value, "split()", line) : -1;
+  ValueList parts;
+  if (!separator || separator->is_none()) {
+    const std::u32string code_points = decode(text);
+    std::size_t i = 0;
+    std::int64_t splits = 0;
+    while (i < code_points.size()) {
+      while (i < code_points.size() && is_python_space(code_points[i])) ++i;
+      if (i >= code_points.size()) break;
+      if (max_split >= 0 && splits == max_split) {
+        std::size_t end = code_points.size();
+        while (end > i && is_python_space(code_points[end - 1])) --end;
+        parts.push_back(Value::string(encode(std::u32string_view(code_points).substr(i, end - i))));
+        break;
+      }
+      const std::size_t start = i;
+      while (i < code_points.size() && !is_python_space(code_points[i])) ++i;
+      parts.push_back(
+          Value::string(encode(std::u32string_view(code_points).substr(start, i - start))));
+      ++splits;
+    }
+    return Value::list(std::move(parts));
+  }
+  const std::string& sep = require_string(*separator, "split()", line);
+  if (sep.empty()) fail(line, "split(): empty separator");
+  std::size_t start = 0;
+  std::int64_t splits = 0;
+  while (true) {
+    const std::size_t found =
+        (max_split >= 0 && splits == max_split) ? std::string::npos : text.find(sep, start);
+    if (found == std::string::npos) {
+      parts.push_back(Value::string(text.substr(start)));
+      break;
+    }
+    parts.push_back(Value::string(text.substr(start, found - start)));
+    start = found + sep.size();
+    ++splits;
+  }
+  return Value::list(std::move(parts));
+}
+
+std::string map_case(const std::string& text, bool upper) {
+  std::string out;
+  std::size_t offset = 0;
+  while (offset < text.size()) {
+    const auto c = static_cast<utf8proc_int32_t>(next_code_point(text, offset));
+    append_utf8(out, static_cast<char32_t>(upper ? utf8proc_toupper(c) : utf8proc_tolower(c)));
+  }
+  return out;
+}
+
+bool is_letter(char32_t c) {
+  const auto category = utf8proc_category(static_cast<utf8proc_int32_t>(c));
+  return category >= UTF8PROC_CATEGORY_LU && category <= UTF8PROC_CATEGORY_LO;
+}
+
+std::string title_case(const std::string& text) {
+  std::string out;
+  bool previous_cased = false;
+  std::size_t offset = 0;
+  while (offset < text.size()) {
+    const auto c = static_cast<utf8proc_int32_t>(next_code_point(text, offset));
+    const bool letter = is_letter(static_cast<char32_t>(c));
+    append_utf8(out,
+                static_cast<char32_t>(
+                    letter ? (previous_cased ? utf8proc_tolower(c) : utf8proc_toupper(c)) : c));
+    previous_cased = letter;
+  }
+  return out;
+}
+
+bool starts_or_ends(const std::string& text, const Value& affix, bool starts, int line) {
+  if (affix.is_list() && affix.is_tuple()) {
+    for (const Value& item : affix.items()) {
+      if (starts_or_ends(text, item, starts, line)) return true;
+    }
+    return false;
+  }
+  const std::string& piece = require_string(affix, starts ? "startswith()" : "endswith()", line);
+  return starts ? text.starts_with(piece) : text.ends_with(piece);
+}
+
+std::string replace_all(const std::string& text, const std::string& old_text,
+                        const std::string& new_text, std::int64_t count) {
+  if (old_text.empty()) {
+    // Python inserts the replacement between every character (and at both ends).
+    const std::u32string code_points = decode(text);
+    std::string out;
+    std::int64_t done = 0;
+    for (std::size_t i = 0; i <= code_points.size(); ++i) {
+      if (count < 0 || done < count) {
+        out += new_text;
+        ++done;
+      }
+      if (i < code_points.size()) append_utf8(out, code_points[i]);
+    }
+    return out;
+  }
+  std::string out;
+  std::size_t start = 0;
+  std::int64_t done = 0;
+  while (count < 0 || done < count) {
+    const std::size_t found = text.find(old_text, start);
+    if (found == std::string::npos) break;
+    out.append(text, start, found - start);
+    out += new_text;
+    start = found + old_text.size();
+    ++done;
+  }
+  out.append(text, start, std::string::npos);
+  return out;
+}
+
+// Python < for sorting and min/max.
+bool python_less(const Value& a, const Value& b, int line) {
+  if (a.is_number() && b.is_number()) return a.as_double() < b.as_double();
+  if (a.is_string() && b.is_string()) return a.text() < b.text();
+  if (a.is_list() && b.is_list()) {
+    const auto& x = a.items();
+    const auto& y = b.items();
+    for (std::size_t i = 0; i < std::min(x.size(), y.size()); ++i) {
+      if (python_less(x[i], y[i], line)) return true;
+      if (python_less(y[i], x[i], line)) return false;
+    }
+    return x.size() < y.size();
+  }
+  fail(line, "'<' not supported between instances of '" + python_type_name(a) + "' and '" +
+                 python_type_name(b) + "'");
+}
+
+// attribute="a.b" lookups of map / selectattr / sort / join.
+Value attribute_path(const Value& item, const std::string& path, int line) {
+  Value current = item;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t dot = path.find('.', start);
+    const std::string part =
+        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    const bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
+    current = numeric ? get_item(current, Value::integer(std::stoll(part)), line)
+                      : get_item(current, Value::string(part), line);
+    if (dot == std::string::npos) return current;
+    start = dot + 1;
+  }
+}
+
+CallArguments shifted(const CallArguments& arguments, std::size_t count) {
+  CallArguments rest;
+  for (std::size_t i = count; i < arguments.positional.size(); ++i)
+    rest.positional.push_back(arguments.positional[i]);
+  rest.keyword = arguments.keyword;
+  return rest;
+}
+
+std::int64_t code_point_count(std::string_view text) {
+  if (is_ascii(text)) return static_cast<std::int64_t>(text.size());
+  std::int64_t count = 0;
+  for (const char c : text) count += (static_cast<unsigned char>(c) & 0xc0) != 0x80 ? 1 : 0;
+  return count;
+}
+
+bool is_decimal_digit(char32_t c) {
+  return utf8proc_category(static_cast<utf8proc_int32_t>(c)) == UTF8PROC_CATEGORY_ND;
+}
+
+Value argument_or(const CallArguments& arguments, std::size_t index, std::string_view name,
+                  Value fallback) {
+  std::optional<Value> found = arguments.get(index, name);
+  return found ? std::move(*found) : std::move(fallback);
+}
+
+std::string capitalize(const std::string& text) {
+  const std::string lower = map_case(text, false);
+  if (lower.empty()) return lower;
+  std::size_t offset = 0;
+  const char32_t first = next_code_point(lower, offset);
+  std::string out;
+  append_utf8(out, static_cast<char32_t>(utf8proc_toupper(static_cast<utf8proc_int32_t>(first))));
+  return out + lower.substr(offset);
+}
+
+std::string escape_html(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out.push_back(c);
+    }
+  }
+  return out;
+}
+
+}  // namespace dyncp::data::jinja
