@@ -41,6 +41,11 @@ Value get_attribute(const Value& object, const std::string& name, int line) {
     }
     case Value::Kind::string:
     case Value::Kind::list: {
+      if (const auto& fields = object.tuple_fields()) {
+        for (std::size_t i = 0; i < fields->names.size(); ++i) {
+          if (fields->names[i] == name) return object.items()[i];
+        }
+      }
       Value method_value = bound_method(object, name, line);
       if (!method_value.is_undefined()) return method_value;
       return Value::undefined_named("'" + python_type_name(object) + " object' has no attribute '" +

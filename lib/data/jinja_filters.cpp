@@ -17,6 +17,7 @@ const FilterTable& filters() {
     register_sequence_filters(t);
     register_number_filters(t);
     register_output_filters(t);
+    register_urlize_filter(t);
     return t;
   }();
   return table;

@@ -1,5 +1,9 @@
 // Number filters: jinja2.filters' do_abs, do_int, do_float, do_round, do_filesizeformat.
+#include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdio>
+#include <optional>
 
 #include "data/jinja_builtins.hpp"
 #include "data/jinja_python.hpp"
@@ -16,8 +20,53 @@ Value abs(const Value& v, const CallArguments&, int line) {
   fail(line, "bad operand type for abs(): '" + python_type_name(v) + "'");
 }
 
+// Python's int(text, base): sign, 0x / 0o / 0b prefixes (base 0 reads them; 16, 8 and 2 allow
+// theirs), underscores between digits. nullopt where Python raises ValueError.
+std::optional<std::int64_t> parse_python_int(const std::string& text, std::int64_t base) {
+  std::size_t i = 0;
+  bool negative = false;
+  if (i < text.size() && (text[i] == '+' || text[i] == '-')) negative = text[i++] == '-';
+  const auto prefix = [&](char letter) {
+    return i + 1 < text.size() && text[i] == '0' &&
+           std::tolower(static_cast<unsigned char>(text[i + 1])) == letter;
+  };
+  bool prefixed = false;
+  for (const auto& [letter, radix] : {std::pair{'x', 16}, {'o', 8}, {'b', 2}}) {
+    if ((base == 0 || base == radix) && prefix(letter)) {
+      base = radix;
+      i += 2;
+      prefixed = true;
+    }
+  }
+  const bool leading_zero_decimal = base == 0;
+  if (base == 0) base = 10;
+  if (base < 2 || base > 36) return std::nullopt;
+  std::int64_t value = 0;
+  std::size_t digits = 0;
+  bool nonzero = false;
+  for (; i < text.size(); ++i) {
+    if (text[i] == '_' && (digits > 0 || prefixed) && i + 1 < text.size() && text[i + 1] != '_')
+      continue;
+    const int c = std::tolower(static_cast<unsigned char>(text[i]));
+    const int digit = std::isdigit(c) ? c - '0' : std::isalpha(c) ? c - 'a' + 10 : 99;
+    if (digit >= base) return std::nullopt;
+    nonzero = nonzero || digit != 0;
+    if (__builtin_mul_overflow(value, base, &value) || __builtin_add_overflow(value, digit, &value))
+      return std::nullopt;
+    ++digits;
+  }
+  if (digits == 0) return std::nullopt;
+  // int("010", 0) is an error: base 0 reads no leading zeros.
+  if (leading_zero_decimal && !prefixed && digits > 1 && text[negative || text[0] == '+'] == '0' &&
+      nonzero)
+    return std::nullopt;
+  return negative ? -value : value;
+}
+
 Value int_filter(const Value& input, const CallArguments& arguments, int line) {
-  const Value fallback = arguments.get(0, "default").value_or(Value::integer(0));
+  const Value fallback = argument_or(arguments, 0, "default", Value::integer(0));
+  const std::int64_t base =
+      require_int(argument_or(arguments, 1, "base", Value::integer(10)), "int(base)", line);
   switch (input.kind()) {
     case Value::Kind::integer:
     case Value::Kind::big_integer:
@@ -29,13 +78,16 @@ Value int_filter(const Value& input, const CallArguments& arguments, int line) {
                  ? Value::integer(static_cast<std::int64_t>(std::trunc(input.as_double())))
                  : fallback;
     case Value::Kind::string: {
+      const std::string text = strip(input.text(), std::nullopt, true, true, line);
+      if (const auto parsed = parse_python_int(text, base)) return Value::integer(*parsed);
+      // jinja2: "42.23"|int is 42, through float().
+      const std::string plain = replace_all(text, "_", "", -1);
       try {
         std::size_t used = 0;
-        const std::string text = strip(input.text(), std::nullopt, true, true, line);
-        const long long parsed = std::stoll(text, &used, 10);
-        if (used == text.size()) return Value::integer(parsed);
-        const double as_float = std::stod(text, &used);
-        if (used == text.size()) return Value::integer(static_cast<std::int64_t>(as_float));
+        const double number = std::stod(plain, &used);
+        if (used == plain.size() && std::isfinite(number) &&
+            plain.find_first_of("xXpP") == std::string::npos)
+          return Value::integer(static_cast<std::int64_t>(std::trunc(number)));
       } catch (const std::exception&) {
       }
       return fallback;
@@ -64,12 +116,44 @@ Value round(const Value& v, const CallArguments& a, int line) {
   const std::int64_t precision =
       require_int(argument_or(a, 0, "precision", Value::integer(0)), "round()", line);
   const std::string method = python_str(argument_or(a, 1, "method", Value::string("common")));
+  if (method != "common" && method != "ceil" && method != "floor")
+    fail(line, "method must be common, ceil or floor");
+  if (!v.is_number() || v.kind() == Value::Kind::big_integer)
+    fail(line, "round needs a number, got " + python_type_name(v));
+  // Python's round(int, n >= 0) is the int itself.
+  if (method == "common" && v.kind() != Value::Kind::floating && precision >= 0)
+    return Value::integer(v.as_int());
   const double scale = std::pow(10.0, static_cast<double>(precision));
   const double x = v.as_double() * scale;
   const double rounded = method == "ceil"    ? std::ceil(x)
                          : method == "floor" ? std::floor(x)
                                              : std::nearbyint(x);
   return Value::floating(rounded / scale);
+}
+
+Value filesizeformat(const Value& v, const CallArguments& a, int line) {
+  const Value as_float = float_filter(v, {}, line);
+  if (!v.is_number() && !v.is_string())
+    fail(line, "filesizeformat needs a number, got " + python_type_name(v));
+  const double bytes = as_float.as_double();
+  const bool binary = argument_or(a, 0, "binary", Value::boolean(false)).truthy();
+  const double base = binary ? 1024.0 : 1000.0;
+  static const char* const decimal[] = {"kB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB"};
+  static const char* const binary_prefixes[] = {"KiB", "MiB", "GiB", "TiB",
+                                                "PiB", "EiB", "ZiB", "YiB"};
+  if (bytes == 1.0) return Value::string("1 Byte");
+  if (bytes < base) return Value::string(std::to_string(static_cast<long long>(bytes)) + " Bytes");
+  double unit = base;
+  std::size_t index = 0;
+  for (; index < 8; ++index) {
+    unit = std::pow(base, static_cast<double>(index + 2));
+    if (bytes < unit) break;
+  }
+  index = std::min<std::size_t>(index, 7);
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%.1f %s", base * bytes / unit,
+                binary ? binary_prefixes[index] : decimal[index]);
+  return Value::string(buffer);
 }
 
 }  // namespace
@@ -79,6 +163,7 @@ void register_number_filters(FilterTable& table) {
   table.add("int", int_filter);
   table.add("float", float_filter);
   table.add("round", round);
+  table.add("filesizeformat", filesizeformat);
 }
 
 }  // namespace dyncp::data::jinja

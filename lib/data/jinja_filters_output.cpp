@@ -1,6 +1,8 @@
 // Filters that spell values as text: transformers' tojson (json.dumps), jinja2.filters'
-// do_default, do_mark_safe (safe), soft_str (string), escape.
+// do_default, do_mark_safe (safe), soft_str (string), escape, do_forceescape, do_xmlattr,
+// do_urlencode, do_pprint, (do_urlize is in jinja_filters_urlize.cpp).
 #include <algorithm>
+#include <cctype>
 
 #include "data/jinja_builtins.hpp"
 #include "data/jinja_python.hpp"
@@ -49,16 +51,153 @@ Value default_filter(const Value& v, const CallArguments& a, int) {
   return v;
 }
 
+// Markup(value): printed as it is, and escape() leaves it so.
 Value safe(const Value& v, const CallArguments&, int) {
-  return v.is_string() ? v : Value::string(python_str(v));
+  return v.is_markup() ? v : Value::markup(python_str(v));
 }
 
+// soft_str: a Markup stays one.
 Value string(const Value& v, const CallArguments&, int) {
-  return Value::string(python_str(v));
+  return v.is_markup() ? v : Value::string(python_str(v));
 }
 
 Value escape(const Value& v, const CallArguments&, int) {
-  return Value::string(escape_html(python_str(v)));
+  return v.is_markup() ? v : Value::markup(escape_html(python_str(v)));
+}
+
+Value forceescape(const Value& v, const CallArguments&, int) {
+  return Value::markup(escape_html(python_str(v)));
+}
+
+std::string escape_unless_markup(const Value& v) {
+  return v.is_markup() ? v.text() : escape_html(python_str(v));
+}
+
+Value xmlattr(const Value& v, const CallArguments& a, int line) {
+  if (!v.is_dict() || v.dict_ptr()->is_namespace)
+    fail(line, "xmlattr needs a mapping, got " + python_type_name(v));
+  const bool autospace = argument_or(a, 0, "autospace", Value::boolean(true)).truthy();
+  std::string out;
+  for (const auto& [key, item] : v.dict_ptr()->entries) {
+    if (item.is_none() || item.is_undefined()) continue;
+    if (key.find_first_of(" \t\n\r\f\v/>=") != std::string::npos)
+      fail(line, "Invalid character in attribute name: " + python_repr(Value::string(key)));
+    if (!out.empty()) out += " ";
+    out += escape_html(key) + "=\"" + escape_unless_markup(item) + "\"";
+  }
+  if (autospace && !out.empty()) out = " " + out;
+  return Value::string(std::move(out));
+}
+
+// urllib.parse.quote_from_bytes of the UTF-8 bytes, keeping `safe`.
+std::string url_quote(const Value& v, bool for_query) {
+  static const char* const hex = "0123456789ABCDEF";
+  std::string out;
+  for (const char c : python_str(v)) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (std::isalnum(byte) || c == '_' || c == '.' || c == '-' || c == '~' ||
+        (c == '/' && !for_query)) {
+      out.push_back(c);
+    } else if (c == ' ' && for_query) {
+      out.push_back('+');
+    } else {
+      out += {'%', hex[byte >> 4], hex[byte & 15]};
+    }
+  }
+  return out;
+}
+
+Value urlencode(const Value& v, const CallArguments&, int line) {
+  if (v.is_string() || (!v.is_list() && !v.is_dict())) return Value::string(url_quote(v, false));
+  ValueList pairs;
+  if (v.is_dict()) {
+    for (const auto& [key, item] : v.dict_ptr()->entries)
+      pairs.push_back(Value::list({Value::string(key), item}, true));
+  } else {
+    pairs = v.items();
+  }
+  std::string out;
+  for (const Value& pair : pairs) {
+    const ValueList parts = iterate(pair, line);
+    if (parts.size() != 2) fail(line, "urlencode needs (key, value) pairs");
+    if (!out.empty()) out += "&";
+    out += url_quote(parts[0], true) + "=" + url_quote(parts[1], true);
+  }
+  return Value::string(std::move(out));
+}
+
+// pprint.pformat(value) (width 80, dicts sorted by key).
+void pretty(const Value& v, std::size_t indent, std::size_t allowance, std::string& out, int line);
+
+std::string sorted_repr(const Value& v) {
+  if (v.is_dict() && !v.dict_ptr()->is_namespace) {
+    auto entries = v.dict_ptr()->entries;
+    std::stable_sort(entries.begin(), entries.end(),
+                     [](const auto& x, const auto& y) { return x.first < y.first; });
+    std::string out = "{";
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      if (i > 0) out += ", ";
+      out += python_repr(Value::string(entries[i].first)) + ": " + sorted_repr(entries[i].second);
+    }
+    return out + "}";
+  }
+  if (v.is_list() && !v.tuple_fields()) {
+    std::string out = v.is_tuple() ? "(" : "[";
+    for (std::size_t i = 0; i < v.items().size(); ++i) {
+      if (i > 0) out += ", ";
+      out += sorted_repr(v.items()[i]);
+    }
+    if (v.is_tuple() && v.items().size() == 1) out += ",";
+    return out + (v.is_tuple() ? ")" : "]");
+  }
+  return python_repr(v);
+}
+
+void pretty(const Value& v, std::size_t indent, std::size_t allowance, std::string& out, int line) {
+  const std::string rep = sorted_repr(v);
+  constexpr std::size_t width = 80;
+  if (static_cast<std::size_t>(code_point_count(rep)) + indent + allowance <= width) {
+    out += rep;
+    return;
+  }
+  if (v.is_dict() && !v.dict_ptr()->is_namespace && !v.dict_ptr()->entries.empty()) {
+    auto entries = v.dict_ptr()->entries;
+    std::stable_sort(entries.begin(), entries.end(),
+                     [](const auto& x, const auto& y) { return x.first < y.first; });
+    out += "{";
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const bool last = i + 1 == entries.size();
+      const std::string key = python_repr(Value::string(entries[i].first));
+      out += key + ": ";
+      pretty(entries[i].second, indent + 1 + static_cast<std::size_t>(code_point_count(key)) + 2,
+             last ? allowance + 1 : 1, out, line);
+      if (!last) out += ",\n" + std::string(indent + 1, ' ');
+    }
+    out += "}";
+    return;
+  }
+  if (v.is_list() && !v.tuple_fields() && !v.items().empty()) {
+    out += v.is_tuple() ? "(" : "[";
+    const ValueList& items = v.items();
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const bool last = i + 1 == items.size();
+      const std::size_t tail = v.is_tuple() && items.size() == 1 ? 1 : 0;
+      pretty(items[i], indent + 1, last ? allowance + 1 + tail : 1, out, line);
+      if (!last) out += ",\n" + std::string(indent + 1, ' ');
+    }
+    if (v.is_tuple() && items.size() == 1) out += ",";
+    out += v.is_tuple() ? ")" : "]";
+    return;
+  }
+  if (v.is_string())
+    fail(line, "pprint of a string longer than its line (pprint splits it) is not supported");
+  out += rep;
+}
+
+Value pprint(const Value& v, const CallArguments&, int line) {
+  std::string out;
+  pretty(v, 0, 0, out, line);
+  return Value::string(std::move(out));
 }
 
 }  // namespace
@@ -71,6 +210,10 @@ void register_output_filters(FilterTable& table) {
   table.add("string", string, OnUndefined::accept);
   table.add("escape", escape, OnUndefined::accept);
   table.add("e", escape, OnUndefined::accept);
+  table.add("forceescape", forceescape);
+  table.add("xmlattr", xmlattr);
+  table.add("urlencode", urlencode);
+  table.add("pprint", pprint, OnUndefined::accept);
 }
 
 }  // namespace dyncp::data::jinja

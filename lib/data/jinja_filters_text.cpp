@@ -2,33 +2,41 @@
 // do_replace, do_indent, do_wordcount, do_center, do_truncate, do_wordwrap, do_format,
 // do_striptags.
 #include <algorithm>
+#include <cctype>
+#include <memory>
 
 #include "data/jinja_builtins.hpp"
 #include "data/jinja_python.hpp"
 #include "data/jinja_registry.hpp"
+#include "data/utf8.hpp"
 
 namespace dyncp::data::jinja {
 
 namespace {
 
+// These call str methods on soft_str(value), so a Markup input gives a Markup.
+Value like(const Value& input, std::string text) {
+  return input.is_markup() ? Value::markup(std::move(text)) : Value::string(std::move(text));
+}
+
 Value trim(const Value& v, const CallArguments& a, int line) {
-  return Value::string(strip(python_str(v), a.get(0, "chars"), true, true, line));
+  return like(v, strip(python_str(v), a.get(0, "chars"), true, true, line));
 }
 
 Value lower(const Value& v, const CallArguments&, int) {
-  return Value::string(map_case(python_str(v), false));
+  return like(v, map_case(python_str(v), false));
 }
 
 Value upper(const Value& v, const CallArguments&, int) {
-  return Value::string(map_case(python_str(v), true));
+  return like(v, map_case(python_str(v), true));
 }
 
 Value title(const Value& v, const CallArguments&, int) {
-  return Value::string(title_case(python_str(v)));
+  return like(v, title_case(python_str(v)));
 }
 
 Value capitalize_filter(const Value& v, const CallArguments&, int) {
-  return Value::string(capitalize(python_str(v)));
+  return like(v, capitalize(python_str(v)));
 }
 
 Value replace(const Value& v, const CallArguments& a, int line) {
@@ -70,8 +78,16 @@ Value indent(const Value& input, const CallArguments& arguments, int line) {
   return Value::string(std::move(out));
 }
 
-Value wordcount(const Value& v, const CallArguments&, int line) {
-  return Value::integer(length_of(split(python_str(v), std::nullopt, std::nullopt, line), line));
+// len(re.findall(r"\w+", text)).
+Value wordcount(const Value& v, const CallArguments&, int) {
+  std::int64_t words = 0;
+  bool in_word = false;
+  for (const char32_t c : decode(python_str(v))) {
+    const bool word = is_letter(c) || is_decimal_digit(c) || c == '_';
+    words += word && !in_word ? 1 : 0;
+    in_word = word;
+  }
+  return Value::integer(words);
 }
 
 Value center(const Value& v, const CallArguments& a, int line) {
@@ -264,6 +280,101 @@ Value wordwrap(const Value& v, const CallArguments& a, int line) {
   return Value::string(std::move(out));
 }
 
+Value format(const Value& v, const CallArguments& a, int line) {
+  if (!a.positional.empty() && !a.keyword.empty())
+    fail(line, "can't handle positional and keyword arguments at the same time");
+  Value mapping;
+  if (!a.keyword.empty()) {
+    auto dict = std::make_shared<Dict>();
+    for (const auto& [key, value] : a.keyword) dict->set(key, value);
+    mapping = Value::dict(std::move(dict));
+  }
+  std::string text = percent_format(python_str(v), a.positional,
+                                    a.keyword.empty() ? nullptr : &mapping, v.is_markup(), line);
+  return like(v, std::move(text));
+}
+
+// html.unescape for the character references this table knows; any other named reference is
+// refused rather than left as it is (Python knows all of HTML5's).
+std::string unescape_html(const std::string& text, int line) {
+  static const std::pair<const char*, const char*> named[] = {
+      {"amp", "&"},        {"lt", "<"},          {"gt", ">"},          {"quot", "\""},
+      {"apos", "'"},       {"nbsp", "\u00a0"},   {"copy", "\u00a9"},   {"reg", "\u00ae"},
+      {"trade", "\u2122"}, {"hellip", "\u2026"}, {"mdash", "\u2014"},  {"ndash", "\u2013"},
+      {"lsquo", "\u2018"}, {"rsquo", "\u2019"},  {"ldquo", "\u201c"},  {"rdquo", "\u201d"},
+      {"laquo", "\u00ab"}, {"raquo", "\u00bb"},  {"middot", "\u00b7"}, {"bull", "\u2022"},
+      {"euro", "\u20ac"},  {"pound", "\u00a3"},  {"yen", "\u00a5"},    {"cent", "\u00a2"},
+      {"deg", "\u00b0"},   {"times", "\u00d7"},  {"divide", "\u00f7"}, {"sect", "\u00a7"},
+      {"para", "\u00b6"},  {"plusmn", "\u00b1"}};
+  std::string out;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '&') {
+      out.push_back(text[i]);
+      continue;
+    }
+    const std::size_t semicolon = text.find(';', i);
+    const std::string body =
+        semicolon == std::string::npos ? std::string() : text.substr(i + 1, semicolon - i - 1);
+    if (body.size() > 1 && body[0] == '#') {
+      const bool hex = body[1] == 'x' || body[1] == 'X';
+      const std::string digits = body.substr(hex ? 2 : 1);
+      const bool valid = !digits.empty() && std::all_of(digits.begin(), digits.end(), [&](char c) {
+        return hex ? std::isxdigit(static_cast<unsigned char>(c)) != 0
+                   : std::isdigit(static_cast<unsigned char>(c)) != 0;
+      });
+      if (valid && digits.size() <= 7) {
+        const unsigned long code = std::stoul(digits, nullptr, hex ? 16 : 10);
+        const bool plain =
+            (code >= 0x20 && code < 0x7f) ||
+            (code >= 0xa0 && code <= 0x10ffff && !(code >= 0xd800 && code <= 0xdfff) &&
+             !(code >= 0xfdd0 && code <= 0xfdef) && (code & 0xfffe) != 0xfffe) ||
+            code == '\t' || code == '\n';
+        if (!plain)
+          fail(line, "striptags: the character reference &" + body + "; is not supported");
+        append_utf8(out, static_cast<char32_t>(code));
+        i = semicolon;
+        continue;
+      }
+    }
+    bool replaced = false;
+    for (const auto& [name, character] : named) {
+      if (body == name) {
+        out += character;
+        i = semicolon;
+        replaced = true;
+        break;
+      }
+    }
+    if (replaced) continue;
+    const std::size_t end = text.find_first_of(" \t\n\f<&#;", i + 1);
+    if (end != i + 1)
+      fail(line, "striptags: the character reference " +
+                     text.substr(i, end == std::string::npos ? std::string::npos : end - i + 1) +
+                     " is not in the interpreter's table");
+    out.push_back('&');
+  }
+  return out;
+}
+
+// markupsafe's Markup.striptags: comments, then tags, then whitespace runs, then unescape.
+Value striptags(const Value& v, const CallArguments&, int line) {
+  std::string text = python_str(v);
+  for (std::size_t start; (start = text.find("<!--")) != std::string::npos;) {
+    const std::size_t end = text.find("-->", start);
+    if (end == std::string::npos) break;
+    text.erase(start, end + 3 - start);
+  }
+  for (std::size_t start; (start = text.find('<')) != std::string::npos;) {
+    const std::size_t end = text.find('>', start);
+    if (end == std::string::npos) break;
+    text.erase(start, end + 1 - start);
+  }
+  std::string collapsed;
+  const Value words = split(text, std::nullopt, std::nullopt, line);
+  for (const Value& word : words.items()) collapsed += (collapsed.empty() ? "" : " ") + word.text();
+  return Value::string(unescape_html(collapsed, line));
+}
+
 }  // namespace
 
 void register_text_filters(FilterTable& table) {
@@ -278,6 +389,8 @@ void register_text_filters(FilterTable& table) {
   table.add("center", center);
   table.add("truncate", truncate);
   table.add("wordwrap", wordwrap);
+  table.add("format", format);
+  table.add("striptags", striptags);
 }
 
 }  // namespace dyncp::data::jinja

@@ -3,6 +3,9 @@
 #include <utf8proc.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
 
 #include "data/jinja_builtins.hpp"
 #include "data/utf8.hpp"
@@ -283,6 +286,159 @@ std::string escape_html(const std::string& text) {
         out.push_back(c);
     }
   }
+  return out;
+}
+
+}  // namespace dyncp::data::jinja
+
+namespace dyncp::data::jinja {
+
+namespace {
+
+struct FormatSpec {
+  std::string flags;
+  std::optional<std::int64_t> width;
+  std::optional<std::int64_t> precision;
+  char conversion = 's';
+};
+
+std::string pad(std::string text, const FormatSpec& spec) {
+  const std::int64_t length = code_point_count(text);
+  if (!spec.width || *spec.width <= length) return text;
+  const std::string fill(static_cast<std::size_t>(*spec.width - length), ' ');
+  return spec.flags.find('-') != std::string::npos ? text + fill : fill + text;
+}
+
+std::string printf_one(const FormatSpec& spec, const char* length_modifier, auto value) {
+  std::string pattern = "%" + spec.flags;
+  if (spec.width) pattern += std::to_string(*spec.width);
+  if (spec.precision) pattern += "." + std::to_string(*spec.precision);
+  pattern += length_modifier;
+  pattern.push_back(spec.conversion);
+  const int size = std::snprintf(nullptr, 0, pattern.c_str(), value);
+  std::string out(static_cast<std::size_t>(size) + 1, '\0');
+  std::snprintf(out.data(), out.size(), pattern.c_str(), value);
+  out.resize(static_cast<std::size_t>(size));
+  return out;
+}
+
+std::string format_one(const FormatSpec& spec, const Value& argument, bool escape_arguments,
+                       int line) {
+  const char c = spec.conversion;
+  if (c == 's' || c == 'r' || c == 'a') {
+    std::string text = c == 's' ? python_str(argument) : python_repr(argument);
+    if (escape_arguments && !argument.is_markup()) text = escape_html(text);
+    if (spec.precision)
+      text = encode(
+          std::u32string_view(decode(text))
+              .substr(0, static_cast<std::size_t>(std::max<std::int64_t>(0, *spec.precision))));
+    return pad(std::move(text), spec);
+  }
+  if (c == 'c') {
+    std::string text;
+    if (argument.kind() == Value::Kind::integer) {
+      append_utf8(text, static_cast<char32_t>(argument.as_int()));
+    } else if (argument.is_string() && code_point_count(argument.text()) == 1) {
+      text = argument.text();
+    } else {
+      fail(line, "%c requires an int or a unicode character, not " + python_type_name(argument));
+    }
+    return pad(std::move(text), spec);
+  }
+  const bool integer_conversion = std::string_view("diuxXo").find(c) != std::string_view::npos;
+  if (!argument.is_number() || argument.kind() == Value::Kind::big_integer) {
+    fail(line, std::string("%") + c + " format: a real number is required, not " +
+                   python_type_name(argument));
+  }
+  if (integer_conversion) {
+    if (argument.kind() == Value::Kind::floating && c != 'd' && c != 'i' && c != 'u')
+      fail(line, std::string("%") + c + " format: an integer is required, not float");
+    if (spec.flags.find('#') != std::string::npos && c == 'o') fail(line, "%#o is not supported");
+    const long long value = argument.kind() == Value::Kind::floating
+                                ? static_cast<long long>(std::trunc(argument.as_double()))
+                                : static_cast<long long>(argument.as_int());
+    FormatSpec integer_spec = spec;
+    if (c == 'i' || c == 'u') integer_spec.conversion = 'd';
+    if ((c == 'x' || c == 'X' || c == 'o') && value < 0) {
+      // printf prints the two's complement; Python a minus sign.
+      FormatSpec positive = integer_spec;
+      positive.width.reset();
+      return pad("-" + printf_one(positive, "ll", -value), spec);
+    }
+    return printf_one(integer_spec, "ll", value);
+  }
+  if (std::string_view("eEfFgG").find(c) == std::string_view::npos)
+    fail(line, std::string("unsupported format character '") + c + "'");
+  return printf_one(spec, "", argument.as_double());
+}
+
+}  // namespace
+
+std::string percent_format(const std::string& format, const ValueList& positional,
+                           const Value* mapping, bool escape_arguments, int line) {
+  std::string out;
+  std::size_t next = 0;
+  bool used_mapping = false;
+  for (std::size_t i = 0; i < format.size(); ++i) {
+    if (format[i] != '%') {
+      out.push_back(format[i]);
+      continue;
+    }
+    if (++i >= format.size()) fail(line, "incomplete format");
+    std::optional<std::string> key;
+    if (format[i] == '(') {
+      int depth = 1;
+      const std::size_t start = ++i;
+      while (i < format.size() && depth > 0) {
+        depth += format[i] == '(' ? 1 : format[i] == ')' ? -1 : 0;
+        if (depth > 0) ++i;
+      }
+      if (i >= format.size()) fail(line, "incomplete format key");
+      key = format.substr(start, i - start);
+      ++i;
+    }
+    FormatSpec spec;
+    while (i < format.size() && std::string_view("-+ #0").find(format[i]) != std::string_view::npos)
+      spec.flags.push_back(format[i++]);
+    const auto number = [&]() -> std::optional<std::int64_t> {
+      if (i < format.size() && format[i] == '*') fail(line, "'*' widths are not supported");
+      if (i >= format.size() || !std::isdigit(static_cast<unsigned char>(format[i])))
+        return std::nullopt;
+      std::int64_t value = 0;
+      while (i < format.size() && std::isdigit(static_cast<unsigned char>(format[i])))
+        value = value * 10 + (format[i++] - '0');
+      return value;
+    };
+    spec.width = number();
+    if (i < format.size() && format[i] == '.') {
+      ++i;
+      spec.precision = number().value_or(0);
+    }
+    while (i < format.size() && (format[i] == 'h' || format[i] == 'l' || format[i] == 'L')) ++i;
+    if (i >= format.size()) fail(line, "incomplete format");
+    spec.conversion = format[i];
+    if (spec.conversion == '%') {
+      out.push_back('%');
+      continue;
+    }
+    Value argument;
+    if (key) {
+      if (mapping == nullptr || !mapping->is_dict()) fail(line, "format requires a mapping");
+      const Value* found = mapping->dict_ptr()->find(*key);
+      if (found == nullptr) fail(line, "KeyError: " + python_repr(Value::string(*key)));
+      argument = *found;
+      used_mapping = true;
+    } else if (mapping != nullptr && positional.empty()) {
+      if (next++ > 0) fail(line, "not enough arguments for format string");
+      argument = *mapping;
+    } else {
+      if (next >= positional.size()) fail(line, "not enough arguments for format string");
+      argument = positional[next++];
+    }
+    out += format_one(spec, argument, escape_arguments, line);
+  }
+  if (!used_mapping && mapping == nullptr && next < positional.size())
+    fail(line, "not all arguments converted during string formatting");
   return out;
 }
 

@@ -67,3 +67,12 @@ CallArguments shifted(const CallArguments& arguments, std::size_t count);
 std::string escape_html(const std::string& text);
 
 }  // namespace dyncp::data::jinja
+
+namespace dyncp::data::jinja {
+
+// Python's `format % arguments` (printf-style): `positional` for a tuple, `mapping` for
+// %(name)s specs. `escape_arguments` is Markup's %: str() and repr() of arguments are escaped.
+std::string percent_format(const std::string& format, const ValueList& positional,
+                           const Value* mapping, bool escape_arguments, int line);
+
+}  // namespace dyncp::data::jinja

@@ -72,5 +72,6 @@ void register_text_filters(FilterTable& table);
 void register_sequence_filters(FilterTable& table);
 void register_number_filters(FilterTable& table);
 void register_output_filters(FilterTable& table);
+void register_urlize_filter(FilterTable& table);
 
 }  // namespace dyncp::data::jinja

@@ -47,14 +47,14 @@ bool is_false(const Value& v, const CallArguments&, int) {
   return v.kind() == Value::Kind::boolean && !v.as_bool();
 }
 bool mapping(const Value& v, const CallArguments&, int) {
-  return v.is_dict() && !v.dict_ptr()->is_namespace;
+  return v.is_dict() && !v.dict_ptr()->is_namespace && !v.dict_ptr()->call;
 }
 // Jinja's Undefined has __len__ and __getitem__, so it passes `sequence` and `iterable`.
 bool sequence(const Value& v, const CallArguments&, int) {
   return is_sequence(v) || v.is_undefined();
 }
 bool callable(const Value& v, const CallArguments&, int) {
-  return v.kind() == Value::Kind::callable;
+  return v.kind() == Value::Kind::callable || (v.is_dict() && v.dict_ptr()->call);
 }
 bool odd(const Value& v, const CallArguments&, int line) {
   return require_int(v, "odd", line) % 2 != 0;
@@ -107,6 +107,16 @@ bool upper(const Value& v, const CallArguments&, int) {
   return v.is_string() && map_case(v.text(), true) == v.text();
 }
 
+bool escaped(const Value& v, const CallArguments&, int) {
+  return v.is_markup();
+}
+bool names_filter(const Value& v, const CallArguments&, int) {
+  return v.is_string() && is_known_filter(v.text());
+}
+bool names_test(const Value& v, const CallArguments&, int) {
+  return v.is_string() && is_known_test(v.text());
+}
+
 const TestTable& tests() {
   static const TestTable table = [] {
     TestTable t;
@@ -137,6 +147,9 @@ const TestTable& tests() {
     t.add("in", in);
     t.add("lower", lower);
     t.add("upper", upper);
+    t.add("escaped", escaped);
+    t.add("filter", names_filter);
+    t.add("test", names_test);
     return t;
   }();
   return table;

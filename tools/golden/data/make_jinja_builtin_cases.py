@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""Writes tests/fixtures/data/jinja_builtin_cases.json: jinja2's built-in filters, tests, globals
+and statements, each rendered by the environment transformers compiles chat templates with
+(jinja2's ImmutableSandboxedEnvironment with trim_blocks, lstrip_blocks and loopcontrols, plus
+transformers' tojson, raise_exception, strftime_now, dict and namespace), so the C++ interpreter
+is held against jinja2 itself for every one of them.
+
+The fixture also records jinja2's own lists (jinja2.filters.FILTERS, jinja2.tests.TESTS and the
+default globals), so the C++ test can check that each is either built and covered by a case here,
+or refused as docs/data.md lists.
+
+Every case is {"covers", "template", "context" (JSON text), "output"} or {..., "error"} when
+jinja2 raises.
+
+    python3 tools/golden/data/make_jinja_builtin_cases.py
+"""
+import json
+import os
+
+import jinja2
+import jinja2.defaults
+import jinja2.filters
+import jinja2.tests
+from transformers.utils.chat_template_utils import _compile_jinja_template
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+
+CONTEXT = json.dumps({
+    "users": [{"name": "bob", "age": 31, "city": "Oslo", "tags": ["a", "b"]},
+              {"name": "Alice", "age": 27, "city": "Rome", "tags": []},
+              {"name": "carol", "age": 31, "city": "oslo", "tags": ["c"]},
+              {"name": "dave", "city": "Rome", "tags": ["d"]}],
+    "d": {"b": 2, "A": 3, "a": 1, "c": 0},
+    "words": "the quick brown fox jumps over the lazy dog",
+    "long": "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor",
+    "html": "<p class=\"x\">Tom &amp; <b>Jerry</b> &lt;3 &#65;&#x42; &quot;q&quot;</p><!-- c -->  end",
+    "tree": [{"name": "a", "children": [{"name": "a1", "children": []},
+                                        {"name": "a2", "children": [{"name": "a2x", "children": []}]}]},
+             {"name": "b", "children": []}],
+    "nums": [3, 1, 4, 1, 5, 9, 2, 6],
+    "n": 7, "f": 2.5, "s": "héllo", "nothing": None, "yes": True,
+    "url": "a b&c=d/é?x", "qd": {"q": "a b", "lang": "fr/é", "n": 3},
+}, ensure_ascii=False)
+
+# (covers, template). `covers` names what the case exercises: filter:NAME, test:NAME,
+# global:NAME or statement:NAME.
+CASES = [
+    # ---- filters jinja2 has and the interpreter had before
+    ("filter:abs", "{{ -3|abs }} {{ -2.5|abs }} {{ 4|abs }}"),
+    ("filter:capitalize", "{{ 'hELLO wORLD'|capitalize }}"),
+    ("filter:count", "{{ nums|count }} {{ 'abc'|count }} {{ d|count }}"),
+    ("filter:default filter:d", "{{ missing|default('x') }} {{ ''|d('e', true) }} {{ nothing|default('n') }} {{ 0|d('z', boolean=true) }}"),
+    ("filter:escape filter:e", "{{ '<a href=\"x\">&\\'</a>'|escape }} {{ '<'|e }}"),
+    ("filter:first filter:last", "{{ nums|first }} {{ nums|last }} {{ 'xyz'|first }} {{ 'xyz'|last }}"),
+    ("filter:float filter:int", "{{ '3.5'|float }} {{ 'x'|float(1.5) }} {{ '42'|int }} {{ 'x'|int(-1) }} {{ 3.9|int }} {{ '0x1A'|int(0, 16) }} {{ '0b101'|int(0, 0) }} {{ '1_000'|int }}"),
+    ("filter:indent", "{{ 'a\\nb\\n\\nc'|indent }}|{{ 'a\\nb\\n\\nc'|indent(2, first=true, blank=true) }}|{{ 'a\\nb'|indent('> ') }}"),
+    ("filter:items", "{% for k, v in d|items %}{{ k }}={{ v }} {% endfor %}"),
+    ("filter:join", "{{ nums|join('-') }} {{ users|join(', ', attribute='name') }} {{ [1, 'a', none]|join }}"),
+    ("filter:length", "{{ users|length }} {{ s|length }}"),
+    ("filter:list", "{{ 'ab'|list }} {{ d|list }} {{ (1, 2)|list }}"),
+    ("filter:lower filter:upper", "{{ 'MiXeD'|lower }} {{ 'MiXeD'|upper }}"),
+    ("filter:map", "{{ users|map(attribute='name')|list }} {{ users|map(attribute='age', default=0)|list }} {{ ['a', 'b']|map('upper')|list }} {{ nums|map('string')|join }}"),
+    ("filter:max filter:min", "{{ nums|max }} {{ nums|min }} {{ ['b', 'A', 'c']|max }} {{ ['b', 'A', 'c']|min(case_sensitive=true) }} {{ users|selectattr('age')|max(attribute='age')|attr('name') }} {{ [{'v': 2}, {'v': 5}]|min(attribute='v') }}"),
+    ("filter:reject filter:select", "{{ nums|select('odd')|list }} {{ nums|reject('odd')|list }} {{ nums|select('gt', 3)|list }} {{ [0, 1, '', 'a', none]|select|list }}"),
+    ("filter:rejectattr filter:selectattr", "{{ users|selectattr('age')|map(attribute='name')|list }} {{ users|rejectattr('city', 'eq', 'Rome')|map(attribute='name')|list }}"),
+    ("filter:replace", "{{ 'aaa'|replace('a', 'b') }} {{ 'aaa'|replace('a', 'b', 2) }}"),
+    ("filter:reverse", "{{ 'abc'|reverse }} {{ nums|reverse|list }}"),
+    ("filter:round", "{{ 2.567|round(2) }} {{ 2.5|round }} {{ 3.5|round }} {{ 2.1|round(0, 'ceil') }} {{ 2.9|round(method='floor') }} {{ 7|round }}"),
+    ("filter:safe filter:string", "{{ '<b>'|safe }} {{ 5|string }} {{ nothing|string }} {{ [1]|string }}"),
+    ("filter:sort", "{{ nums|sort|list }} {{ ['b', 'A', 'c']|sort }} {{ ['b', 'A', 'c']|sort(case_sensitive=true) }} {{ users|selectattr('age')|sort(attribute='age,name')|map(attribute='name')|list }} {{ users|sort(attribute='name', reverse=true)|map(attribute='name')|join(',') }}"),
+    ("filter:sum", "{{ nums|sum }} {{ nums|sum(start=10) }} {{ [1.5, 2]|sum }} {{ users|selectattr('age')|sum(attribute='age') }}"),
+    ("filter:title", "{{ 'hello wORLD-x y'|title }}"),
+    ("filter:tojson", "{{ d|tojson }} {{ users[0]|tojson(indent=2) }}"),
+    ("filter:trim", "[{{ '  x  '|trim }}] [{{ '--x--'|trim('-') }}]"),
+    ("filter:unique", "{{ nums|unique|list }} {{ ['a', 'A', 'b']|unique|list }} {{ ['a', 'A', 'b']|unique(case_sensitive=true)|list }} {{ users|unique(attribute='city')|map(attribute='name')|list }}"),
+    ("filter:wordcount", "{{ words|wordcount }} {{ 'a-b c'|wordcount }}"),
+    # ---- filters new to the interpreter
+    ("filter:attr", "{{ users[0]|attr('name') }}|{{ d|attr('keys') is callable }}|{{ s|attr('upper')() }}"),
+    ("filter:batch", "{% for row in nums|batch(3) %}{{ row }}{% endfor %} {% for row in nums|batch(3, 'x') %}{{ row|join }} {% endfor %}"),
+    ("filter:center", "[{{ 'ab'|center(7) }}] [{{ 'ab'|center(6) }}] [{{ 'abc'|center(6) }}] [{{ 'abcdef'|center(3) }}] [{{ 'x'|center }}]"),
+    ("filter:dictsort", "{{ d|dictsort }} {{ d|dictsort(true) }} {{ d|dictsort(false, 'value') }} {{ d|dictsort(reverse=true) }}"),
+    ("filter:filesizeformat", "{{ 0|filesizeformat }} {{ 1|filesizeformat }} {{ 999|filesizeformat }} {{ 1000|filesizeformat }} {{ 1500000|filesizeformat }} {{ 1024|filesizeformat(true) }} {{ 123456789|filesizeformat(binary=true) }} {{ 1e30|filesizeformat }} {{ 1.5|filesizeformat }}"),
+    ("filter:forceescape", "{{ '<x>'|forceescape }} {{ '<x>'|safe|forceescape }}"),
+    ("filter:format", "{{ '%s is %d years'|format('bob', 31) }} {{ '%5.2f|%-4s|%04d|%x|%X|%o|%e|%g|%r|%%|%c'|format(3.14159, 'ab', 7, 255, 255, 8, 12345.678, 0.0001, 'q', 65) }} {{ '%(a)s-%(b)03d'|format(a='x', b=5) }} {{ '%+d % d %i %5s|%-5d|'|format(3, 4, 5.9, 'r', 6) }}"),
+    ("filter:groupby", "{% for g in users|groupby('city') %}{{ g.grouper }}:{{ g.list|map(attribute='name')|join(',') }};{% endfor %} {% for city, items in users|groupby('city', case_sensitive=true) %}{{ city }}={{ items|length }};{% endfor %} {% for g in users|groupby('age', default=0) %}{{ g.grouper }};{% endfor %}"),
+    ("filter:pprint", "{{ d|pprint }} {{ users[0]|pprint }} {{ [1, 'a', none, true, 2.5]|pprint }} {{ 'x'|pprint }}"),
+    ("filter:random", "{{ [7]|random }} {{ 'z'|random }}"),
+    ("filter:slice", "{% for col in nums|slice(3) %}{{ col }}{% endfor %} {% for col in nums|slice(3, 0) %}{{ col|join }} {% endfor %} {{ [1, 2]|slice(4)|list }}"),
+    ("filter:striptags", "{{ html|striptags }}|{{ '  a\\n\\tb  '|striptags }}|{{ '&lt;&gt;&amp;&copy;&#8364;&nbsp;x'|striptags }}"),
+    ("filter:truncate", "{{ long|truncate(20) }}|{{ long|truncate(20, true) }}|{{ long|truncate(20, false, '…', 0) }}|{{ 'short'|truncate(10) }}|{{ long|truncate(78) }}|{{ long|truncate(20, end='') }}"),
+    ("filter:urlencode", "{{ url|urlencode }} {{ qd|urlencode }} {{ [('a', 1), ('b c', 'd/e')]|urlencode }} {{ 5|urlencode }}"),
+    ("filter:urlize", "{{ 'see http://example.com/x?y=1, or www.foo.org. mail me@ex.com (https://a.b/c) x.com' |urlize }}|{{ 'go https://averyveryverylongdomain.example.com/path now'|urlize(20) }}|{{ 'http://a.b'|urlize(nofollow=true, target='_blank') }}"),
+    ("filter:wordwrap", "{{ long|wordwrap(20) }}|{{ 'a-long-hyphenated-word and more text'|wordwrap(10) }}|{{ 'supercalifragilistic word'|wordwrap(8) }}|{{ 'supercalifragilistic word'|wordwrap(8, false) }}|{{ 'x y\\nz w'|wordwrap(3, wrapstring='/') }}"),
+    ("filter:xmlattr", "<a{{ {'href': 'x&y', 'title': '<q>', 'none': none, 'n': 3}|xmlattr }}> <b{{ {'c': 1}|xmlattr(false) }}>"),
+    ("filter:safe filter:escape markup", "{{ ('<b>'|safe) + '<' }} {{ '<' + ('<b>'|safe) }} {{ '<'|e|e }} {{ ['x'|e, 'y'|safe] }} {{ ('<b>'|safe) ~ '<' }} {{ ('%s<'|safe) % '<' }} {{ ('<'|safe)|upper }}"),
+    ("filter:pprint", "{{ {'key': 'v' * 30, 'list': range(20)|list, 'nested': {'b': [1, 2, 3] * 8, 'a': (1, 'x')}}|pprint }}|{{ [users[0], users[1], users[2]]|pprint }}|{{ ((1,),)|pprint }}"),
+    ("filter:format", "{{ '%s'|format(none) }} {{ '%.3s|%-6.2f|%+.1e|%G'|format('abcdef', 2.5, -1234.5, 1e-10) }}"),
+    ("filter:format", "{{ '%d'|format('x') }}"),
+    ("filter:format", "{{ '%s %s'|format(1) }}"),
+    ("filter:wordwrap", "{{ 'one two three four five six seven eight nine ten eleven'|wordwrap(9) }}|{{ 'well--known and x--y'|wordwrap(6) }}|{{ '   lead and trail   '|wordwrap(5) }}|{{ 'a\n\nb'|wordwrap(4) }}"),
+    ("filter:truncate", "{{ 'a b c d e f g h i j k'|truncate(9, leeway=0) }}|{{ 'abcdefghijkl'|truncate(5, leeway=0) }}"),
+    ("filter:truncate", "{{ 'x'|truncate(2, end='...') }}"),
+    ("filter:urlize", "{{ 'a (www.x.com) <https://y.org> and http://[::1]:80/p plus http://1.2.3.4/ and foo@bar.baz, mailto:q@r.st'|urlize(rel='me') }}"),
+    ("filter:center filter:format markup", "{{ ('%s'|safe)|format('<') }} {{ ('a<'|e)|center(9) }} {{ 'x'|e|string }} {{ ('%s'|safe) % ('<',) }}"),
+    # ---- tests
+    ("test:boolean test:false test:true", "{{ yes is boolean }} {{ 1 is boolean }} {{ false is false }} {{ 0 is false }} {{ yes is true }}"),
+    ("test:callable", "{{ range is callable }} {{ s.upper is callable }} {{ s is callable }}"),
+    ("test:defined test:undefined test:none", "{{ missing is defined }} {{ missing is undefined }} {{ nothing is none }} {{ n is defined }}"),
+    ("test:divisibleby test:even test:odd", "{{ 9 is divisibleby 3 }} {{ 9 is divisibleby(2) }} {{ n is even }} {{ n is odd }}"),
+    ("test:eq test:equalto test:== test:ne test:!=", "{{ n is eq 7 }} {{ n is equalto 8 }} {{ n is ne 7 }} {{ nums|select('==', 1)|list }} {{ nums|select('!=', 1)|list }}"),
+    ("test:lt test:lessthan test:< test:le test:<= test:gt test:greaterthan test:> test:ge test:>=",
+     "{{ 1 is lt 2 }}{{ 1 is lessthan 1 }}{{ 2 is le 2 }}{{ 3 is gt 2 }}{{ 3 is greaterthan 3 }}{{ 3 is ge 3 }} {{ nums|select('<', 3)|list }}{{ nums|select('<=', 3)|list }}{{ nums|select('>', 5)|list }}{{ nums|select('>=', 5)|list }}"),
+    ("test:escaped", "{{ 'x' is escaped }} {{ 'x'|e is escaped }} {{ 'x'|safe is escaped }} {{ 'x'|forceescape is escaped }}"),
+    ("test:filter test:test", "{{ 'upper' is filter }} {{ 'nope' is filter }} {{ 'odd' is test }} {{ 'nope' is test }} {{ 'dictsort' is filter }}"),
+    ("test:float test:integer test:number", "{{ f is float }} {{ n is float }} {{ n is integer }} {{ yes is integer }} {{ f is number }} {{ s is number }}"),
+    ("test:in", "{{ 1 is in nums }} {{ 'él' is in s }} {{ 'a' is in d }}"),
+    ("test:iterable test:sequence test:mapping test:string", "{{ nums is iterable }} {{ n is iterable }} {{ d is sequence }} {{ d is mapping }} {{ s is string }} {{ nums is mapping }}"),
+    ("test:lower test:upper", "{{ 'abc' is lower }} {{ 'aBc' is lower }} {{ 'ABC' is upper }} {{ 1 is upper }}"),
+    ("test:sameas", "{{ nothing is sameas none }} {{ yes is sameas true }} {{ 1 is sameas true }}"),
+    # ---- globals
+    ("global:range", "{{ range(5)|list }} {{ range(2, 9, 3)|list }} {{ range(5, 0, -2)|list }}"),
+    ("global:dict global:namespace", "{{ dict(a=1, b=2) }} {% set ns = namespace(x=0) %}{% for i in nums %}{% set ns.x = ns.x + i %}{% endfor %}{{ ns.x }}"),
+    ("global:cycler", "{% set c = cycler('odd', 'even') %}{% for i in range(3) %}{{ c.next() }} {% endfor %}{{ c.current }} {{ c.reset() }}{{ c.next() }}"),
+    ("global:joiner", "{% set pipe = joiner(' | ') %}{% for i in range(3) %}{{ pipe() }}{{ i }}{% endfor %} {% set comma = joiner() %}{{ comma() }}a{{ comma() }}b"),
+    ("global:lipsum", "{{ lipsum(2, false, 5, 6)|wordcount }} {{ lipsum(3, true, 5, 6).count('<p>') }} {{ lipsum(1, false, 5, 6).endswith('.') }} {{ lipsum(2, false, 30, 31).split('\\n\\n')|length }} {{ lipsum(1, false, 9, 10)[0] is upper }}"),
+    ("global:strftime_now", "{{ strftime_now('%Y-%m')|length }} {{ strftime_now('%%') }}"),
+    ("global:raise_exception", "{{ raise_exception('stop here') }}"),
+    # ---- statements
+    ("statement:raw", "{% raw %}{{ not rendered }} {% if %}{% endraw %}|{% raw -%}   trimmed {{ x }}   {%- endraw %}|"),
+    ("statement:raw", "{% raw %}never closed"),
+    ("statement:raw", "a\n  {% raw %}\n  {{ x }}\n  {% endraw %}\nb"),
+    ("statement:for-recursive", "{% for item in tree recursive %}[{{ item.name }}@{{ loop.depth }}/{{ loop.depth0 }}{% if item.children %}:{{ loop(item.children) }}{% endif %}]{% endfor %}"),
+    ("statement:for-recursive", "<ul>{% for item in tree recursive %}<li>{{ loop.index }}.{{ item.name }}{% if item.children %}<ul>{{ loop(item.children) }}</ul>{% endif %}</li>{% endfor %}</ul>"),
+    ("statement:for", "{% for u in users %}{% if loop.changed(u.city) %}{{ u.city }}:{% endif %}{{ u.name }} {% endfor %}"),
+    ("statement:for", "{% for a, b in [(1, 2), (3, 4)] if a > 1 %}{{ a }}{{ b }}{{ loop.length }}{% else %}none{% endfor %}"),
+    ("statement:block", "{% block greeting %}Hi {{ n }}{% endblock %}|{% for i in range(2) %}{% block inner scoped %}<{{ i }}>{% endblock %}{% endfor %}|{{ self.greeting() }}"),
+    ("statement:macro", "{% macro m(a, b=2) %}{{ a }}{{ b }}{{ varargs }}{{ kwargs }}{% endmacro %}{{ m(1) }} {{ m(1, 3, 4, 5) }} {{ m(1, c=9) }} {{ m.name }} {{ m.arguments }}"),
+    ("statement:macro", "{% macro m(a) %}{{ a }}{% endmacro %}{{ m(1, 2) }}"),
+    ("statement:macro", "{% macro m(a) %}{{ a }}{% endmacro %}{{ m(1, z=2) }}"),
+    ("statement:call", "{% macro list_users(users) %}{% for u in users %}<{{ caller(u) }}>{% endfor %}{% endmacro %}{% call(u) list_users(users) %}{{ u.name }}{% endcall %}"),
+    ("statement:filter", "{% filter center(9) %}mid{% endfilter %}|{% filter replace('a', 'o')|upper %}banana{% endfilter %}"),
+    ("statement:set", "{% set a, b = 1, 2 %}{% set c %}x{{ a }}{% endset %}{% set d2 | upper %}y{{ b }}{% endset %}{{ a }}{{ b }}{{ c }}{{ d2 }}"),
+    ("statement:with", "{% with x = 1, y = n %}{{ x + y }}{% endwith %}{% with %}{% set z = 3 %}{{ z }}{% endwith %}{{ z is defined }}"),
+    ("statement:if", "{% if n > 10 %}big{% elif n > 5 %}mid{% else %}small{% endif %}"),
+    ("statement:autoescape", "{% autoescape true %}{{ '<b>' }} {{ '<i>'|safe }}{% endautoescape %} {{ '<u>' }}"),
+    ("statement:break statement:continue", "{% for i in nums %}{% if i == 1 %}{% continue %}{% endif %}{% if i == 9 %}{% break %}{% endif %}{{ i }}{% endfor %}"),
+    # ---- what jinja2 (and transformers' sandbox) refuse, refused here too
+    ("refused:include", "{% include 'other.jinja' %}"),
+    ("refused:import", "{% import 'macros.jinja' as m %}{{ m.x() }}"),
+    ("refused:from", "{% from 'macros.jinja' import x %}{{ x() }}"),
+    ("refused:extends", "{% extends 'base.jinja' %}"),
+    ("refused:do", "{% do nums.append(1) %}"),
+    ("refused:trans", "{% trans %}hello{% endtrans %}"),
+    ("refused:sandbox", "{{ nums.append(1) }}"),
+    ("refused:sandbox", "{{ d.update({'x': 1}) }}"),
+    ("refused:sandbox", "{{ s.__class__ }}"),
+    ("refused:sandbox", "{{ range(100001)|length }}"),
+    ("refused:unknown-filter", "{{ s|frobnicate }}"),
+]
+
+
+def main():
+    context = json.loads(CONTEXT)
+    cases = []
+    for covers, template in CASES:
+        entry = {"covers": covers, "template": template, "context": CONTEXT}
+        try:
+            entry["output"] = _compile_jinja_template(template).render(**context)
+        except Exception as error:  # jinja2 refuses: the C++ interpreter must too
+            entry["error"] = type(error).__name__ + ": " + str(error)
+        cases.append(entry)
+    fixture = {
+        "source": "jinja2 " + jinja2.__version__ + " via transformers' chat-template environment",
+        "filters": sorted(jinja2.filters.FILTERS),
+        "tests": sorted(jinja2.tests.TESTS),
+        "globals": sorted(jinja2.defaults.DEFAULT_NAMESPACE) + ["raise_exception", "strftime_now"],
+    }
+    out_path = os.path.join(ROOT, "tests", "fixtures", "data", "jinja_builtin_cases.json")
+    with open(out_path, "w", encoding="utf-8") as out:
+        out.write("{" + ", ".join(json.dumps(k) + ": " + json.dumps(v, ensure_ascii=False)
+                                  for k, v in fixture.items()) + ', "cases": [\n')
+        out.write(",\n".join(json.dumps(case, ensure_ascii=False) for case in cases))
+        out.write("\n]}\n")
+    print(f"wrote {len(cases)} cases ({sum('error' in c for c in cases)} errors) to {out_path}")
+
+
+if __name__ == "__main__":
+    main()
