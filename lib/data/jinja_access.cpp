@@ -88,7 +88,7 @@ Value get_item(const Value& object, const Value& key, int line) {
       if (index < 0 || index >= size)
         return Value::undefined_named("'str object' has no element " +
                                       std::to_string(key.as_int()));
-      return Value::string(
+      return (object.is_markup() ? Value::markup : Value::string)(
           encode(std::u32string_view(&code_points[static_cast<std::size_t>(index)], 1)));
     }
     default:
@@ -129,7 +129,8 @@ Value get_slice(const Value& object, const Value& start_value, const Value& stop
       items.push_back(object.items()[static_cast<std::size_t>(i)]);
     }
   }
-  if (object.is_string()) return Value::string(encode(text));
+  if (object.is_string())
+    return object.is_markup() ? Value::markup(encode(text)) : Value::string(encode(text));
   return Value::list(std::move(items), object.is_tuple());
 }
 

@@ -127,7 +127,7 @@ Value urlencode(const Value& v, const CallArguments&, int line) {
 }
 
 // pprint.pformat(value) (width 80, dicts sorted by key).
-void pretty(const Value& v, std::size_t indent, std::size_t allowance, std::string& out, int line);
+void pretty(const Value& v, std::size_t indent, std::size_t allowance, int level, std::string& out);
 
 std::string sorted_repr(const Value& v) {
   if (v.is_dict() && !v.dict_ptr()->is_namespace) {
@@ -153,7 +153,79 @@ std::string sorted_repr(const Value& v) {
   return python_repr(v);
 }
 
-void pretty(const Value& v, std::size_t indent, std::size_t allowance, std::string& out, int line) {
+std::int64_t repr_width(const std::string& text) {
+  return code_point_count(python_repr(Value::string(text)));
+}
+
+// PrettyPrinter._pprint_str: a string too long for its line is cut after whitespace into
+// literals Python would concatenate, parenthesized at the top level.
+void pretty_string(const std::string& text, std::int64_t indent, std::int64_t allowance, int level,
+                   std::string& out) {
+  constexpr std::int64_t width = 80;
+  std::vector<std::string> lines;  // str.splitlines(keepends=True) for \n, \r\n and \r
+  for (std::size_t start = 0; start < text.size();) {
+    std::size_t end = text.find_first_of("\r\n", start);
+    if (end == std::string::npos) {
+      end = text.size();
+    } else {
+      end += text.compare(end, 2, "\r\n") == 0 ? 2 : 1;
+    }
+    lines.push_back(text.substr(start, end - start));
+    start = end;
+  }
+  if (level == 1) {
+    ++indent;
+    ++allowance;
+  }
+  const std::int64_t max_width = width - indent;
+  std::int64_t max_width1 = max_width;
+  std::vector<std::string> chunks;
+  std::string rep;
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    const bool last_line = i + 1 == lines.size();
+    rep = python_repr(Value::string(lines[i]));
+    if (last_line) max_width1 -= allowance;
+    if (code_point_count(rep) <= max_width1) {
+      chunks.push_back(rep);
+      continue;
+    }
+    std::vector<std::string> parts;  // re.findall(r"\S*\s*") without its final empty match
+    const std::u32string code_points = decode(lines[i]);
+    for (std::size_t p = 0; p < code_points.size();) {
+      std::size_t q = p;
+      while (q < code_points.size() && !is_python_space(code_points[q])) ++q;
+      while (q < code_points.size() && is_python_space(code_points[q])) ++q;
+      parts.push_back(encode(std::u32string_view(code_points).substr(p, q - p)));
+      p = q;
+    }
+    std::int64_t max_width2 = max_width;
+    std::string current;
+    for (std::size_t j = 0; j < parts.size(); ++j) {
+      const std::string candidate = current + parts[j];
+      if (j + 1 == parts.size() && last_line) max_width2 -= allowance;
+      if (repr_width(candidate) > max_width2) {
+        if (!current.empty()) chunks.push_back(python_repr(Value::string(current)));
+        current = parts[j];
+      } else {
+        current = candidate;
+      }
+    }
+    if (!current.empty()) chunks.push_back(python_repr(Value::string(current)));
+  }
+  if (chunks.size() == 1) {
+    out += rep;
+    return;
+  }
+  if (level == 1) out += "(";
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    if (i > 0) out += "\n" + std::string(static_cast<std::size_t>(indent), ' ');
+    out += chunks[i];
+  }
+  if (level == 1) out += ")";
+}
+
+void pretty(const Value& v, std::size_t indent, std::size_t allowance, int level,
+            std::string& out) {
   const std::string rep = sorted_repr(v);
   constexpr std::size_t width = 80;
   if (static_cast<std::size_t>(code_point_count(rep)) + indent + allowance <= width) {
@@ -170,7 +242,7 @@ void pretty(const Value& v, std::size_t indent, std::size_t allowance, std::stri
       const std::string key = python_repr(Value::string(entries[i].first));
       out += key + ": ";
       pretty(entries[i].second, indent + 1 + static_cast<std::size_t>(code_point_count(key)) + 2,
-             last ? allowance + 1 : 1, out, line);
+             last ? allowance + 1 : 1, level + 1, out);
       if (!last) out += ",\n" + std::string(indent + 1, ' ');
     }
     out += "}";
@@ -182,21 +254,24 @@ void pretty(const Value& v, std::size_t indent, std::size_t allowance, std::stri
     for (std::size_t i = 0; i < items.size(); ++i) {
       const bool last = i + 1 == items.size();
       const std::size_t tail = v.is_tuple() && items.size() == 1 ? 1 : 0;
-      pretty(items[i], indent + 1, last ? allowance + 1 + tail : 1, out, line);
+      pretty(items[i], indent + 1, last ? allowance + 1 + tail : 1, level + 1, out);
       if (!last) out += ",\n" + std::string(indent + 1, ' ');
     }
     if (v.is_tuple() && items.size() == 1) out += ",";
     out += v.is_tuple() ? ")" : "]";
     return;
   }
-  if (v.is_string())
-    fail(line, "pprint of a string longer than its line (pprint splits it) is not supported");
+  if (v.is_string() && !v.is_markup() && !v.text().empty()) {
+    pretty_string(v.text(), static_cast<std::int64_t>(indent), static_cast<std::int64_t>(allowance),
+                  level + 1, out);
+    return;
+  }
   out += rep;
 }
 
-Value pprint(const Value& v, const CallArguments&, int line) {
+Value pprint(const Value& v, const CallArguments&, int) {
   std::string out;
-  pretty(v, 0, 0, out, line);
+  pretty(v, 0, 0, 0, out);
   return Value::string(std::move(out));
 }
 

@@ -14,6 +14,8 @@ namespace dyncp::data::jinja {
 
 namespace {
 
+std::vector<std::u32string> split_lines(const std::u32string& text);
+
 // These call str methods on soft_str(value), so a Markup input gives a Markup.
 Value like(const Value& input, std::string text) {
   return input.is_markup() ? Value::markup(std::move(text)) : Value::string(std::move(text));
@@ -49,6 +51,7 @@ Value replace(const Value& v, const CallArguments& a, int line) {
                   count && !count->is_none() ? require_int(*count, "replace()", line) : -1));
 }
 
+// jinja2's do_indent: lines split as str.splitlines does, rejoined with "\n".
 Value indent(const Value& input, const CallArguments& arguments, int line) {
   const std::optional<Value> width = arguments.get(0, "width");
   std::string indentation = "    ";
@@ -60,22 +63,16 @@ Value indent(const Value& input, const CallArguments& arguments, int line) {
   }
   const bool first = argument_or(arguments, 1, "first", Value::boolean(false)).truthy();
   const bool blank = argument_or(arguments, 2, "blank", Value::boolean(false)).truthy();
-  const std::string text = python_str(input);
-  std::string out;
-  std::size_t start = 0;
-  bool first_line = true;
-  while (true) {
-    const std::size_t newline = text.find('\n', start);
-    const std::string line_text =
-        text.substr(start, newline == std::string::npos ? std::string::npos : newline - start);
-    if ((!first_line || first) && (blank || !line_text.empty())) out += indentation;
-    out += line_text;
-    if (newline == std::string::npos) break;
+  // The quirk jinja2 needs for splitlines: a newline appended first.
+  const std::vector<std::u32string> lines = split_lines(decode(python_str(input) + "\n"));
+  std::string out = encode(lines.front());
+  for (std::size_t i = 1; i < lines.size(); ++i) {
     out += "\n";
-    start = newline + 1;
-    first_line = false;
+    if (blank || !lines[i].empty()) out += indentation;
+    out += encode(lines[i]);
   }
-  return Value::string(std::move(out));
+  if (first) out = indentation + out;
+  return like(input, std::move(out));
 }
 
 // len(re.findall(r"\w+", text)).
@@ -95,11 +92,11 @@ Value center(const Value& v, const CallArguments& a, int line) {
   const std::int64_t width =
       require_int(argument_or(a, 0, "width", Value::integer(80)), "center()", line);
   const std::int64_t margin = width - static_cast<std::int64_t>(text.size());
-  if (margin <= 0) return Value::string(encode(text));
+  if (margin <= 0) return like(v, encode(text));
   // CPython's str.center: the odd space goes left when the width is odd.
   const std::int64_t left = margin / 2 + (margin & width & 1);
-  return Value::string(std::string(static_cast<std::size_t>(left), ' ') + encode(text) +
-                       std::string(static_cast<std::size_t>(margin - left), ' '));
+  return like(v, std::string(static_cast<std::size_t>(left), ' ') + encode(text) +
+                     std::string(static_cast<std::size_t>(margin - left), ' '));
 }
 
 Value truncate(const Value& v, const CallArguments& a, int line) {
@@ -117,12 +114,14 @@ Value truncate(const Value& v, const CallArguments& a, int line) {
     fail(line,
          "expected length >= " + std::to_string(end_size) + ", got " + std::to_string(length));
   if (leeway < 0) fail(line, "expected leeway >= 0, got " + std::to_string(leeway));
-  if (static_cast<std::int64_t>(text.size()) <= length + leeway) return Value::string(encode(text));
+  if (static_cast<std::int64_t>(text.size()) <= length + leeway) return like(v, encode(text));
   std::u32string kept = text.substr(0, static_cast<std::size_t>(length - end_size));
   if (!killwords) {
     const std::size_t space = kept.rfind(U' ');
     if (space != std::u32string::npos) kept.resize(space);
   }
+  // Markup + end escapes the end.
+  if (v.is_markup()) return Value::markup(encode(kept) + escape_html(encode(end)));
   return Value::string(encode(kept + end));
 }
 

@@ -224,6 +224,43 @@ const MethodTable& methods() {
   return table;
 }
 
+// The str methods markupsafe's Markup wraps: string arguments are escaped, and the result
+// (or each string of a list result) is Markup.
+bool wraps_markup(std::string_view name) {
+  static const char* const wrapped[] = {"capitalize", "title",  "lower",      "upper",
+                                        "replace",    "lstrip", "rstrip",     "strip",
+                                        "split",      "rsplit", "splitlines", "join"};
+  return std::any_of(std::begin(wrapped), std::end(wrapped),
+                     [&](const char* method) { return name == method; });
+}
+
+Value escaped_argument(const Value& v) {
+  return v.is_string() && !v.is_markup() ? Value::markup(escape_html(v.text())) : v;
+}
+
+Value markup_call(const Value& self, MethodFunction function, const CallArguments& arguments,
+                  bool join, int line) {
+  CallArguments escaped;
+  for (const Value& v : arguments.positional) {
+    if (!join) {
+      escaped.positional.push_back(escaped_argument(v));
+      continue;
+    }
+    ValueList items;  // Markup.join escapes every item
+    for (const Value& item : iterate(v, line)) items.push_back(escaped_argument(item));
+    escaped.positional.push_back(Value::list(std::move(items)));
+  }
+  for (const auto& [key, v] : arguments.keyword)
+    escaped.keyword.emplace_back(key, escaped_argument(v));
+  const Value result = function(self, escaped, line);
+  if (result.is_string()) return Value::markup(result.text());
+  if (!result.is_list()) return result;
+  ValueList items;
+  for (const Value& item : result.items())
+    items.push_back(item.is_string() ? Value::markup(item.text()) : item);
+  return Value::list(std::move(items), result.is_tuple());
+}
+
 }  // namespace
 
 void MethodTable::add(Receiver receiver, const std::string& name, MethodFunction function) {
@@ -257,6 +294,13 @@ Value bound_method(const Value& self, const std::string& name, int line) {
     return Value::callable([message, line](CallArguments&) -> Value { fail(line, message); }, name);
   }
   const MethodFunction function = entry->function;
+  if (self.is_markup() && wraps_markup(name)) {
+    return Value::callable(
+        [self, function, line, join = name == "join"](CallArguments& arguments) {
+          return markup_call(self, function, arguments, join, line);
+        },
+        name);
+  }
   return Value::callable(
       [self, function, line](CallArguments& arguments) { return function(self, arguments, line); },
       name);

@@ -15,6 +15,19 @@ namespace dyncp::data::jinja {
 
 namespace {
 
+// What jinja2's compiler folds to a constant: literals and operators and filters over them
+// (never names or calls).
+bool is_constant(const Expr& expr) {
+  if (expr.kind == Expr::Kind::name || expr.kind == Expr::Kind::call) return false;
+  for (const ExprPtr& child : expr.children) {
+    if (child && !is_constant(*child)) return false;
+  }
+  for (const auto& keyword : expr.keywords) {
+    if (!is_constant(*keyword.second)) return false;
+  }
+  return true;
+}
+
 class Scope {
  public:
   explicit Scope(const Scope* parent) : parent_(parent) {}
@@ -74,7 +87,7 @@ Value repeat(const Value& sequence, std::int64_t count) {
   if (sequence.is_string()) {
     std::string out;
     for (std::int64_t i = 0; i < count; ++i) out += sequence.text();
-    return Value::string(std::move(out));
+    return sequence.is_markup() ? Value::markup(std::move(out)) : Value::string(std::move(out));
   }
   ValueList items;
   for (std::int64_t i = 0; i < count; ++i)
@@ -583,9 +596,20 @@ class Renderer {
       }
       case Expr::Kind::logical_not:
         return Value::boolean(!eval(*expr.children[0], scope).truthy());
-      case Expr::Kind::binary:
-        return arithmetic(expr.name, eval(*expr.children[0], scope), eval(*expr.children[1], scope),
-                          expr.line);
+      case Expr::Kind::binary: {
+        Value left = eval(*expr.children[0], scope);
+        Value right = eval(*expr.children[1], scope);
+        // In an autoescape block `~` is markup_join: with a Markup operand, the others escaped.
+        // jinja2 folds constant operands at compile time with str(), which drops Markup.
+        if (autoescape_ && expr.name == "~" && (left.is_markup() || right.is_markup()) &&
+            !(is_constant(*expr.children[0]) && is_constant(*expr.children[1]))) {
+          const auto part = [](const Value& v) {
+            return v.is_markup() ? v.text() : escape_html(python_str(v));
+          };
+          return Value::markup(part(left) + part(right));
+        }
+        return arithmetic(expr.name, left, right, expr.line);
+      }
       case Expr::Kind::compare: {
         Value left = eval(*expr.children[0], scope);
         for (std::size_t i = 0; i < expr.ops.size(); ++i) {

@@ -102,6 +102,10 @@ CASES = [
     ("filter:truncate", "{{ 'x'|truncate(2, end='...') }}"),
     ("filter:urlize", "{{ 'a (www.x.com) <https://y.org> and http://[::1]:80/p plus http://1.2.3.4/ and foo@bar.baz, mailto:q@r.st'|urlize(rel='me') }}"),
     ("filter:center filter:format markup", "{{ ('%s'|safe)|format('<') }} {{ ('a<'|e)|center(9) }} {{ 'x'|e|string }} {{ ('%s'|safe) % ('<',) }}"),
+    ("filter:pprint", "{{ long|pprint }}|{{ [long ~ ' ' ~ long]|pprint }}|{{ {'k': long ~ long}|pprint }}|{{ ('line one\\n' * 9)|pprint }}"),
+    ("filter:indent", "{{ '\\na\\r\\nb'|indent(first=true) }}|{{ ''|indent(2, true) }}|{{ 'x\\n'|indent(1, blank=true) }}"),
+    ("filter:safe markup", "{{ ('<b>'|safe).replace('b', '<i>') }} {{ ('a|b'|safe).split('|') }} {{ (','|safe).join(['<', 'x'|safe]) }} {{ ('<p>x</p>'|safe)[1:3] }} {{ ('<'|safe) * 2 }} {{ ('<x> y z'|safe)|truncate(3, leeway=0, end='<') }} {{ ('<a>'|safe)|center(7) }} {{ ('<a>'|safe).upper() }}"),
+    ("statement:autoescape markup", "{% set b = '<b>'|safe %}{% autoescape true %}{{ '<' ~ ('<b>'|safe) }} {{ '<' ~ b }} {{ '<' ~ '>' }} {{ 1 ~ '&' }} {{ b }}{% endautoescape %}|{% autoescape false %}{{ '<' }}{% endautoescape %}"),
     # ---- tests
     ("test:boolean test:false test:true", "{{ yes is boolean }} {{ 1 is boolean }} {{ false is false }} {{ 0 is false }} {{ yes is true }}"),
     ("test:callable", "{{ range is callable }} {{ s.upper is callable }} {{ s is callable }}"),
