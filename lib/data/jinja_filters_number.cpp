@@ -20,6 +20,35 @@ Value abs(const Value& v, const CallArguments&, int line) {
   fail(line, "bad operand type for abs(): '" + python_type_name(v) + "'");
 }
 
+// Python's float(text): surrounding whitespace, underscores between digits, inf / nan; no hex.
+std::optional<double> parse_python_float(const std::string& raw, int line) {
+  const std::string stripped = strip(raw, std::nullopt, true, true, line);
+  std::string text;
+  for (std::size_t i = 0; i < stripped.size(); ++i) {
+    if (stripped[i] == '_') {
+      const bool between = i > 0 && i + 1 < stripped.size() &&
+                           std::isdigit(static_cast<unsigned char>(stripped[i - 1])) &&
+                           std::isdigit(static_cast<unsigned char>(stripped[i + 1]));
+      if (!between) return std::nullopt;
+      continue;
+    }
+    text.push_back(stripped[i]);
+  }
+  if (text.empty() || text.find_first_of("xXpP") != std::string::npos) return std::nullopt;
+  try {
+    std::size_t used = 0;
+    const double parsed = std::stod(text, &used);
+    if (used == text.size()) return parsed;
+  } catch (const std::out_of_range&) {
+    return text.find_first_of("eE") != std::string::npos && text.find("e-") == std::string::npos &&
+                   text.find("E-") == std::string::npos
+               ? std::optional<double>(text.front() == '-' ? -HUGE_VAL : HUGE_VAL)
+               : std::optional<double>(0.0);
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
 // Python's int(text, base): sign, 0x / 0o / 0b prefixes (base 0 reads them; 16, 8 and 2 allow
 // theirs), underscores between digits. nullopt where Python raises ValueError.
 std::optional<std::int64_t> parse_python_int(const std::string& text, std::int64_t base) {
@@ -81,15 +110,9 @@ Value int_filter(const Value& input, const CallArguments& arguments, int line) {
       const std::string text = strip(input.text(), std::nullopt, true, true, line);
       if (const auto parsed = parse_python_int(text, base)) return Value::integer(*parsed);
       // jinja2: "42.23"|int is 42, through float().
-      const std::string plain = replace_all(text, "_", "", -1);
-      try {
-        std::size_t used = 0;
-        const double number = std::stod(plain, &used);
-        if (used == plain.size() && std::isfinite(number) &&
-            plain.find_first_of("xXpP") == std::string::npos)
-          return Value::integer(static_cast<std::int64_t>(std::trunc(number)));
-      } catch (const std::exception&) {
-      }
+      const std::optional<double> number = parse_python_float(text, line);
+      if (number && std::isfinite(*number))
+        return Value::integer(static_cast<std::int64_t>(std::trunc(*number)));
       return fallback;
     }
     default:
@@ -98,16 +121,10 @@ Value int_filter(const Value& input, const CallArguments& arguments, int line) {
 }
 
 Value float_filter(const Value& input, const CallArguments& arguments, int line) {
-  (void)line;
-  const Value fallback = arguments.get(0, "default").value_or(Value::floating(0.0));
+  const Value fallback = argument_or(arguments, 0, "default", Value::floating(0.0));
   if (input.is_number()) return Value::floating(input.as_double());
   if (input.is_string()) {
-    try {
-      std::size_t used = 0;
-      const double parsed = std::stod(input.text(), &used);
-      if (used == input.text().size()) return Value::floating(parsed);
-    } catch (const std::exception&) {
-    }
+    if (const auto parsed = parse_python_float(input.text(), line)) return Value::floating(*parsed);
   }
   return fallback;
 }
@@ -120,9 +137,20 @@ Value round(const Value& v, const CallArguments& a, int line) {
     fail(line, "method must be common, ceil or floor");
   if (!v.is_number() || v.kind() == Value::Kind::big_integer)
     fail(line, "round needs a number, got " + python_type_name(v));
-  // Python's round(int, n >= 0) is the int itself.
-  if (method == "common" && v.kind() != Value::Kind::floating && precision >= 0)
-    return Value::integer(v.as_int());
+  // Python's round(int, n) is an int: the int itself for n >= 0, else to a multiple of 10^-n
+  // with halves to even.
+  if (method == "common" && v.kind() != Value::Kind::floating) {
+    if (precision >= 0) return Value::integer(v.as_int());
+    if (precision < -18) return Value::integer(0);
+    std::int64_t unit = 1;
+    for (std::int64_t i = 0; i < -precision; ++i) unit *= 10;
+    const std::int64_t x = v.as_int();
+    std::int64_t low = x / unit * unit;
+    if (x < 0 && low != x) low -= unit;  // floor to the multiple below
+    const std::int64_t rest = x - low;
+    const bool up = 2 * rest > unit || (2 * rest == unit && (low / unit) % 2 != 0);
+    return Value::integer(up ? low + unit : low);
+  }
   const double scale = std::pow(10.0, static_cast<double>(precision));
   const double x = v.as_double() * scale;
   const double rounded = method == "ceil"    ? std::ceil(x)

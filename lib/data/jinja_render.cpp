@@ -270,8 +270,11 @@ class Renderer {
         return Flow::normal;
       case Node::Kind::output: {
         const Value value = eval(*node.expr, scope);
-        *out_ +=
-            autoescape_ && !value.is_markup() ? escape_html(python_str(value)) : python_str(value);
+        // Under a non-constant autoescape expression jinja2 prints constants unescaped (it
+        // folds them at compile time, when the setting is not known).
+        const bool escape =
+            autoescape_ && !value.is_markup() && !(autoescape_volatile_ && is_constant(*node.expr));
+        *out_ += escape ? escape_html(python_str(value)) : python_str(value);
         return Flow::normal;
       }
       case Node::Kind::block: {
@@ -281,9 +284,12 @@ class Renderer {
       }
       case Node::Kind::autoescape: {
         const bool saved = autoescape_;
+        const bool saved_volatile = autoescape_volatile_;
         autoescape_ = eval(*node.expr, scope).truthy();
+        autoescape_volatile_ = !is_constant(*node.expr);
         const Flow flow = exec(node.body, scope);
         autoescape_ = saved;
+        autoescape_volatile_ = saved_volatile;
         return flow;
       }
       case Node::Kind::if_block:
@@ -524,7 +530,28 @@ class Renderer {
     return arguments;
   }
 
+  // Nested macro calls and recursive loop levels. jinja2 in transformers meets Python's
+  // recursion limit between 150 and 200 nested macro calls and between 100 and 200 recursive
+  // loop levels (measured with jinja2 3.1.6); deeper than 100 is refused here, which also keeps
+  // the C++ stack safe on any worker thread.
+  static constexpr int max_call_depth = 100;
+
+  struct DepthGuard {
+    explicit DepthGuard(int& depth, int line) : depth_(depth) {
+      if (++depth_ > max_call_depth) {
+        --depth_;
+        fail(line, "the template nests more than " + std::to_string(max_call_depth) +
+                       " macro calls or recursive loop levels");
+      }
+    }
+    ~DepthGuard() { --depth_; }
+    DepthGuard(const DepthGuard&) = delete;
+    DepthGuard& operator=(const DepthGuard&) = delete;
+    int& depth_;
+  };
+
   Value invoke(const Value& callee, CallArguments& arguments, int line) {
+    const DepthGuard guard(call_depth_, line);
     if (callee.is_dict() && callee.dict_ptr()->call) {
       try {
         return callee.dict_ptr()->call(arguments);
@@ -655,6 +682,8 @@ class Renderer {
   Scope root_;
   std::string* out_ = nullptr;
   bool autoescape_ = false;
+  bool autoescape_volatile_ = false;
+  int call_depth_ = 0;
 };
 
 // Refuses filters and tests the interpreter lacks when the template is parsed, as Jinja does.

@@ -529,14 +529,6 @@ std::string python_str(const Value& value) {
     case Value::Kind::floating:
       return python_float_repr(value.as_double());
     case Value::Kind::list: {
-      if (const auto& fields = value.tuple_fields()) {
-        std::string out = fields->type_name + "(";
-        for (std::size_t i = 0; i < value.items().size(); ++i) {
-          if (i > 0) out += ", ";
-          out += fields->names[i] + "=" + python_repr(value.items()[i]);
-        }
-        return out + ")";
-      }
       std::string out = value.is_tuple() ? "(" : "[";
       for (std::size_t i = 0; i < value.items().size(); ++i) {
         if (i > 0) out += ", ";

@@ -60,7 +60,8 @@ class Value {
   // markupsafe's Markup: a string escape() leaves as it is, and that escapes what joins it.
   static Value markup(std::string text);
   static Value list(ValueList items, bool is_tuple = false);
-  // A Python namedtuple (groupby's _GroupTuple): a tuple whose items are also attributes.
+  // A Python namedtuple (groupby's _GroupTuple): a tuple whose items are also attributes; it
+  // prints as a plain tuple, as _GroupTuple does.
   static Value named_tuple(std::string type_name, std::vector<std::string> fields, ValueList items);
   static Value dict(std::shared_ptr<Dict> dict);
   static Value new_dict();

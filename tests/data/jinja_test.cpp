@@ -61,6 +61,13 @@ TEST_CASE("template errors name the template line and raise_exception's message"
                                  Catch::Contains("line 2"));
   }
   CHECK_THROWS_WITH(Template::parse("{% for x in y %}no end", "tpl"), Catch::Contains("endfor"));
+  // Unbounded recursion is a data error, not a stack overflow (jinja2: RecursionError).
+  CHECK_THROWS_WITH(Template::parse("{% macro m(n) %}{{ m(n + 1) }}{% endmacro %}{{ m(0) }}", "tpl")
+                        .render(*context.dict_ptr(), "deep"),
+                    Catch::Contains("more than 100 macro calls"));
+  const Value cyclic = parse_json_value(R"({"t": [{"c": []}]})");
+  CHECK_NOTHROW(Template::parse("{% for x in t recursive %}{{ loop(x.c) }}{% endfor %}", "tpl")
+                    .render(*cyclic.dict_ptr(), "shallow"));
   CHECK_THROWS_WITH(Template::parse("a\n{% include 'other.jinja' %}", "tpl"),
                     Catch::Contains("line 2") && Catch::Contains("needs a template loader"));
   CHECK_THROWS_WITH(Template::parse("{% do x.append(1) %}", "tpl"),
