@@ -136,6 +136,109 @@ bool is_alnum(char32_t c) {
   return is_letter(c) || is_decimal_digit(c);
 }
 
+Value str_format(const Value& self, const CallArguments& a, int line) {
+  std::string text = python_str_format(self.text(), a, self.is_markup(), line);
+  return self.is_markup() ? Value::markup(std::move(text)) : Value::string(std::move(text));
+}
+Value str_format_map(const Value& self, const CallArguments& a, int line) {
+  if (a.positional.size() != 1 || !a.positional[0].is_dict())
+    fail(line, "format_map() takes one mapping");
+  CallArguments keywords;
+  for (const auto& entry : a.positional[0].dict_ptr()->entries) keywords.keyword.push_back(entry);
+  return str_format(self, keywords, line);
+}
+// ljust / rjust / center's cousins: pad to `width` code points with one fill character.
+Value justify(const Value& self, const CallArguments& a, bool left, int line) {
+  const std::int64_t width =
+      require_int(argument_or(a, 0, "width", Value::integer(0)), "ljust()", line);
+  const std::string fill = python_str(argument_or(a, 1, "fillchar", Value::string(" ")));
+  if (code_point_count(fill) != 1)
+    fail(line, "The fill character must be exactly one character long");
+  const std::int64_t missing = width - code_point_count(self.text());
+  std::string padding;
+  for (std::int64_t i = 0; i < missing; ++i) padding += fill;
+  return Value::string(left ? self.text() + padding : padding + self.text());
+}
+Value str_ljust(const Value& self, const CallArguments& a, int line) {
+  return justify(self, a, true, line);
+}
+Value str_rjust(const Value& self, const CallArguments& a, int line) {
+  return justify(self, a, false, line);
+}
+Value str_zfill(const Value& self, const CallArguments& a, int line) {
+  const std::int64_t width =
+      require_int(argument_or(a, 0, "width", Value::integer(0)), "zfill()", line);
+  std::string text = self.text();
+  const std::int64_t missing = width - code_point_count(text);
+  if (missing <= 0) return Value::string(text);
+  const std::size_t at = !text.empty() && (text[0] == '+' || text[0] == '-') ? 1 : 0;
+  text.insert(at, std::string(static_cast<std::size_t>(missing), '0'));
+  return Value::string(std::move(text));
+}
+Value partition(const Value& self, const CallArguments& a, bool from_right, int line) {
+  if (a.positional.size() != 1) fail(line, "partition() takes one separator");
+  const std::string& separator = require_string(a.positional[0], "partition()", line);
+  if (separator.empty()) fail(line, "empty separator");
+  const std::string& text = self.text();
+  const std::size_t at = from_right ? text.rfind(separator) : text.find(separator);
+  if (at == std::string::npos) {
+    return from_right
+               ? Value::list({Value::string(""), Value::string(""), Value::string(text)}, true)
+               : Value::list({Value::string(text), Value::string(""), Value::string("")}, true);
+  }
+  return Value::list({Value::string(text.substr(0, at)), Value::string(separator),
+                      Value::string(text.substr(at + separator.size()))},
+                     true);
+}
+Value str_partition(const Value& self, const CallArguments& a, int line) {
+  return partition(self, a, false, line);
+}
+Value str_rpartition(const Value& self, const CallArguments& a, int line) {
+  return partition(self, a, true, line);
+}
+Value str_swapcase(const Value& self, const CallArguments&, int) {
+  std::string out;
+  for (const char32_t c : decode(self.text())) {
+    const std::string one = encode(std::u32string(1, c));
+    const std::string upper = map_case(one, true);
+    out += upper != one ? upper : map_case(one, false);
+  }
+  return Value::string(std::move(out));
+}
+Value affix_removed(const Value& self, const CallArguments& a, bool prefix, int line) {
+  if (a.positional.size() != 1) fail(line, "removeprefix() / removesuffix() take one string");
+  const std::string& affix = require_string(a.positional[0], "removeprefix()", line);
+  const std::string& text = self.text();
+  if (prefix && text.starts_with(affix)) return Value::string(text.substr(affix.size()));
+  if (!prefix && text.ends_with(affix))
+    return Value::string(text.substr(0, text.size() - affix.size()));
+  return Value::string(text);
+}
+Value str_removeprefix(const Value& self, const CallArguments& a, int line) {
+  return affix_removed(self, a, true, line);
+}
+Value str_removesuffix(const Value& self, const CallArguments& a, int line) {
+  return affix_removed(self, a, false, line);
+}
+// isupper / islower: some cased character, and none of the other case.
+Value cased(const Value& self, bool upper) {
+  bool any = false;
+  for (const char32_t c : decode(self.text())) {
+    const std::string one = encode(std::u32string(1, c));
+    const bool is_upper = map_case(one, false) != one;
+    const bool is_lower = map_case(one, true) != one;
+    if (upper ? is_lower : is_upper) return Value::boolean(false);
+    any = any || (upper ? is_upper : is_lower);
+  }
+  return Value::boolean(any);
+}
+Value str_isupper(const Value& self, const CallArguments&, int) {
+  return cased(self, true);
+}
+Value str_islower(const Value& self, const CallArguments&, int) {
+  return cased(self, false);
+}
+
 // ---- dict
 
 Value dict_items(const Value& self, const CallArguments& a, int line) {
@@ -159,7 +262,17 @@ Value dict_get(const Value& self, const CallArguments& a, int line) {
   return a.positional.size() > 1 ? a.positional[1] : Value::none();
 }
 
+Value dict_copy(const Value& self, const CallArguments&, int) {
+  auto copy = std::make_shared<Dict>();
+  copy->entries = self.dict_ptr()->entries;
+  return Value::dict(std::move(copy));
+}
+
 // ---- list
+
+Value list_copy(const Value& self, const CallArguments&, int) {
+  return Value::list(self.items(), self.is_tuple());
+}
 
 Value list_index_or_count(const Value& self, const CallArguments& a, bool index, int line) {
   if (a.positional.size() != 1)
@@ -208,14 +321,29 @@ const MethodTable& methods() {
     t.add(Receiver::string, "isdigit", all_code_points<is_decimal_digit>);
     t.add(Receiver::string, "isalpha", all_code_points<is_letter>);
     t.add(Receiver::string, "isalnum", all_code_points<is_alnum>);
+    t.add(Receiver::string, "isdecimal", all_code_points<is_decimal_digit>);
+    t.add(Receiver::string, "isupper", str_isupper);
+    t.add(Receiver::string, "islower", str_islower);
+    t.add(Receiver::string, "format", str_format);
+    t.add(Receiver::string, "format_map", str_format_map);
+    t.add(Receiver::string, "ljust", str_ljust);
+    t.add(Receiver::string, "rjust", str_rjust);
+    t.add(Receiver::string, "zfill", str_zfill);
+    t.add(Receiver::string, "partition", str_partition);
+    t.add(Receiver::string, "rpartition", str_rpartition);
+    t.add(Receiver::string, "swapcase", str_swapcase);
+    t.add(Receiver::string, "removeprefix", str_removeprefix);
+    t.add(Receiver::string, "removesuffix", str_removesuffix);
     t.add(Receiver::dict, "items", dict_items);
     t.add(Receiver::dict, "keys", dict_keys);
     t.add(Receiver::dict, "values", dict_values);
     t.add(Receiver::dict, "get", dict_get);
+    t.add(Receiver::dict, "copy", dict_copy);
     for (const char* name : {"pop", "popitem", "update", "setdefault", "clear"})
       t.refuse(Receiver::dict, name, "modifies a dict, which transformers' sandbox refuses");
     t.add(Receiver::list, "index", list_index);
     t.add(Receiver::list, "count", list_count);
+    t.add(Receiver::list, "copy", list_copy);
     for (const char* name :
          {"append", "extend", "insert", "pop", "remove", "sort", "reverse", "clear"})
       t.refuse(Receiver::list, name, "modifies a list, which transformers' sandbox refuses");

@@ -76,3 +76,12 @@ std::string percent_format(const std::string& format, const ValueList& positiona
                            const Value* mapping, bool escape_arguments, int line);
 
 }  // namespace dyncp::data::jinja
+
+namespace dyncp::data::jinja {
+
+// Python's format.format(*positional, **keyword) (jinja_str_format.cpp). `escape_arguments` is
+// Markup.format: formatted arguments are escaped unless Markup.
+std::string python_str_format(const std::string& format, const CallArguments& arguments,
+                              bool escape_arguments, int line);
+
+}  // namespace dyncp::data::jinja
