@@ -5,6 +5,7 @@
 // `-` and `+` tag modifiers, \r\n and \r read as \n, one trailing newline of the source dropped.
 
 #include <cctype>
+#include <cstdlib>
 #include <string_view>
 
 #include "data/jinja_syntax.hpp"
@@ -234,7 +235,8 @@ class TagLexer {
     token.text = text;
     if (is_float) {
       token.type = Token::Type::floating;
-      token.value = Value::floating(std::stod(text));
+      // Python reads 1e999 as inf and 1e-999 as 0.0; strtod does too (std::stod throws).
+      token.value = Value::floating(std::strtod(text.c_str(), nullptr));
     } else {
       token.type = Token::Type::integer;
       try {

@@ -220,7 +220,9 @@ Value attribute_path(const Value& item, const std::string& path, int line) {
     const std::string part =
         path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     const bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
-    current = numeric ? get_item(current, Value::integer(std::stoll(part)), line)
+    const std::optional<std::int64_t> index = numeric ? parse_decimal(part) : std::nullopt;
+    if (numeric && !index) return Value::undefined_named(part);  // no list is that long
+    current = numeric ? get_item(current, Value::integer(*index), line)
                       : get_item(current, Value::string(part), line);
     if (dot == std::string::npos) return current;
     start = dot + 1;
@@ -233,6 +235,17 @@ CallArguments shifted(const CallArguments& arguments, std::size_t count) {
     rest.positional.push_back(arguments.positional[i]);
   rest.keyword = arguments.keyword;
   return rest;
+}
+
+std::optional<std::int64_t> parse_decimal(std::string_view digits) {
+  if (digits.empty()) return std::nullopt;
+  std::int64_t value = 0;
+  for (const char c : digits) {
+    if (c < '0' || c > '9') return std::nullopt;
+    if (__builtin_mul_overflow(value, 10, &value) || __builtin_add_overflow(value, c - '0', &value))
+      return std::nullopt;
+  }
+  return value;
 }
 
 std::int64_t code_point_count(std::string_view text) {
@@ -405,8 +418,10 @@ std::string percent_format(const std::string& format, const ValueList& positiona
       if (i >= format.size() || !std::isdigit(static_cast<unsigned char>(format[i])))
         return std::nullopt;
       std::int64_t value = 0;
-      while (i < format.size() && std::isdigit(static_cast<unsigned char>(format[i])))
+      while (i < format.size() && std::isdigit(static_cast<unsigned char>(format[i]))) {
         value = value * 10 + (format[i++] - '0');
+        if (value > 100000000) fail(line, "width or precision too big in a format string");
+      }
       return value;
     };
     spec.width = number();

@@ -60,6 +60,9 @@ bool python_less(const Value& a, const Value& b, int line);
 // Jinja's attribute="a.b.0" lookups of map / selectattr / sort / join / groupby.
 Value attribute_path(const Value& item, const std::string& path, int line);
 
+// Decimal digits as an integer; nullopt when empty, not all digits or beyond 64 bits.
+std::optional<std::int64_t> parse_decimal(std::string_view digits);
+
 // The arguments without the first `count` positional ones (select('test', arg) -> arg).
 CallArguments shifted(const CallArguments& arguments, std::size_t count);
 

@@ -51,13 +51,19 @@ Spec parse_spec(const std::string& text, int line) {
     }
     ++i;
   }
-  while (i < s.size() && s[i] >= '0' && s[i] <= '9') spec.width = spec.width * 10 + (s[i++] - '0');
+  while (i < s.size() && s[i] >= '0' && s[i] <= '9') {
+    spec.width = spec.width * 10 + (s[i++] - '0');
+    if (spec.width > 100000000) fail(line, "Too many decimal digits in format string");
+  }
   if (i < s.size() && (s[i] == ',' || s[i] == '_')) spec.grouping = static_cast<char>(s[i++]);
   if (i < s.size() && s[i] == '.') {
     ++i;
     if (i >= s.size() || s[i] < '0' || s[i] > '9') fail(line, "Format specifier missing precision");
     std::int64_t precision = 0;
-    while (i < s.size() && s[i] >= '0' && s[i] <= '9') precision = precision * 10 + (s[i++] - '0');
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9') {
+      precision = precision * 10 + (s[i++] - '0');
+      if (precision > 100000000) fail(line, "Too many decimal digits in format string");
+    }
     spec.precision = precision;
   }
   if (i < s.size()) spec.type = static_cast<char>(s[i++]);
@@ -209,7 +215,9 @@ Value resolve_field(const std::string& name, const CallArguments& arguments, std
                ? "cannot switch from manual field specification to automatic field numbering"
                : "cannot switch from automatic field numbering to manual field specification");
     numbering = automatic ? 1 : 2;
-    const std::size_t index = automatic ? next++ : std::stoul(head);
+    const std::optional<std::int64_t> manual = automatic ? std::nullopt : parse_decimal(head);
+    if (!automatic && !manual) fail(line, "Too many decimal digits in format string");
+    const std::size_t index = automatic ? next++ : static_cast<std::size_t>(*manual);
     if (index >= arguments.positional.size())
       fail(line, "Replacement index " + std::to_string(index) +
                      " out of range for positional args tuple");
@@ -238,7 +246,9 @@ Value resolve_field(const std::string& name, const CallArguments& arguments, std
       if (close == std::string::npos) fail(line, "Missing ']' in format string");
       const std::string key = name.substr(end + 1, close - end - 1);
       const bool numeric = !key.empty() && std::all_of(key.begin(), key.end(), ::isdigit);
-      value = get_item(value, numeric ? Value::integer(std::stoll(key)) : Value::string(key), line);
+      const std::optional<std::int64_t> index = numeric ? parse_decimal(key) : std::nullopt;
+      if (numeric && !index) fail(line, "Too many decimal digits in format string");
+      value = get_item(value, numeric ? Value::integer(*index) : Value::string(key), line);
       end = close + 1;
     }
   }

@@ -209,6 +209,10 @@ CASES = [
     ("method:str", "{{ 'ab'.ljust(5, '.') }}|{{ 'ab'.rjust(5) }}|{{ '-42'.zfill(6) }}|{{ '7'.zfill(3) }}|{{ 'a=b=c'.partition('=') }}|{{ 'a=b=c'.rpartition('=') }}|{{ 'abc'.partition('x') }}|{{ 'Hello ÉTÉ'.swapcase() }}|{{ 'prefix-body'.removeprefix('prefix-') }}|{{ 'body.txt'.removesuffix('.txt') }}"),
     ("method:str", "{{ 'ABC'.isupper() }} {{ 'AbC'.isupper() }} {{ '1A'.isupper() }} {{ '12'.isupper() }} {{ 'abc'.islower() }} {{ '١٢'.isdecimal() }} {{ 'x1'.isdecimal() }}"),
     ("method:list method:dict", "{% set l = nums.copy() %}{{ l }} {{ l is sameas nums }} {% set c = d.copy() %}{{ c }} {{ (1, 2).count(2) }} {{ (1, 2).index(2) }}"),
+    ("expression", "{{ 1e999 }} {{ -1e999 }} {{ 1e-999 }} {{ users|map(attribute='99999999999999999999')|list }}"),
+    ("method:format", "{{ '{99999999999999999999999}'.format(1) }}"),
+    ("method:format", "{{ '{:99999999999999999999}'.format(1) }}"),
+    ("filter:format", "{{ '%99999999999999999999d'|format(1) }}"),
     # ---- what jinja2 (and transformers' sandbox) refuse, refused here too
     ("refused:include", "{% include 'other.jinja' %}"),
     ("refused:import", "{% import 'macros.jinja' as m %}{{ m.x() }}"),
