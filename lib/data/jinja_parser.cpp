@@ -194,7 +194,10 @@ class TagLexer {
       }
     }
     if (std::string_view("+-*/%~<>=()[]{},.:|").find(c) == std::string_view::npos) {
-      throw TemplateError(line_, std::string("unexpected character '") + c + "' in a tag");
+      std::size_t end = pos_;
+      next_code_point(source_, end);  // the whole character, not one byte of it
+      throw TemplateError(
+          line_, "unexpected character '" + source_.substr(pos_, end - pos_) + "' in a tag");
     }
     if (c == '(' || c == '[' || c == '{') ++depth;
     if (c == ')' || c == ']' || c == '}') --depth;

@@ -70,6 +70,9 @@ TEST_CASE("template errors name the template line and raise_exception's message"
                     .render(*cyclic.dict_ptr(), "shallow"));
   CHECK_THROWS_WITH(Template::parse("a\n{% include 'other.jinja' %}", "tpl"),
                     Catch::Contains("line 2") && Catch::Contains("needs a template loader"));
+  // The whole character, not its first byte.
+  CHECK_THROWS_WITH(Template::parse("{{ a é }}", "tpl"),
+                    Catch::Contains("unexpected character 'é' in a tag"));
   CHECK_THROWS_WITH(Template::parse("{% do x.append(1) %}", "tpl"),
                     Catch::Contains("unsupported statement {% do %}"));
   CHECK_THROWS_WITH(Template::parse("a\n\n{% raw %}{{ x }}", "tpl"),
