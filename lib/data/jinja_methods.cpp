@@ -1,7 +1,10 @@
 // Methods of str, list and dict values (`text.strip()`, `d.items()`), as Python's. The ones
 // that modify a list or dict are registered as refused: transformers' ImmutableSandboxedEnvironment
 // refuses them.
+#include <utf8proc.h>
+
 #include <algorithm>
+#include <cstdlib>
 
 #include "data/jinja_builtins.hpp"
 #include "data/jinja_python.hpp"
@@ -239,6 +242,84 @@ Value str_islower(const Value& self, const CallArguments&, int) {
   return cased(self, false);
 }
 
+Value str_center(const Value& self, const CallArguments& a, int line) {
+  const std::int64_t width =
+      require_int(argument_or(a, 0, "width", Value::integer(0)), "center()", line);
+  const std::string fill = python_str(argument_or(a, 1, "fillchar", Value::string(" ")));
+  if (code_point_count(fill) != 1)
+    fail(line, "The fill character must be exactly one character long");
+  const std::int64_t margin = width - code_point_count(self.text());
+  if (margin <= 0) return Value::string(self.text());
+  // CPython's str.center: the odd space goes left when the width is odd.
+  const std::int64_t left = margin / 2 + (margin & width & 1);
+  std::string out;
+  for (std::int64_t i = 0; i < left; ++i) out += fill;
+  out += self.text();
+  for (std::int64_t i = left; i < margin; ++i) out += fill;
+  return Value::string(std::move(out));
+}
+Value str_expandtabs(const Value& self, const CallArguments& a, int line) {
+  const std::int64_t size =
+      require_int(argument_or(a, 0, "tabsize", Value::integer(8)), "expandtabs()", line);
+  std::string out;
+  std::int64_t column = 0;
+  for (const char32_t c : decode(self.text())) {
+    if (c == '\t') {
+      const std::int64_t spaces = size > 0 ? size - column % size : 0;
+      out += std::string(static_cast<std::size_t>(spaces), ' ');
+      column += spaces;
+    } else {
+      out += encode(std::u32string(1, c));
+      column = c == '\n' || c == '\r' ? 0 : column + 1;
+    }
+  }
+  return Value::string(std::move(out));
+}
+// Unicode full case folding (utf8proc), as str.casefold: "ß" folds to "ss".
+Value str_casefold(const Value& self, const CallArguments&, int line) {
+  utf8proc_uint8_t* folded = nullptr;
+  const utf8proc_ssize_t size =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(self.text().data()),
+                   static_cast<utf8proc_ssize_t>(self.text().size()), &folded, UTF8PROC_CASEFOLD);
+  if (size < 0) fail(line, "casefold(): " + std::string(utf8proc_errmsg(size)));
+  std::string out(reinterpret_cast<const char*>(folded), static_cast<std::size_t>(size));
+  std::free(folded);
+  return Value::string(std::move(out));
+}
+
+bool is_ascii_code_point(char32_t c) {
+  return c < 0x80;
+}
+Value str_isascii(const Value& self, const CallArguments&, int) {
+  const std::u32string code_points = decode(self.text());
+  return Value::boolean(std::all_of(code_points.begin(), code_points.end(), is_ascii_code_point));
+}
+bool is_numeric_code_point(char32_t c) {
+  const auto category = utf8proc_category(static_cast<utf8proc_int32_t>(c));
+  return category == UTF8PROC_CATEGORY_ND || category == UTF8PROC_CATEGORY_NL ||
+         category == UTF8PROC_CATEGORY_NO;
+}
+// str.istitle: cased characters only upper after uncased ones and lower after cased ones.
+Value str_istitle(const Value& self, const CallArguments&, int) {
+  bool cased_seen = false;
+  bool previous_cased = false;
+  for (const char32_t c : decode(self.text())) {
+    const std::string one = encode(std::u32string(1, c));
+    const bool upper = map_case(one, false) != one;
+    const bool lower = map_case(one, true) != one;
+    if (upper) {
+      if (previous_cased) return Value::boolean(false);
+      previous_cased = cased_seen = true;
+    } else if (lower) {
+      if (!previous_cased) return Value::boolean(false);
+      previous_cased = cased_seen = true;
+    } else {
+      previous_cased = false;
+    }
+  }
+  return Value::boolean(cased_seen);
+}
+
 // ---- dict
 
 Value dict_items(const Value& self, const CallArguments& a, int line) {
@@ -334,6 +415,15 @@ const MethodTable& methods() {
     t.add(Receiver::string, "swapcase", str_swapcase);
     t.add(Receiver::string, "removeprefix", str_removeprefix);
     t.add(Receiver::string, "removesuffix", str_removesuffix);
+    t.add(Receiver::string, "center", str_center);
+    t.add(Receiver::string, "expandtabs", str_expandtabs);
+    t.add(Receiver::string, "isascii", str_isascii);
+    t.add(Receiver::string, "isnumeric", all_code_points<is_numeric_code_point>);
+    t.add(Receiver::string, "istitle", str_istitle);
+    // Python has these too; refused rather than undefined, so the error says what is missing.
+    t.add(Receiver::string, "casefold", str_casefold);
+    for (const char* name : {"encode", "isidentifier", "isprintable", "translate", "maketrans"})
+      t.refuse(Receiver::string, name, "is not built in this interpreter (docs/data.md)");
     t.add(Receiver::dict, "items", dict_items);
     t.add(Receiver::dict, "keys", dict_keys);
     t.add(Receiver::dict, "values", dict_values);
@@ -352,14 +442,26 @@ const MethodTable& methods() {
   return table;
 }
 
-// The str methods markupsafe's Markup wraps: string arguments are escaped, and the result
-// (or each string of a list result) is Markup.
-bool wraps_markup(std::string_view name) {
-  static const char* const wrapped[] = {"capitalize", "title",  "lower",      "upper",
-                                        "replace",    "lstrip", "rstrip",     "strip",
-                                        "split",      "rsplit", "splitlines", "join"};
-  return std::any_of(std::begin(wrapped), std::end(wrapped),
-                     [&](const char* method) { return name == method; });
+// The str methods markupsafe 3's Markup overrides: the result (each string of a list or tuple
+// result) is Markup; replace escapes its replacement, ljust / rjust / center their fill
+// character, join every item; the others escape nothing.
+struct MarkupMethod {
+  const char* name;
+  int escaped_argument;  // the positional argument escaped, -1 none, -2 every joined item
+};
+
+const MarkupMethod* markup_method(std::string_view name) {
+  static const MarkupMethod methods[] = {
+      {"capitalize", -1},   {"title", -1},      {"lower", -1},      {"upper", -1},
+      {"swapcase", -1},     {"casefold", -1},   {"replace", 1},     {"ljust", 1},
+      {"rjust", 1},         {"center", 1},      {"strip", -1},      {"lstrip", -1},
+      {"rstrip", -1},       {"zfill", -1},      {"expandtabs", -1}, {"removeprefix", -1},
+      {"removesuffix", -1}, {"partition", -1},  {"rpartition", -1}, {"split", -1},
+      {"rsplit", -1},       {"splitlines", -1}, {"join", -2}};
+  for (const MarkupMethod& method : methods) {
+    if (name == method.name) return &method;
+  }
+  return nullptr;
 }
 
 Value escaped_argument(const Value& v) {
@@ -367,20 +469,19 @@ Value escaped_argument(const Value& v) {
 }
 
 Value markup_call(const Value& self, MethodFunction function, const CallArguments& arguments,
-                  bool join, int line) {
-  CallArguments escaped;
-  for (const Value& v : arguments.positional) {
-    if (!join) {
-      escaped.positional.push_back(escaped_argument(v));
-      continue;
-    }
-    ValueList items;  // Markup.join escapes every item
-    for (const Value& item : iterate(v, line)) items.push_back(escaped_argument(item));
-    escaped.positional.push_back(Value::list(std::move(items)));
+                  int escaped, int line) {
+  CallArguments passed = arguments;
+  if (escaped >= 0 && static_cast<std::size_t>(escaped) < passed.positional.size()) {
+    passed.positional[static_cast<std::size_t>(escaped)] =
+        escaped_argument(passed.positional[static_cast<std::size_t>(escaped)]);
   }
-  for (const auto& [key, v] : arguments.keyword)
-    escaped.keyword.emplace_back(key, escaped_argument(v));
-  const Value result = function(self, escaped, line);
+  if (escaped == -2 && !passed.positional.empty()) {
+    ValueList items;
+    for (const Value& item : iterate(passed.positional[0], line))
+      items.push_back(escaped_argument(item));
+    passed.positional[0] = Value::list(std::move(items));
+  }
+  const Value result = function(self, passed, line);
   if (result.is_string()) return Value::markup(result.text());
   if (!result.is_list()) return result;
   ValueList items;
@@ -422,10 +523,10 @@ Value bound_method(const Value& self, const std::string& name, int line) {
     return Value::callable([message, line](CallArguments&) -> Value { fail(line, message); }, name);
   }
   const MethodFunction function = entry->function;
-  if (self.is_markup() && wraps_markup(name)) {
+  if (const MarkupMethod* wrapped = self.is_markup() ? markup_method(name) : nullptr) {
     return Value::callable(
-        [self, function, line, join = name == "join"](CallArguments& arguments) {
-          return markup_call(self, function, arguments, join, line);
+        [self, function, line, escaped = wrapped->escaped_argument](CallArguments& arguments) {
+          return markup_call(self, function, arguments, escaped, line);
         },
         name);
   }
