@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "data/jinja_builtins.hpp"
+#include "data/jinja_html_entities.hpp"
 #include "data/jinja_python.hpp"
 #include "data/jinja_registry.hpp"
 #include "data/utf8.hpp"
@@ -293,64 +294,69 @@ Value format(const Value& v, const CallArguments& a, int line) {
   return like(v, std::move(text));
 }
 
-// html.unescape for the character references this table knows; any other named reference is
-// refused rather than left as it is (Python knows all of HTML5's).
-std::string unescape_html(const std::string& text, int line) {
-  static const std::pair<const char*, const char*> named[] = {
-      {"amp", "&"},        {"lt", "<"},          {"gt", ">"},          {"quot", "\""},
-      {"apos", "'"},       {"nbsp", "\u00a0"},   {"copy", "\u00a9"},   {"reg", "\u00ae"},
-      {"trade", "\u2122"}, {"hellip", "\u2026"}, {"mdash", "\u2014"},  {"ndash", "\u2013"},
-      {"lsquo", "\u2018"}, {"rsquo", "\u2019"},  {"ldquo", "\u201c"},  {"rdquo", "\u201d"},
-      {"laquo", "\u00ab"}, {"raquo", "\u00bb"},  {"middot", "\u00b7"}, {"bull", "\u2022"},
-      {"euro", "\u20ac"},  {"pound", "\u00a3"},  {"yen", "\u00a5"},    {"cent", "\u00a2"},
-      {"deg", "\u00b0"},   {"times", "\u00d7"},  {"divide", "\u00f7"}, {"sect", "\u00a7"},
-      {"para", "\u00b6"},  {"plusmn", "\u00b1"}};
+// Python's html.unescape: numeric references (with html's replacements for invalid ones) and
+// HTML5's named references, the longest known prefix for a name without its ';'.
+std::string unescape_html(const std::string& text) {
   std::string out;
   for (std::size_t i = 0; i < text.size(); ++i) {
     if (text[i] != '&') {
       out.push_back(text[i]);
       continue;
     }
-    const std::size_t semicolon = text.find(';', i);
-    const std::string body =
-        semicolon == std::string::npos ? std::string() : text.substr(i + 1, semicolon - i - 1);
-    if (body.size() > 1 && body[0] == '#') {
-      const bool hex = body[1] == 'x' || body[1] == 'X';
-      const std::string digits = body.substr(hex ? 2 : 1);
-      const bool valid = !digits.empty() && std::all_of(digits.begin(), digits.end(), [&](char c) {
-        return hex ? std::isxdigit(static_cast<unsigned char>(c)) != 0
-                   : std::isdigit(static_cast<unsigned char>(c)) != 0;
-      });
-      if (valid && digits.size() <= 7) {
-        const unsigned long code = std::stoul(digits, nullptr, hex ? 16 : 10);
-        const bool plain =
-            (code >= 0x20 && code < 0x7f) ||
-            (code >= 0xa0 && code <= 0x10ffff && !(code >= 0xd800 && code <= 0xdfff) &&
-             !(code >= 0xfdd0 && code <= 0xfdef) && (code & 0xfffe) != 0xfffe) ||
-            code == '\t' || code == '\n';
-        if (!plain)
-          fail(line, "striptags: the character reference &" + body + "; is not supported");
-        append_utf8(out, static_cast<char32_t>(code));
-        i = semicolon;
+    std::size_t j = i + 1;
+    if (j < text.size() && text[j] == '#') {
+      const bool hex = j + 1 < text.size() && (text[j + 1] == 'x' || text[j + 1] == 'X');
+      std::size_t k = j + (hex ? 2 : 1);
+      const std::size_t digits_start = k;
+      std::uint64_t number = 0;
+      while (k < text.size() && (hex ? std::isxdigit(static_cast<unsigned char>(text[k])) != 0
+                                     : std::isdigit(static_cast<unsigned char>(text[k])) != 0)) {
+        const int c = std::tolower(static_cast<unsigned char>(text[k]));
+        number = std::min<std::uint64_t>(
+            number * (hex ? 16 : 10) +
+                static_cast<std::uint64_t>(std::isdigit(c) ? c - '0' : c - 'a' + 10),
+            0x7fffffff);
+        ++k;
+      }
+      if (k == digits_start) {  // no digits: the '&' stays
+        out.push_back('&');
         continue;
       }
-    }
-    bool replaced = false;
-    for (const auto& [name, character] : named) {
-      if (body == name) {
-        out += character;
-        i = semicolon;
-        replaced = true;
-        break;
+      if (k < text.size() && text[k] == ';') ++k;
+      const auto code = static_cast<char32_t>(number);
+      if (const auto replacement = invalid_charref(code)) {
+        out += *replacement;
+      } else if ((code >= 0xd800 && code <= 0xdfff) || code > 0x10ffff) {
+        out += "\uFFFD";
+      } else if (!is_invalid_codepoint(code)) {
+        append_utf8(out, code);
       }
+      i = k - 1;
+      continue;
     }
-    if (replaced) continue;
-    const std::size_t end = text.find_first_of(" \t\n\f<&#;", i + 1);
-    if (end != i + 1)
-      fail(line, "striptags: the character reference " +
-                     text.substr(i, end == std::string::npos ? std::string::npos : end - i + 1) +
-                     " is not in the interpreter's table");
-    out.push_back('&');
+    while (j < text.size() && j - i - 1 < 32 &&
+           std::string_view("\t\n\f <&#;").find(text[j]) == std::string_view::npos)
+      ++j;
+    if (j == i + 1) {
+      out.push_back('&');
+      continue;
+    }
+    if (j < text.size() && text[j] == ';') ++j;
+    const std::string name = text.substr(i + 1, j - i - 1);
+    if (const auto entity = html5_entity(name)) {
+      out += *entity;
+    } else {
+      std::size_t length = name.size() - 1;
+      for (; length > 1; --length) {
+        if (const auto prefix = html5_entity(std::string_view(name).substr(0, length))) {
+          out += *prefix;
+          out += name.substr(length);
+          break;
+        }
+      }
+      if (length <= 1) out += "&" + name;
+    }
+    i = j - 1;
   }
   return out;
 }
@@ -371,7 +377,7 @@ Value striptags(const Value& v, const CallArguments&, int line) {
   std::string collapsed;
   const Value words = split(text, std::nullopt, std::nullopt, line);
   for (const Value& word : words.items()) collapsed += (collapsed.empty() ? "" : " ") + word.text();
-  return Value::string(unescape_html(collapsed, line));
+  return Value::string(unescape_html(collapsed));
 }
 
 }  // namespace

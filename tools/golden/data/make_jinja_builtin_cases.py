@@ -214,6 +214,7 @@ CASES = [
     ("method:str", "{{ 'Straße ÉTÉ x'.casefold() }}"),
     ("method:list method:dict", "{% set l = nums.copy() %}{{ l }} {{ l is sameas nums }} {% set c = d.copy() %}{{ c }} {{ (1, 2).count(2) }} {{ (1, 2).index(2) }}"),
     ("expression", "{{ 1e999 }} {{ -1e999 }} {{ 1e-999 }} {{ users|map(attribute='99999999999999999999')|list }}"),
+    ("filter:striptags", "{{ '&ampx &notin; &NotEqualTilde; &#x80; &#0; &#xD800; &#1;x &#128512; &#99999999999; &foo; &amp &lt3 &#; &#x; &AMP; &copy &copyx &Aacute &frac12; & &;'|striptags }}"),
     ("method:format", "{{ '{99999999999999999999999}'.format(1) }}"),
     ("method:format", "{{ '{:99999999999999999999}'.format(1) }}"),
     ("filter:format", "{{ '%99999999999999999999d'|format(1) }}"),
