@@ -366,7 +366,18 @@ std::string format_one(const FormatSpec& spec, const Value& argument, bool escap
   if (integer_conversion) {
     if (argument.kind() == Value::Kind::floating && c != 'd' && c != 'i' && c != 'u')
       fail(line, std::string("%") + c + " format: an integer is required, not float");
-    if (spec.flags.find('#') != std::string::npos && c == 'o') fail(line, "%#o is not supported");
+    if (spec.flags.find('#') != std::string::npos && c == 'o') {
+      // Python spells the alternate octal form 0o17; printf 017.
+      FormatSpec plain = spec;
+      std::erase(plain.flags, '#');
+      plain.width.reset();
+      const long long value = static_cast<long long>(argument.as_int());
+      std::string digits = printf_one(plain, "ll", value < 0 ? -value : value);
+      digits.insert(digits.find_first_not_of("+ "), "0o");
+      FormatSpec padded = spec;
+      std::erase(padded.flags, '#');
+      return pad((value < 0 ? "-" : "") + digits, padded);
+    }
     const long long value = argument.kind() == Value::Kind::floating
                                 ? static_cast<long long>(std::trunc(argument.as_double()))
                                 : static_cast<long long>(argument.as_int());
@@ -414,7 +425,13 @@ std::string percent_format(const std::string& format, const ValueList& positiona
     while (i < format.size() && std::string_view("-+ #0").find(format[i]) != std::string_view::npos)
       spec.flags.push_back(format[i++]);
     const auto number = [&]() -> std::optional<std::int64_t> {
-      if (i < format.size() && format[i] == '*') fail(line, "'*' widths are not supported");
+      if (i < format.size() && format[i] == '*') {  // the width or precision is an argument
+        ++i;
+        if (mapping != nullptr || next >= positional.size()) fail(line, "* wants int");
+        const Value& value = positional[next++];
+        if (value.kind() != Value::Kind::integer) fail(line, "* wants int");
+        return value.as_int();
+      }
       if (i >= format.size() || !std::isdigit(static_cast<unsigned char>(format[i])))
         return std::nullopt;
       std::int64_t value = 0;
@@ -425,6 +442,10 @@ std::string percent_format(const std::string& format, const ValueList& positiona
       return value;
     };
     spec.width = number();
+    if (spec.width && *spec.width < 0) {  // a negative * width left-justifies
+      spec.flags.push_back('-');
+      spec.width = -*spec.width;
+    }
     if (i < format.size() && format[i] == '.') {
       ++i;
       spec.precision = number().value_or(0);

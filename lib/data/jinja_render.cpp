@@ -15,6 +15,26 @@ namespace dyncp::data::jinja {
 
 namespace {
 
+// do_join under autoescape: with a Markup separator or item, Markup.join escapes the rest.
+Value escaping_join(const Value& input, const CallArguments& arguments, int line) {
+  const Value separator = argument_or(arguments, 0, "d", Value::string(""));
+  const std::optional<Value> attribute = arguments.get(1, "attribute");
+  ValueList items;
+  bool any_markup = separator.is_markup();
+  for (const Value& item : iterate(input, line)) {
+    items.push_back(attribute ? attribute_path(item, python_str(*attribute), line) : item);
+    any_markup = any_markup || items.back().is_markup();
+  }
+  const auto part = [&](const Value& v) {
+    if (!any_markup) return python_str(v);
+    return v.is_markup() ? v.text() : escape_html(python_str(v));
+  };
+  std::string out;
+  for (std::size_t i = 0; i < items.size(); ++i)
+    out += (i > 0 ? part(separator) : "") + part(items[i]);
+  return any_markup ? Value::markup(std::move(out)) : Value::string(std::move(out));
+}
+
 // What jinja2's compiler folds to a constant: literals and operators and filters over them
 // (never names or calls).
 bool is_constant(const Expr& expr) {
@@ -473,7 +493,10 @@ class Renderer {
     Scope* defining = parent != nullptr ? parent : &root_;
     const std::string macro_name = name != nullptr ? name : node.text;
     auto object = std::make_shared<Dict>();
-    object->call = [this, &node, defining, macro_name](CallArguments& arguments) {
+    // The body renders with the autoescape setting where the macro was defined; the result is
+    // Markup when the call site autoescapes (jinja2's Macro takes the caller's eval context).
+    const bool defined_escaping = autoescape_;
+    object->call = [this, &node, defining, macro_name, defined_escaping](CallArguments& arguments) {
       const std::size_t declared = node.targets.size();
       if (arguments.positional.size() > declared && !node.catch_varargs)
         fail(node.line, "macro '" + macro_name + "' takes not more than " +
@@ -510,7 +533,17 @@ class Renderer {
         scope.set("varargs", Value::list(std::move(rest), true));
       }
       if (node.catch_kwargs) scope.set("kwargs", Value::dict(extra_keywords));
-      return Value::string(capture(node.body, scope));
+      const bool calling_escaping = autoescape_;
+      autoescape_ = defined_escaping;
+      std::string text;
+      try {
+        text = capture(node.body, scope);
+      } catch (...) {
+        autoescape_ = calling_escaping;
+        throw;
+      }
+      autoescape_ = calling_escaping;
+      return calling_escaping ? Value::markup(std::move(text)) : Value::string(std::move(text));
     };
     ValueList arguments;
     for (const std::string& target : node.targets) arguments.push_back(Value::string(target));
@@ -577,7 +610,14 @@ class Renderer {
     const Value inner =
         filter.children[0] ? apply_filter_chain(*filter.children[0], input, scope) : input;
     const CallArguments arguments = evaluate_arguments(filter, 1, scope);
-    return apply_filter(filter.name, inner, arguments, filter.line);
+    return filter_value(filter.name, inner, arguments, filter.line);
+  }
+
+  // join is jinja2's one builtin filter that reads the autoescape setting.
+  Value filter_value(const std::string& name, const Value& input, const CallArguments& arguments,
+                     int line) {
+    if (autoescape_ && name == "join") return escaping_join(input, arguments, line);
+    return apply_filter(name, input, arguments, line);
   }
 
   Value eval(const Expr& expr, Scope& scope) {
@@ -604,7 +644,7 @@ class Renderer {
       case Expr::Kind::filter: {
         const Value input = eval(*expr.children[0], scope);
         const CallArguments arguments = evaluate_arguments(expr, 1, scope);
-        return apply_filter(expr.name, input, arguments, expr.line);
+        return filter_value(expr.name, input, arguments, expr.line);
       }
       case Expr::Kind::test: {
         const Value input = eval(*expr.children[0], scope);

@@ -218,6 +218,8 @@ CASES = [
     ("method:format", "{{ '{99999999999999999999999}'.format(1) }}"),
     ("method:format", "{{ '{:99999999999999999999}'.format(1) }}"),
     ("filter:format", "{{ '%99999999999999999999d'|format(1) }}"),
+    ("filter:format", "[{{ '%*d|%-*s|%.*f|%*s'|format(5, 42, 4, 'ab', 2, 3.14159, -4, 'x') }}] [{{ '%#o %#o %#x %#X %#6o|%-#6o|'|format(8, -8, 255, 255, 8, 8) }}]"),
+    ("statement:autoescape filter:join statement:macro", "{% macro m(x) %}<{{ x }}>{% endmacro %}{% autoescape true %}{{ ['<', 'x'|safe]|join('&') }} {{ ['<', '>']|join('&') }} {{ (['a', 'b']|join(sep))|e }} {{ m('&') }} {{ m('&') ~ '<' }}{% endautoescape %} {{ m('&') }}"),
     # ---- what jinja2 (and transformers' sandbox) refuse, refused here too
     ("refused:include", "{% include 'other.jinja' %}"),
     ("refused:import", "{% import 'macros.jinja' as m %}{{ m.x() }}"),
