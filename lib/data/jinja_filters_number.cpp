@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 
 #include "data/jinja_builtins.hpp"
@@ -151,6 +152,17 @@ Value round(const Value& v, const CallArguments& a, int line) {
     const bool up = 2 * rest > unit || (2 * rest == unit && (low / unit) % 2 != 0);
     return Value::integer(up ? low + unit : low);
   }
+  if (method == "common" && precision > 323) return Value::floating(v.as_double());  // CPython
+  if (method == "common" && precision >= 0) {
+    // Python's round(x, n) is x correctly rounded to n decimals (halves to even on the exact
+    // binary value), read back: what glibc's printf and strtod compute.
+    const int digits = static_cast<int>(precision);
+    const int size = std::snprintf(nullptr, 0, "%.*f", digits, v.as_double());
+    std::string buffer(static_cast<std::size_t>(size) + 1, '\0');
+    std::snprintf(buffer.data(), buffer.size(), "%.*f", digits, v.as_double());
+    return Value::floating(std::strtod(buffer.c_str(), nullptr));
+  }
+  if (method == "common" && precision < -308) return Value::floating(0.0 * v.as_double());
   const double scale = std::pow(10.0, static_cast<double>(precision));
   const double x = v.as_double() * scale;
   const double rounded = method == "ceil"    ? std::ceil(x)

@@ -218,6 +218,7 @@ CASES = [
     ("method:format", "{{ '{99999999999999999999999}'.format(1) }}"),
     ("method:format", "{{ '{:99999999999999999999}'.format(1) }}"),
     ("filter:format", "{{ '%99999999999999999999d'|format(1) }}"),
+    ("filter:round", "{{ 2.675|round(2) }} {{ 0.125|round(2) }} {{ 0.375|round(2) }} {{ 1.0005|round(3) }} {{ -0.5|round }} {{ 1.5|round }} {{ 1e300|round(2) }} {{ 123.456|round(-1) }} {{ 0.1|round(20) }} {{ 5e-324|round(400) }}"),
     ("filter:format", "[{{ '%*d|%-*s|%.*f|%*s'|format(5, 42, 4, 'ab', 2, 3.14159, -4, 'x') }}] [{{ '%#o %#o %#x %#X %#6o|%-#6o|'|format(8, -8, 255, 255, 8, 8) }}]"),
     ("statement:autoescape filter:join statement:macro", "{% macro m(x) %}<{{ x }}>{% endmacro %}{% autoescape true %}{{ ['<', 'x'|safe]|join('&') }} {{ ['<', '>']|join('&') }} {{ (['a', 'b']|join(sep))|e }} {{ m('&') }} {{ m('&') ~ '<' }}{% endautoescape %} {{ m('&') }}"),
     # ---- what jinja2 (and transformers' sandbox) refuse, refused here too
