@@ -34,8 +34,29 @@ Value upper(const Value& v, const CallArguments&, int) {
   return like(v, map_case(python_str(v), true));
 }
 
+// jinja2's do_title is not str.title: it splits at runs of "-", whitespace, "(", "{", "[", "<"
+// and upper-cases each piece's first character, lower-casing the rest ("o'neil" -> "O'neil").
 Value title(const Value& v, const CallArguments&, int) {
-  return like(v, title_case(python_str(v)));
+  const std::u32string text = decode(python_str(v));
+  const auto splits = [](char32_t c) {
+    return c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || is_python_space(c);
+  };
+  std::string out;
+  for (std::size_t i = 0; i < text.size();) {
+    std::size_t j = i;
+    const bool separator = splits(text[i]);
+    while (j < text.size() && splits(text[j]) == separator) ++j;
+    const std::string piece = encode(std::u32string_view(text).substr(i, j - i));
+    if (separator) {
+      out += piece;
+    } else {
+      std::size_t offset = 0;
+      next_code_point(piece, offset);
+      out += map_case(piece.substr(0, offset), true) + map_case(piece.substr(offset), false);
+    }
+    i = j;
+  }
+  return like(v, std::move(out));
 }
 
 Value capitalize_filter(const Value& v, const CallArguments&, int) {

@@ -146,7 +146,7 @@ std::string title_case(const std::string& text) {
     const bool letter = is_letter(static_cast<char32_t>(c));
     append_utf8(out,
                 static_cast<char32_t>(
-                    letter ? (previous_cased ? utf8proc_tolower(c) : utf8proc_toupper(c)) : c));
+                    letter ? (previous_cased ? utf8proc_tolower(c) : utf8proc_totitle(c)) : c));
     previous_cased = letter;
   }
   return out;
@@ -271,7 +271,7 @@ std::string capitalize(const std::string& text) {
   std::size_t offset = 0;
   const char32_t first = next_code_point(lower, offset);
   std::string out;
-  append_utf8(out, static_cast<char32_t>(utf8proc_toupper(static_cast<utf8proc_int32_t>(first))));
+  append_utf8(out, static_cast<char32_t>(utf8proc_totitle(static_cast<utf8proc_int32_t>(first))));
   return out + lower.substr(offset);
 }
 

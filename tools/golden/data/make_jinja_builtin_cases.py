@@ -47,7 +47,7 @@ CONTEXT = json.dumps({
 CASES = [
     # ---- filters jinja2 has and the interpreter had before
     ("filter:abs", "{{ -3|abs }} {{ -2.5|abs }} {{ 4|abs }}"),
-    ("filter:capitalize", "{{ 'hELLO wORLD'|capitalize }}"),
+    ("filter:capitalize", "{{ 'hELLO wORLD'|capitalize }} {{ 'ǆX'|capitalize }} {{ 'ǆx ǆ'.title() }} {{ 'ǆX'.capitalize() }}"),
     ("filter:count", "{{ nums|count }} {{ 'abc'|count }} {{ d|count }}"),
     ("filter:default filter:d", "{{ missing|default('x') }} {{ ''|d('e', true) }} {{ nothing|default('n') }} {{ 0|d('z', boolean=true) }}"),
     ("filter:escape filter:e", "{{ '<a href=\"x\">&\\'</a>'|escape }} {{ '<'|e }}"),
@@ -69,7 +69,7 @@ CASES = [
     ("filter:safe filter:string", "{{ '<b>'|safe }} {{ 5|string }} {{ nothing|string }} {{ [1]|string }}"),
     ("filter:sort", "{{ nums|sort|list }} {{ ['b', 'A', 'c']|sort }} {{ ['b', 'A', 'c']|sort(case_sensitive=true) }} {{ users|selectattr('age')|sort(attribute='age,name')|map(attribute='name')|list }} {{ users|sort(attribute='name', reverse=true)|map(attribute='name')|join(',') }}"),
     ("filter:sum", "{{ nums|sum }} {{ nums|sum(start=10) }} {{ [1.5, 2]|sum }} {{ users|selectattr('age')|sum(attribute='age') }}"),
-    ("filter:title", "{{ 'hello wORLD-x y'|title }}"),
+    ("filter:title", "{{ 'hello wORLD-x y'|title }}|{{ \"o'neil x1y a_b (paren) [br] {c} <d>e  --f\"|title }}|{{ 'éCOLE ǆx'|title }}"),
     ("filter:tojson", "{{ d|tojson }} {{ users[0]|tojson(indent=2) }}"),
     ("filter:trim", "[{{ '  x  '|trim }}] [{{ '--x--'|trim('-') }}]"),
     ("filter:unique", "{{ nums|unique|list }} {{ ['a', 'A', 'b']|unique|list }} {{ ['a', 'A', 'b']|unique(case_sensitive=true)|list }} {{ users|unique(attribute='city')|map(attribute='name')|list }}"),
