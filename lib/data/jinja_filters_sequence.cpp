@@ -140,6 +140,15 @@ bool case_sensitive_argument(const CallArguments& a, std::size_t index) {
   return argument_or(a, index, "case_sensitive", Value::boolean(false)).truthy();
 }
 
+// Python sets hold only hashable values: not lists or dicts (nor tuples holding them).
+void require_hashable(const Value& v, int line) {
+  if (v.is_dict() || (v.is_list() && !v.is_tuple()))
+    fail(line, "unhashable type: '" + python_type_name(v) + "'");
+  if (v.is_list()) {
+    for (const Value& item : v.items()) require_hashable(item, line);
+  }
+}
+
 Value unique(const Value& v, const CallArguments& a, int line) {
   const bool case_sensitive = case_sensitive_argument(a, 0);
   const std::optional<Value> attribute = a.get(1, "attribute");
@@ -147,6 +156,7 @@ Value unique(const Value& v, const CallArguments& a, int line) {
   ValueList keys;
   for (const Value& item : iterate(v, line)) {
     const Value key = fold_case(attribute_of(item, attribute, Value::none(), line), case_sensitive);
+    require_hashable(key, line);
     bool seen = false;
     for (const Value& previous : keys) seen = seen || python_equal(previous, key);
     if (seen) continue;
@@ -282,8 +292,9 @@ Value groupby(const Value& v, const CallArguments& a, int line) {
 Value batch(const Value& v, const CallArguments& a, int line) {
   const std::optional<Value> count_value = a.get(0, "linecount");
   if (!count_value) fail(line, "batch needs a line count");
+  // jinja2's loop as it is: a count of 0 gives an empty first batch, a negative one a single
+  // batch.
   const std::int64_t count = require_int(*count_value, "batch()", line);
-  if (count <= 0) fail(line, "batch() needs a positive line count");
   const Value fill = argument_or(a, 1, "fill_with", Value::none());
   ValueList rows;
   ValueList row;
@@ -352,6 +363,8 @@ Value attr(const Value& v, const CallArguments& a, int line) {
 // jinja2 draws with Python's unseeded random.choice; any element is a possible result. The
 // choice here is a function of the sequence's text, so a prepared cache is reproducible.
 Value random(const Value& v, const CallArguments&, int line) {
+  // random.choice indexes its argument: a dict's keys are strings, so jinja2 raises KeyError.
+  if (v.is_dict()) fail(line, "KeyError: random of a mapping");
   const ValueList items = iterate(v, line);
   if (items.empty()) return Value::undefined_named("No random item, sequence was empty.");
   const std::size_t index = std::hash<std::string>{}(python_repr(v)) % items.size();

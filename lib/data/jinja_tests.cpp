@@ -1,4 +1,6 @@
 // Tests (`x is name(arguments)`): jinja2.tests.TESTS.
+#include <cmath>
+
 #include "data/jinja_builtins.hpp"
 #include "data/jinja_python.hpp"
 #include "data/jinja_registry.hpp"
@@ -56,11 +58,20 @@ bool sequence(const Value& v, const CallArguments&, int) {
 bool callable(const Value& v, const CallArguments&, int) {
   return v.kind() == Value::Kind::callable || (v.is_dict() && v.dict_ptr()->call);
 }
+// value % 2 with Python's sign rule; floats too (2.0 is even).
+double python_mod2(const Value& v, const char* test, int line) {
+  if (v.kind() == Value::Kind::floating) {
+    const double remainder = std::fmod(v.as_double(), 2.0);
+    return remainder < 0 ? remainder + 2.0 : remainder;
+  }
+  const std::int64_t remainder = require_int(v, test, line) % 2;
+  return static_cast<double>(remainder < 0 ? remainder + 2 : remainder);
+}
 bool odd(const Value& v, const CallArguments&, int line) {
-  return require_int(v, "odd", line) % 2 != 0;
+  return python_mod2(v, "odd", line) == 1.0;
 }
 bool even(const Value& v, const CallArguments&, int line) {
-  return require_int(v, "even", line) % 2 == 0;
+  return python_mod2(v, "even", line) == 0.0;
 }
 bool divisibleby(const Value& v, const CallArguments& a, int line) {
   const std::int64_t divisor = require_int(argument(a, line), "divisibleby", line);
