@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "data/jinja_builtins.hpp"
+#include "data/jinja_special_casing.hpp"
 #include "data/utf8.hpp"
 
 namespace dyncp::data::jinja {
@@ -122,13 +123,74 @@ Value split(const std::string& text, const std::optional<Value>& separator,
   return Value::list(std::move(parts));
 }
 
-std::string map_case(const std::string& text, bool upper) {
-  std::string out;
-  std::size_t offset = 0;
-  while (offset < text.size()) {
-    const auto c = static_cast<utf8proc_int32_t>(next_code_point(text, offset));
-    append_utf8(out, static_cast<char32_t>(upper ? utf8proc_toupper(c) : utf8proc_tolower(c)));
+namespace {
+
+// Python's cased characters (Lowercase, Uppercase or Lt) and case-ignorable ones, for title()
+// and the Final_Sigma rule of lower().
+bool is_cased(char32_t c) {
+  const auto code = static_cast<utf8proc_int32_t>(c);
+  const auto category = utf8proc_category(code);
+  return category == UTF8PROC_CATEGORY_LU || category == UTF8PROC_CATEGORY_LL ||
+         category == UTF8PROC_CATEGORY_LT || utf8proc_toupper(code) != code ||
+         utf8proc_tolower(code) != code;
+}
+
+bool is_case_ignorable(char32_t c) {
+  const auto category = utf8proc_category(static_cast<utf8proc_int32_t>(c));
+  if (category == UTF8PROC_CATEGORY_MN || category == UTF8PROC_CATEGORY_ME ||
+      category == UTF8PROC_CATEGORY_CF || category == UTF8PROC_CATEGORY_LM ||
+      category == UTF8PROC_CATEGORY_SK)
+    return true;
+  static const char32_t word_middles[] = {0x27,   0x2e,   0x3a,   0xb7,   0x387,  0x5f4,
+                                          0x2018, 0x2019, 0x2024, 0x2027, 0xfe13, 0xfe52,
+                                          0xfe55, 0xff07, 0xff0e, 0xff1a};
+  return std::find(std::begin(word_middles), std::end(word_middles), c) != std::end(word_middles);
+}
+
+enum class Case { upper, lower, title };
+
+// One character's full mapping (SpecialCasing first); a capital sigma lower-cases to the final
+// form at the end of a word.
+void append_mapped(std::string& out, const std::u32string& text, std::size_t i, Case mode) {
+  const char32_t c = text[i];
+  if (const SpecialCasing* special = special_casing(c)) {
+    out += mode == Case::upper   ? special->upper
+           : mode == Case::lower ? special->lower
+                                 : special->title;
+    return;
   }
+  const auto code = static_cast<utf8proc_int32_t>(c);
+  if (mode == Case::lower && c == 0x3a3) {
+    std::size_t before = i;
+    while (before > 0 && is_case_ignorable(text[before - 1])) --before;
+    std::size_t after = i + 1;
+    while (after < text.size() && is_case_ignorable(text[after])) ++after;
+    const bool final =
+        before > 0 && is_cased(text[before - 1]) && !(after < text.size() && is_cased(text[after]));
+    append_utf8(out, final ? 0x3c2 : 0x3c3);
+    return;
+  }
+  const utf8proc_int32_t mapped = mode == Case::upper   ? utf8proc_toupper(code)
+                                  : mode == Case::lower ? utf8proc_tolower(code)
+                                                        : utf8proc_totitle(code);
+  append_utf8(out, static_cast<char32_t>(mapped));
+}
+
+}  // namespace
+
+std::string map_case(const std::string& text, bool upper) {
+  if (is_ascii(text)) {  // the common case, without decoding (and without the C locale)
+    std::string out = text;
+    for (char& c : out) {
+      if (upper && c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
+      if (!upper && c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    }
+    return out;
+  }
+  const std::u32string code_points = decode(text);
+  std::string out;
+  for (std::size_t i = 0; i < code_points.size(); ++i)
+    append_mapped(out, code_points, i, upper ? Case::upper : Case::lower);
   return out;
 }
 
@@ -137,17 +199,14 @@ bool is_letter(char32_t c) {
   return category >= UTF8PROC_CATEGORY_LU && category <= UTF8PROC_CATEGORY_LO;
 }
 
+// str.title: title case after an uncased character, lower case after a cased one.
 std::string title_case(const std::string& text) {
+  const std::u32string code_points = decode(text);
   std::string out;
   bool previous_cased = false;
-  std::size_t offset = 0;
-  while (offset < text.size()) {
-    const auto c = static_cast<utf8proc_int32_t>(next_code_point(text, offset));
-    const bool letter = is_letter(static_cast<char32_t>(c));
-    append_utf8(out,
-                static_cast<char32_t>(
-                    letter ? (previous_cased ? utf8proc_tolower(c) : utf8proc_totitle(c)) : c));
-    previous_cased = letter;
+  for (std::size_t i = 0; i < code_points.size(); ++i) {
+    append_mapped(out, code_points, i, previous_cased ? Case::lower : Case::title);
+    previous_cased = is_cased(code_points[i]);
   }
   return out;
 }
@@ -265,14 +324,13 @@ Value argument_or(const CallArguments& arguments, std::size_t index, std::string
   return found ? std::move(*found) : std::move(fallback);
 }
 
+// str.capitalize: the first character in title case, the rest in lower case.
 std::string capitalize(const std::string& text) {
-  const std::string lower = map_case(text, false);
-  if (lower.empty()) return lower;
-  std::size_t offset = 0;
-  const char32_t first = next_code_point(lower, offset);
+  const std::u32string code_points = decode(text);
   std::string out;
-  append_utf8(out, static_cast<char32_t>(utf8proc_totitle(static_cast<utf8proc_int32_t>(first))));
-  return out + lower.substr(offset);
+  for (std::size_t i = 0; i < code_points.size(); ++i)
+    append_mapped(out, code_points, i, i == 0 ? Case::title : Case::lower);
+  return out;
 }
 
 std::string escape_html(const std::string& text) {

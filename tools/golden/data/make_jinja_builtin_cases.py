@@ -242,6 +242,7 @@ CASES = [
     ('test:sequence test:iterable', "{{ none is sequence }} {{ 'x' is iterable }} {{ (1,) is sequence }}"),
     ('filter:items', '{{ [1]|items|list }}'),
     ('filter:string', "{{ 1.0|string }} {{ (1,)|string }} {{ {'a': none}|string }}"),
+    ("filter:upper filter:lower filter:title filter:capitalize", "{{ 'straße ﬁx ŉ'|upper }} {{ 'İSTANBUL ΑΣ ΑΣΑ Σ ΌΣΟΣ.'|lower }} {{ 'ßa ﬁx 中a x中'|title }} {{ 'ßa'|capitalize }} {{ 'ΑΣ'.lower() }} {{ 'ßa ﬁx 中a x中'.title() }} {{ 'ǅ'.upper() }}"),
     # ---- what jinja2 (and transformers' sandbox) refuse, refused here too
     ("refused:include", "{% include 'other.jinja' %}"),
     ("refused:import", "{% import 'macros.jinja' as m %}{{ m.x() }}"),
