@@ -68,11 +68,36 @@ jinja::RenderedTemplate ChatTemplate::render_raw(const Value& messages, const Ch
   return template_.render(variables, where);
 }
 
+std::size_t ChatTemplate::shared_length(std::string_view a, std::string_view b) const {
+  std::size_t length = 0;
+  while (length < std::min(a.size(), b.size()) && a[length] == b[length]) ++length;
+  // Cut back so that no added token of either text is split ("<|end|>\n<|" is shared by
+  // "<|endoftext|>" and "<|assistant|>").
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (const std::string_view text : {a, b}) {
+      for (const std::string& token : added_tokens_) {
+        for (std::size_t at = text.find(token); at != std::string_view::npos && at < length;
+             at = text.find(token, at + 1)) {
+          if (length < at + token.size()) {
+            length = at;
+            moved = true;
+          }
+        }
+      }
+    }
+  }
+  return length;
+}
+
 std::string ChatTemplate::assistant_header(const ChatSample& sample,
                                            const ChatTemplateKwargs& kwargs,
                                            const std::string& where) const {
-  // The generation prompt after the messages before an assistant turn; the first assistant
-  // turn whose prefix the template accepts decides.
+  // The generation prompt after the messages before an assistant turn: what the rendering
+  // with add_generation_prompt writes after the text it shares with the rendering without.
+  // Usually the one extends the other; templates that end an unprompted conversation with a
+  // token (Phi-3.5 and Phi-4 end it with eos) part where that token starts. The first
+  // assistant turn whose prefix the template accepts decides.
   const auto& messages = sample.messages.items();
   for (std::size_t index = 1; index < messages.size(); ++index) {
     if (role_of(messages[index]) != "assistant") continue;
@@ -80,7 +105,7 @@ std::string ChatTemplate::assistant_header(const ChatSample& sample,
     try {
       const std::string without = render_raw(prefix, sample, kwargs, false, where).text;
       const std::string with = render_raw(prefix, sample, kwargs, true, where).text;
-      if (with.starts_with(without)) return with.substr(without.size());
+      return with.substr(shared_length(with, without));
     } catch (const core::Error&) {
       // The template refuses this prefix (e.g. it must end with a user turn); try the next.
     }

@@ -14,15 +14,19 @@
 //     (transformers' return_assistant_tokens_mask);
 //   - otherwise, per assistant message, the text its iteration of the template's message loop
 //     wrote, minus the assistant header and the whitespace after the turn's end. The header is
-//     what add_generation_prompt appends after the conversation before that message (for Qwen3
-//     "<|im_start|>assistant\n"); a turn that starts with only part of it (a Qwen3.5 turn before
-//     the last query has no "<think>\n") loses the longest part that ends at a newline or a
-//     special token. A token has loss when its first byte lies in such a range. For Qwen3 this
-//     is everything from after "<|im_start|>assistant\n" through the closing <|im_end|>.
+//     what the rendering of the conversation before that message with add_generation_prompt
+//     writes after the text it shares with the rendering without (for Qwen3
+//     "<|im_start|>assistant\n"; Phi-3.5 "<|assistant|>\n", whose unprompted rendering ends
+//     with eos instead), the shared text cut back so that it splits no special token; a turn that
+//     starts with only part of it (a Qwen3.5 turn before the last query has no "<think>\n") loses
+//     the longest part that ends at a newline or a special token. A token has loss when its first
+//     byte lies in such a range. For Qwen3 this is everything from after "<|im_start|>assistant\n"
+//     through the closing <|im_end|>.
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -83,6 +87,8 @@ class ChatTemplate {
                                      const std::string& where) const;
   std::string assistant_header(const ChatSample& sample, const ChatTemplateKwargs& kwargs,
                                const std::string& where) const;
+  // Length of the common prefix of a and b, cut back so that it splits no added token.
+  std::size_t shared_length(std::string_view a, std::string_view b) const;
 };
 
 // Renders and tokenizes the whole text at once (so ids equal HF's for the rendered string:

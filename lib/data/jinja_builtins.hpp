@@ -1,8 +1,10 @@
 #pragma once
-// The filters, tests, object methods and attribute rules of the Jinja interpreter, with the
-// behaviour of Jinja 3 running in transformers' ImmutableSandboxedEnvironment (methods that
-// mutate lists and dicts are refused there, so they are absent here). Internal to the
-// interpreter; errors are TemplateError at the calling expression's line.
+// The filters, tests, object methods, globals and attribute rules of the Jinja interpreter, with
+// the behaviour of Jinja 3 running in transformers' ImmutableSandboxedEnvironment (methods that
+// mutate lists and dicts are refused there, and here). Each kind lives in its own file and
+// registers itself in a table (jinja_registry.hpp): jinja_filters_*.cpp, jinja_tests.cpp,
+// jinja_methods.cpp, jinja_globals.cpp; attribute and item access in jinja_access.cpp. Internal
+// to the interpreter; errors are TemplateError at the calling expression's line.
 
 #include <string>
 #include <string_view>

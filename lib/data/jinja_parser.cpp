@@ -5,6 +5,7 @@
 // `-` and `+` tag modifiers, \r\n and \r read as \n, one trailing newline of the source dropped.
 
 #include <cctype>
+#include <cstdlib>
 #include <string_view>
 
 #include "data/jinja_syntax.hpp"
@@ -193,7 +194,10 @@ class TagLexer {
       }
     }
     if (std::string_view("+-*/%~<>=()[]{},.:|").find(c) == std::string_view::npos) {
-      throw TemplateError(line_, std::string("unexpected character '") + c + "' in a tag");
+      std::size_t end = pos_;
+      next_code_point(source_, end);  // the whole character, not one byte of it
+      throw TemplateError(
+          line_, "unexpected character '" + source_.substr(pos_, end - pos_) + "' in a tag");
     }
     if (c == '(' || c == '[' || c == '{') ++depth;
     if (c == ')' || c == ']' || c == '}') --depth;
@@ -234,7 +238,8 @@ class TagLexer {
     token.text = text;
     if (is_float) {
       token.type = Token::Type::floating;
-      token.value = Value::floating(std::stod(text));
+      // Python reads 1e999 as inf and 1e-999 as 0.0; strtod does too (std::stod throws).
+      token.value = Value::floating(std::strtod(text.c_str(), nullptr));
     } else {
       token.type = Token::Type::integer;
       try {
@@ -276,6 +281,50 @@ class TagLexer {
   std::size_t& pos_;
   int& line_;
 };
+
+// The text of {% raw %} ... {% endraw %} after the opening tag, as jinja2's lexer reads it:
+// no trim_blocks newline after the opening tag (only its `-`), lstrip_blocks and `{%-` before
+// the closing one; the closing tag's own `-` / `+` and trim_blocks are returned in the flags.
+void read_raw(const std::string& source, std::size_t& pos, int& line, bool& strip_after,
+              bool& keep_newline, std::vector<Piece>& pieces) {
+  const int start_line = line;
+  if (strip_after) {
+    while (pos < source.size() && is_space(source[pos])) {
+      if (source[pos] == '\n') ++line;
+      ++pos;
+    }
+  }
+  for (std::size_t tag = source.find("{%", pos); tag != std::string::npos;
+       tag = source.find("{%", tag + 2)) {
+    std::size_t at = tag + 2;
+    const char open_modifier = at < source.size() ? source[at] : '\0';
+    if (open_modifier == '-' || open_modifier == '+') ++at;
+    while (at < source.size() && is_space(source[at])) ++at;
+    if (source.compare(at, 6, "endraw") != 0) continue;
+    at += 6;
+    while (at < source.size() && is_space(source[at])) ++at;
+    const char close_modifier = at < source.size() ? source[at] : '\0';
+    if (close_modifier == '-' || close_modifier == '+') ++at;
+    if (source.compare(at, 2, "%}") != 0) continue;
+    std::string text = source.substr(pos, tag - pos);
+    if (open_modifier == '-') {
+      while (!text.empty() && is_space(text.back())) text.pop_back();
+    } else if (open_modifier != '+') {
+      const std::size_t line_start =
+          text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+      if (line_start > 0 && text.find_first_not_of(" \t\f\v", line_start) == std::string::npos)
+        text.resize(line_start);
+    }
+    for (std::size_t i = pos; i < at; ++i) line += source[i] == '\n' ? 1 : 0;
+    if (!text.empty())
+      pieces.push_back({Piece::Kind::text, normalize_newlines(text), {}, start_line});
+    pos = at + 2;
+    strip_after = close_modifier == '-';
+    keep_newline = close_modifier == '+';
+    return;
+  }
+  throw TemplateError(start_line, "missing {% endraw %} for this {% raw %}");
+}
 
 std::vector<Piece> split_template(std::string source) {
   // keep_trailing_newline=False: Jinja drops one newline at the end of the source.
@@ -339,7 +388,13 @@ std::vector<Piece> split_template(std::string source) {
       piece.line = line;
       TagLexer lexer(source, pos, line);
       piece.tokens = lexer.lex(kind == '{', strip_after, keep_newline);
-      pieces.push_back(std::move(piece));
+      const bool raw = piece.kind == Piece::Kind::statement && piece.tokens.size() == 1 &&
+                       piece.tokens[0].type == Token::Type::name && piece.tokens[0].text == "raw";
+      if (raw) {
+        read_raw(source, pos, line, strip_after, keep_newline, pieces);
+      } else {
+        pieces.push_back(std::move(piece));
+      }
     }
     if (strip_after) {
       while (pos < source.size() && is_space(source[pos])) {
@@ -768,6 +823,7 @@ class BodyParser {
       throw TemplateError(pieces_[index_].line, "unexpected '" + end_tag + "'");
     }
     result->has_generation_blocks = has_generation_;
+    result->blocks = blocks_;
     return result;
   }
 
@@ -826,150 +882,257 @@ class BodyParser {
   }
 
   NodePtr statement(const Piece& piece, const std::string& name) {
+    using Handler = NodePtr (BodyParser::*)(ExpressionParser&, const Piece&);
+    static const std::pair<const char*, Handler> handlers[] = {
+        {"if", &BodyParser::parse_if},
+        {"for", &BodyParser::parse_for},
+        {"set", &BodyParser::parse_set},
+        {"macro", &BodyParser::parse_macro},
+        {"call", &BodyParser::parse_call},
+        {"filter", &BodyParser::parse_filter},
+        {"with", &BodyParser::parse_with},
+        {"generation", &BodyParser::parse_generation},
+        {"block", &BodyParser::parse_block},
+        {"autoescape", &BodyParser::parse_autoescape},
+        {"break", &BodyParser::parse_loop_control},
+        {"continue", &BodyParser::parse_loop_control},
+    };
     ExpressionParser parser(piece.tokens, 1, piece.line);
     ++index_;
-    std::string found;
-    if (name == "if") {
-      auto node = make_node(Node::Kind::if_block, piece.line);
-      ExprPtr condition = parser.tuple();
-      parser.expect_end();
-      while (true) {
-        Body branch = body({"elif", "else", "endif"}, found);
-        node->branches.emplace_back(std::move(condition), std::move(branch));
-        const Piece& end = pieces_[index_];
-        ExpressionParser end_parser(end.tokens, 1, end.line);
-        ++index_;
-        if (found == "elif") {
-          condition = end_parser.tuple();
-          end_parser.expect_end();
-          continue;
-        }
-        end_parser.expect_end();
-        if (found == "else") {
-          node->else_body = body({"endif"}, found);
-          expect_end_tag("endif");
-        }
-        break;
-      }
-      return node;
-    }
-    if (name == "for") {
-      auto node = make_node(Node::Kind::for_loop, piece.line);
-      node->targets = parser.assign_targets(nullptr);
-      if (!parser.skip_name("in")) parser.fail("expected 'in' in a for loop");
-      node->expr = parser.tuple(false);
-      if (parser.skip_name("if")) node->condition = parser.expression();
-      if (parser.is_name("recursive")) parser.fail("recursive for loops are not supported");
-      parser.expect_end();
-      node->body = body({"else", "endfor"}, found);
-      if (found == "else") {
-        expect_end_tag("else");
-        node->else_body = body({"endfor"}, found);
-      }
-      expect_end_tag("endfor");
-      return node;
-    }
-    if (name == "set") {
-      auto node = make_node(Node::Kind::set, piece.line);
-      node->targets = parser.assign_targets(&node->text);
-      if (parser.skip_op("=")) {
-        node->expr = parser.tuple();
-        parser.expect_end();
-        return node;
-      }
-      if (!node->text.empty() || node->targets.size() != 1)
-        parser.fail("a {% set %} block assigns one plain name");
-      node->kind = Node::Kind::set_block;
-      if (parser.is_op("|")) node->filter = parser.filters_and_tests(nullptr);
-      parser.expect_end();
-      node->body = body({"endset"}, found);
-      expect_end_tag("endset");
-      return node;
-    }
-    if (name == "macro") {
-      auto node = make_node(Node::Kind::macro, piece.line);
-      node->text = parser.expect_name();
-      parser.expect_op("(");
-      while (!parser.skip_op(")")) {
-        node->targets.push_back(parser.expect_name());
-        node->defaults.push_back(parser.skip_op("=") ? parser.expression() : nullptr);
-        if (!parser.skip_op(",")) {
-          parser.expect_op(")");
-          break;
-        }
-      }
-      parser.expect_end();
-      node->body = body({"endmacro"}, found);
-      expect_end_tag("endmacro");
-      return node;
-    }
-    if (name == "call") {
-      auto node = make_node(Node::Kind::call_block, piece.line);
-      if (parser.skip_op("(")) {
-        while (!parser.skip_op(")")) {
-          node->targets.push_back(parser.expect_name());
-          node->defaults.push_back(parser.skip_op("=") ? parser.expression() : nullptr);
-          if (!parser.skip_op(",")) {
-            parser.expect_op(")");
-            break;
-          }
-        }
-      }
-      node->expr = parser.expression();
-      if (node->expr->kind != Expr::Kind::call) parser.fail("{% call %} needs a macro call");
-      parser.expect_end();
-      node->body = body({"endcall"}, found);
-      expect_end_tag("endcall");
-      return node;
-    }
-    if (name == "filter") {
-      auto node = make_node(Node::Kind::filter_block, piece.line);
-      // The filter chain applies to the block's text: parse "x | f | g" with a null x.
-      auto first = make_expr(Expr::Kind::filter, piece.line);
-      first->name = parser.expect_name();
-      first->children.push_back(nullptr);
-      if (parser.skip_op("(")) parser.call_arguments(*first);
-      node->filter = parser.filters_and_tests(std::move(first));
-      parser.expect_end();
-      node->body = body({"endfilter"}, found);
-      expect_end_tag("endfilter");
-      return node;
-    }
-    if (name == "with") {
-      auto node = make_node(Node::Kind::with_block, piece.line);
-      while (!parser.at_end()) {
-        node->targets.push_back(parser.expect_name());
-        parser.expect_op("=");
-        node->defaults.push_back(parser.expression());
-        if (!parser.skip_op(",")) break;
-      }
-      parser.expect_end();
-      node->body = body({"endwith"}, found);
-      expect_end_tag("endwith");
-      return node;
-    }
-    if (name == "generation") {
-      has_generation_ = true;
-      auto node = make_node(Node::Kind::generation, piece.line);
-      parser.expect_end();
-      node->body = body({"endgeneration"}, found);
-      expect_end_tag("endgeneration");
-      return node;
-    }
-    if (name == "break" || name == "continue") {
-      parser.expect_end();
-      return make_node(name == "break" ? Node::Kind::loop_break : Node::Kind::loop_continue,
-                       piece.line);
+    for (const auto& [keyword_name, handler] : handlers) {
+      if (name == keyword_name) return (this->*handler)(parser, piece);
     }
     if (name.empty()) throw TemplateError(piece.line, "a statement tag needs a keyword");
+    if (name == "include" || name == "import" || name == "from" || name == "extends") {
+      // jinja2 fails on these with "no loader for this environment specified".
+      throw TemplateError(piece.line, "{% " + name +
+                                          " %} needs a template loader, and transformers' "
+                                          "chat-template environment has none: a chat template "
+                                          "cannot include, import or extend another");
+    }
     throw TemplateError(piece.line, "unsupported statement {% " + name +
-                                        " %} (supported: if, for, set, macro, call, filter, "
-                                        "with, generation, break, continue)");
+                                        " %} (jinja2 in transformers' environment has: if, for, "
+                                        "set, macro, call, filter, with, block, autoescape, raw, "
+                                        "generation, break, continue)");
+  }
+
+  NodePtr parse_if(ExpressionParser& parser, const Piece& piece) {
+    std::string found;
+    auto node = make_node(Node::Kind::if_block, piece.line);
+    ExprPtr condition = parser.tuple();
+    parser.expect_end();
+    while (true) {
+      Body branch = body({"elif", "else", "endif"}, found);
+      node->branches.emplace_back(std::move(condition), std::move(branch));
+      const Piece& end = pieces_[index_];
+      ExpressionParser end_parser(end.tokens, 1, end.line);
+      ++index_;
+      if (found == "elif") {
+        condition = end_parser.tuple();
+        end_parser.expect_end();
+        continue;
+      }
+      end_parser.expect_end();
+      if (found == "else") {
+        node->else_body = body({"endif"}, found);
+        expect_end_tag("endif");
+      }
+      break;
+    }
+    return node;
+  }
+
+  NodePtr parse_for(ExpressionParser& parser, const Piece& piece) {
+    std::string found;
+    auto node = make_node(Node::Kind::for_loop, piece.line);
+    node->targets = parser.assign_targets(nullptr);
+    if (!parser.skip_name("in")) parser.fail("expected 'in' in a for loop");
+    node->expr = parser.tuple(false);
+    if (parser.skip_name("if")) node->condition = parser.expression();
+    node->recursive = parser.skip_name("recursive");
+    parser.expect_end();
+    node->body = body({"else", "endfor"}, found);
+    if (found == "else") {
+      expect_end_tag("else");
+      node->else_body = body({"endfor"}, found);
+    }
+    expect_end_tag("endfor");
+    return node;
+  }
+
+  NodePtr parse_set(ExpressionParser& parser, const Piece& piece) {
+    std::string found;
+    auto node = make_node(Node::Kind::set, piece.line);
+    node->targets = parser.assign_targets(&node->text);
+    if (parser.skip_op("=")) {
+      node->expr = parser.tuple();
+      parser.expect_end();
+      return node;
+    }
+    if (!node->text.empty() || node->targets.size() != 1)
+      parser.fail("a {% set %} block assigns one plain name");
+    node->kind = Node::Kind::set_block;
+    if (parser.is_op("|")) node->filter = parser.filters_and_tests(nullptr);
+    parser.expect_end();
+    node->body = body({"endset"}, found);
+    expect_end_tag("endset");
+    return node;
+  }
+
+  // (name [= default], ...) of a macro or a call block.
+  void parameters(ExpressionParser& parser, Node& node) {
+    while (!parser.skip_op(")")) {
+      node.targets.push_back(parser.expect_name());
+      node.defaults.push_back(parser.skip_op("=") ? parser.expression() : nullptr);
+      if (!parser.skip_op(",")) {
+        parser.expect_op(")");
+        break;
+      }
+    }
+  }
+
+  NodePtr parse_macro(ExpressionParser& parser, const Piece& piece) {
+    std::string found;
+    auto node = make_node(Node::Kind::macro, piece.line);
+    node->text = parser.expect_name();
+    parser.expect_op("(");
+    parameters(parser, *node);
+    parser.expect_end();
+    node->body = body({"endmacro"}, found);
+    expect_end_tag("endmacro");
+    // jinja2 gives a macro varargs / kwargs when its body reads those names.
+    node->catch_varargs = reads_name(node->body, "varargs");
+    node->catch_kwargs = reads_name(node->body, "kwargs");
+    return node;
+  }
+
+  NodePtr parse_call(ExpressionParser& parser, const Piece& piece) {
+    std::string found;
+    auto node = make_node(Node::Kind::call_block, piece.line);
+    if (parser.skip_op("(")) parameters(parser, *node);
+    node->expr = parser.expression();
+    if (node->expr->kind != Expr::Kind::call) parser.fail("{% call %} needs a macro call");
+    parser.expect_end();
+    node->body = body({"endcall"}, found);
+    expect_end_tag("endcall");
+    node->catch_varargs = reads_name(node->body, "varargs");
+    node->catch_kwargs = reads_name(node->body, "kwargs");
+    return node;
+  }
+
+  NodePtr parse_filter(ExpressionParser& parser, const Piece& piece) {
+    std::string found;
+    auto node = make_node(Node::Kind::filter_block, piece.line);
+    // The filter chain applies to the block's text: parse "x | f | g" with a null x.
+    auto first = make_expr(Expr::Kind::filter, piece.line);
+    first->name = parser.expect_name();
+    first->children.push_back(nullptr);
+    if (parser.skip_op("(")) parser.call_arguments(*first);
+    node->filter = parser.filters_and_tests(std::move(first));
+    parser.expect_end();
+    node->body = body({"endfilter"}, found);
+    expect_end_tag("endfilter");
+    return node;
+  }
+
+  NodePtr parse_with(ExpressionParser& parser, const Piece& piece) {
+    std::string found;
+    auto node = make_node(Node::Kind::with_block, piece.line);
+    while (!parser.at_end()) {
+      node->targets.push_back(parser.expect_name());
+      parser.expect_op("=");
+      node->defaults.push_back(parser.expression());
+      if (!parser.skip_op(",")) break;
+    }
+    parser.expect_end();
+    node->body = body({"endwith"}, found);
+    expect_end_tag("endwith");
+    return node;
+  }
+
+  NodePtr parse_generation(ExpressionParser& parser, const Piece& piece) {
+    std::string found;
+    has_generation_ = true;
+    auto node = make_node(Node::Kind::generation, piece.line);
+    parser.expect_end();
+    node->body = body({"endgeneration"}, found);
+    expect_end_tag("endgeneration");
+    return node;
+  }
+
+  NodePtr parse_block(ExpressionParser& parser, const Piece& piece) {
+    std::string found;
+    auto node = make_node(Node::Kind::block, piece.line);
+    node->text = parser.expect_name();
+    node->scoped = parser.skip_name("scoped");
+    // A required block must be overridden by a child template, which needs a loader.
+    if (parser.skip_name("required"))
+      parser.fail(
+          "a required block needs a child template to fill it, and chat templates have none");
+    parser.expect_end();
+    for (const Node* other : blocks_) {
+      if (other->text == node->text)
+        throw TemplateError(piece.line, "block '" + node->text + "' defined twice");
+    }
+    node->body = body({"endblock"}, found);
+    ExpressionParser end_parser(pieces_[index_].tokens, 1, pieces_[index_].line);
+    if (!end_parser.at_end() && end_parser.expect_name() != node->text)
+      end_parser.fail("{% endblock %} names another block than '" + node->text + "'");
+    end_parser.expect_end();
+    ++index_;
+    blocks_.push_back(node.get());
+    return node;
+  }
+
+  NodePtr parse_autoescape(ExpressionParser& parser, const Piece& piece) {
+    std::string found;
+    auto node = make_node(Node::Kind::autoescape, piece.line);
+    node->expr = parser.expression();
+    parser.expect_end();
+    node->body = body({"endautoescape"}, found);
+    expect_end_tag("endautoescape");
+    return node;
+  }
+
+  NodePtr parse_loop_control(ExpressionParser& parser, const Piece& piece) {
+    parser.expect_end();
+    const bool is_break = keyword(piece) == "break";
+    return make_node(is_break ? Node::Kind::loop_break : Node::Kind::loop_continue, piece.line);
+  }
+
+  static bool reads_name(const Expr* expr, std::string_view name) {
+    if (expr == nullptr) return false;
+    if (expr->kind == Expr::Kind::name && expr->name == name) return true;
+    for (const ExprPtr& child : expr->children) {
+      if (reads_name(child.get(), name)) return true;
+    }
+    for (const auto& keyword_argument : expr->keywords) {
+      if (reads_name(keyword_argument.second.get(), name)) return true;
+    }
+    return false;
+  }
+
+  static bool reads_name(const Body& nodes, std::string_view name) {
+    for (const NodePtr& node : nodes) {
+      if (node->kind == Node::Kind::macro) continue;  // a nested macro has its own
+      if (reads_name(node->expr.get(), name) || reads_name(node->condition.get(), name) ||
+          reads_name(node->filter.get(), name) || reads_name(node->body, name) ||
+          reads_name(node->else_body, name))
+        return true;
+      for (const ExprPtr& value : node->defaults) {
+        if (reads_name(value.get(), name)) return true;
+      }
+      for (const auto& [condition, branch] : node->branches) {
+        if (reads_name(condition.get(), name) || reads_name(branch, name)) return true;
+      }
+    }
+    return false;
   }
 
   std::vector<Piece> pieces_;
   std::size_t index_ = 0;
   bool has_generation_ = false;
+  std::vector<const Node*> blocks_;
 };
 
 }  // namespace

@@ -8,11 +8,45 @@
 
 #include "core/error.hpp"
 #include "data/jinja_builtins.hpp"
+#include "data/jinja_python.hpp"
 #include "data/jinja_template.hpp"
 
 namespace dyncp::data::jinja {
 
 namespace {
+
+// do_join under autoescape: with a Markup separator or item, Markup.join escapes the rest.
+Value escaping_join(const Value& input, const CallArguments& arguments, int line) {
+  const Value separator = argument_or(arguments, 0, "d", Value::string(""));
+  const std::optional<Value> attribute = arguments.get(1, "attribute");
+  ValueList items;
+  bool any_markup = separator.is_markup();
+  for (const Value& item : iterate(input, line)) {
+    items.push_back(attribute ? attribute_path(item, python_str(*attribute), line) : item);
+    any_markup = any_markup || items.back().is_markup();
+  }
+  const auto part = [&](const Value& v) {
+    if (!any_markup) return python_str(v);
+    return v.is_markup() ? v.text() : escape_html(python_str(v));
+  };
+  std::string out;
+  for (std::size_t i = 0; i < items.size(); ++i)
+    out += (i > 0 ? part(separator) : "") + part(items[i]);
+  return any_markup ? Value::markup(std::move(out)) : Value::string(std::move(out));
+}
+
+// What jinja2's compiler folds to a constant: literals and operators and filters over them
+// (never names or calls).
+bool is_constant(const Expr& expr) {
+  if (expr.kind == Expr::Kind::name || expr.kind == Expr::Kind::call) return false;
+  for (const ExprPtr& child : expr.children) {
+    if (child && !is_constant(*child)) return false;
+  }
+  for (const auto& keyword : expr.keywords) {
+    if (!is_constant(*keyword.second)) return false;
+  }
+  return true;
+}
 
 class Scope {
  public:
@@ -32,10 +66,6 @@ class Scope {
 };
 
 enum class Flow { normal, break_loop, continue_loop };
-
-[[noreturn]] void fail(int line, const std::string& message) {
-  throw TemplateError(line, message);
-}
 
 bool is_int_like(const Value& v) {
   return v.kind() == Value::Kind::integer || v.kind() == Value::Kind::boolean;
@@ -77,7 +107,7 @@ Value repeat(const Value& sequence, std::int64_t count) {
   if (sequence.is_string()) {
     std::string out;
     for (std::int64_t i = 0; i < count; ++i) out += sequence.text();
-    return Value::string(std::move(out));
+    return sequence.is_markup() ? Value::markup(std::move(out)) : Value::string(std::move(out));
   }
   ValueList items;
   for (std::int64_t i = 0; i < count; ++i)
@@ -93,7 +123,16 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b, int line
   if (op == "+") {
     if (integers) return checked(add_overflows, a.as_int(), b.as_int(), line);
     if (numbers) return Value::floating(a.as_double() + b.as_double());
-    if (a.is_string() && b.is_string()) return Value::string(a.text() + b.text());
+    if (a.is_string() && b.is_string()) {
+      // Markup + str escapes the str (and str + Markup).
+      if (a.is_markup() || b.is_markup()) {
+        const auto part = [](const Value& v) {
+          return v.is_markup() ? v.text() : escape_html(v.text());
+        };
+        return Value::markup(part(a) + part(b));
+      }
+      return Value::string(a.text() + b.text());
+    }
     if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
       ValueList items = a.items();
       items.insert(items.end(), b.items().begin(), b.items().end());
@@ -112,6 +151,15 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b, int line
     if ((a.is_string() || a.is_list()) && is_int_like(b)) return repeat(a, b.as_int());
     if ((b.is_string() || b.is_list()) && is_int_like(a)) return repeat(b, a.as_int());
     unsupported_operands(a, b, op, line);
+  }
+  if (op == "%" && a.is_string()) {  // printf-style formatting
+    const bool mapping = b.is_dict() && !b.dict_ptr()->is_namespace;
+    const ValueList positional = b.is_list() && b.is_tuple() ? b.items()
+                                 : mapping                   ? ValueList()
+                                                             : ValueList{b};
+    std::string text =
+        percent_format(a.text(), positional, mapping ? &b : nullptr, a.is_markup(), line);
+    return a.is_markup() ? Value::markup(std::move(text)) : Value::string(std::move(text));
   }
   if (!numbers) unsupported_operands(a, b, op, line);
   if (op == "/") {
@@ -185,11 +233,22 @@ bool compare(const std::string& op, const Value& a, const Value& b, int line) {
 
 class Renderer {
  public:
-  Renderer(const Dict& variables, RenderedTemplate& result)
+  Renderer(const Program& program, const Dict& variables, RenderedTemplate& result)
       : result_(result), globals_(nullptr), root_(&globals_) {
     Dict builtins;
     add_globals(builtins);
     for (auto& [name, value] : builtins.entries) globals_.set(name, value);
+    // self.name() renders a block again.
+    auto self = std::make_shared<Dict>();
+    for (const Node* block : program.blocks) {
+      self->set(block->text, Value::callable(
+                                 [this, block](CallArguments&) {
+                                   Scope inner(&root_);
+                                   return Value::string(capture(block->body, inner));
+                                 },
+                                 block->text));
+    }
+    globals_.set("self", Value::dict(std::move(self)));
     for (const auto& [name, value] : variables.entries) root_.set(name, value);
     out_ = &result_.text;
   }
@@ -229,9 +288,30 @@ class Renderer {
       case Node::Kind::text:
         *out_ += node.text;
         return Flow::normal;
-      case Node::Kind::output:
-        *out_ += python_str(eval(*node.expr, scope));
+      case Node::Kind::output: {
+        const Value value = eval(*node.expr, scope);
+        // Under a non-constant autoescape expression jinja2 prints constants unescaped (it
+        // folds them at compile time, when the setting is not known).
+        const bool escape =
+            autoescape_ && !value.is_markup() && !(autoescape_volatile_ && is_constant(*node.expr));
+        *out_ += escape ? escape_html(python_str(value)) : python_str(value);
         return Flow::normal;
+      }
+      case Node::Kind::block: {
+        // A block sees the template's top-level names, and the enclosing scope when scoped.
+        Scope inner(node.scoped ? &scope : &root_);
+        return exec(node.body, inner);
+      }
+      case Node::Kind::autoescape: {
+        const bool saved = autoescape_;
+        const bool saved_volatile = autoescape_volatile_;
+        autoescape_ = eval(*node.expr, scope).truthy();
+        autoescape_volatile_ = !is_constant(*node.expr);
+        const Flow flow = exec(node.body, scope);
+        autoescape_ = saved;
+        autoescape_volatile_ = saved_volatile;
+        return flow;
+      }
       case Node::Kind::if_block:
         for (const auto& [condition, branch] : node.branches) {
           if (eval(*condition, scope).truthy()) return exec(branch, scope);
@@ -304,7 +384,12 @@ class Renderer {
   }
 
   Flow exec_for(const Node& node, Scope& scope) {
-    const Value iterable = eval(*node.expr, scope);
+    return run_loop(node, scope, eval(*node.expr, scope), 0);
+  }
+
+  // One (possibly recursive) run of a for loop over `iterable`; `loop(items)` in a recursive
+  // loop's body runs it again one level deeper and returns what that wrote.
+  Flow run_loop(const Node& node, Scope& scope, const Value& iterable, std::int64_t depth0) {
     if (iterable.is_none()) fail(node.line, "'NoneType' object is not iterable");
     ValueList items = iterate(iterable, node.line);
     if (node.condition) {
@@ -318,6 +403,7 @@ class Renderer {
     }
     if (items.empty()) return exec(node.else_body, scope);
     const std::int64_t length = static_cast<std::int64_t>(items.size());
+    auto changed_last = std::make_shared<std::optional<ValueList>>();
     for (std::int64_t i = 0; i < length; ++i) {
       const Value& item = items[static_cast<std::size_t>(i)];
       Scope iteration(&scope);
@@ -330,8 +416,8 @@ class Renderer {
       loop->set("first", Value::boolean(i == 0));
       loop->set("last", Value::boolean(i == length - 1));
       loop->set("length", Value::integer(length));
-      loop->set("depth", Value::integer(1));
-      loop->set("depth0", Value::integer(0));
+      loop->set("depth", Value::integer(depth0 + 1));
+      loop->set("depth0", Value::integer(depth0));
       loop->set("previtem", i > 0 ? items[static_cast<std::size_t>(i - 1)]
                                   : Value::undefined_named("there is no previous item"));
       loop->set("nextitem", i + 1 < length ? items[static_cast<std::size_t>(i + 1)]
@@ -344,6 +430,35 @@ class Renderer {
                       return a.positional[static_cast<std::size_t>(i) % a.positional.size()];
                     },
                     "cycle"));
+      // loop.changed(*values): true when the values differ from the previous call's.
+      loop->set("changed", Value::callable(
+                               [changed_last](CallArguments& a) {
+                                 const ValueList& now = a.positional;
+                                 const bool same =
+                                     changed_last->has_value() &&
+                                     python_equal(Value::list(**changed_last), Value::list(now));
+                                 *changed_last = now;
+                                 return Value::boolean(!same);
+                               },
+                               "changed"));
+      if (node.recursive) {
+        Scope* defining = &scope;
+        loop->call = [this, &node, defining, depth0](CallArguments& a) {
+          if (a.positional.size() != 1 || !a.keyword.empty())
+            throw TemplateError(0, "loop() takes exactly one iterable");
+          std::string buffer;
+          std::string* saved = out_;
+          out_ = &buffer;
+          try {
+            run_loop(node, *defining, a.positional[0], depth0 + 1);
+          } catch (...) {
+            out_ = saved;
+            throw;
+          }
+          out_ = saved;
+          return Value::string(std::move(buffer));
+        };
+      }
       iteration.set("loop", Value::dict(loop));
       const bool track = at_top() && item.is_dict();
       const std::size_t begin = out_->size();
@@ -361,42 +476,82 @@ class Renderer {
       if (!target.is_dict() || !target.dict_ptr()->is_namespace)
         fail(node.line,
              "cannot assign attribute on non-namespace object '" + node.targets[0] + "'");
+      if (node.text.starts_with("_"))
+        fail(node.line,
+             "Chat templates cannot store underscore-prefixed attributes on a "
+             "namespace, but got '" +
+                 node.text + "'");
       target.dict_ptr()->set(node.text, std::move(value));
       return;
     }
     bind_targets(scope, node.targets, value, node.line);
   }
 
-  // A macro (or a call block's caller) as a callable; `parent` is the defining scope for
-  // callers, the template's root scope for macros.
+  // A macro (or a call block's caller) as a callable object with jinja2's Macro attributes;
+  // `parent` is the defining scope for callers, the template's root scope for macros.
   Value make_macro(const Node& node, Scope* parent, const char* name) {
     Scope* defining = parent != nullptr ? parent : &root_;
-    return Value::callable(
-        [this, &node, defining](CallArguments& arguments) {
-          if (arguments.positional.size() > node.targets.size())
-            fail(node.line, "macro '" + node.text + "' takes not more than " +
-                                std::to_string(node.targets.size()) + " argument(s)");
-          Scope scope(defining);
-          for (std::size_t i = 0; i < node.targets.size(); ++i) {
-            if (i < arguments.positional.size()) {
-              scope.set(node.targets[i], arguments.positional[i]);
-            } else if (node.defaults[i]) {
-              scope.set(node.targets[i], eval(*node.defaults[i], scope));
-            } else {
-              scope.set(node.targets[i], Value::undefined_named(node.targets[i]));
-            }
-          }
-          for (const auto& [key, value] : arguments.keyword) {
-            const bool known =
-                key == "caller" ||
-                std::find(node.targets.begin(), node.targets.end(), key) != node.targets.end();
-            if (!known)
-              fail(node.line, "macro '" + node.text + "' has no argument named '" + key + "'");
-            scope.set(key, value);
-          }
-          return Value::string(capture(node.body, scope));
-        },
-        name != nullptr ? name : node.text);
+    const std::string macro_name = name != nullptr ? name : node.text;
+    auto object = std::make_shared<Dict>();
+    // The body renders with the autoescape setting where the macro was defined; the result is
+    // Markup when the call site autoescapes (jinja2's Macro takes the caller's eval context).
+    const bool defined_escaping = autoescape_;
+    object->call = [this, &node, defining, macro_name, defined_escaping](CallArguments& arguments) {
+      const std::size_t declared = node.targets.size();
+      if (arguments.positional.size() > declared && !node.catch_varargs)
+        fail(node.line, "macro '" + macro_name + "' takes not more than " +
+                            std::to_string(declared) + " argument(s)");
+      Scope scope(defining);
+      auto extra_keywords = std::make_shared<Dict>();
+      std::vector<bool> given(declared, false);
+      for (std::size_t i = 0; i < declared && i < arguments.positional.size(); ++i) {
+        scope.set(node.targets[i], arguments.positional[i]);
+        given[i] = true;
+      }
+      for (const auto& [key, value] : arguments.keyword) {
+        const auto found = std::find(node.targets.begin(), node.targets.end(), key);
+        if (found != node.targets.end()) {
+          scope.set(key, value);
+          given[static_cast<std::size_t>(found - node.targets.begin())] = true;
+        } else if (key == "caller") {
+          scope.set(key, value);
+        } else if (node.catch_kwargs) {
+          extra_keywords->set(key, value);
+        } else {
+          fail(node.line, "macro '" + macro_name + "' takes no keyword argument '" + key + "'");
+        }
+      }
+      for (std::size_t i = 0; i < declared; ++i) {
+        if (given[i]) continue;
+        scope.set(node.targets[i], node.defaults[i] ? eval(*node.defaults[i], scope)
+                                                    : Value::undefined_named(node.targets[i]));
+      }
+      if (node.catch_varargs) {
+        ValueList rest;
+        for (std::size_t i = declared; i < arguments.positional.size(); ++i)
+          rest.push_back(arguments.positional[i]);
+        scope.set("varargs", Value::list(std::move(rest), true));
+      }
+      if (node.catch_kwargs) scope.set("kwargs", Value::dict(extra_keywords));
+      const bool calling_escaping = autoescape_;
+      autoescape_ = defined_escaping;
+      std::string text;
+      try {
+        text = capture(node.body, scope);
+      } catch (...) {
+        autoescape_ = calling_escaping;
+        throw;
+      }
+      autoescape_ = calling_escaping;
+      return calling_escaping ? Value::markup(std::move(text)) : Value::string(std::move(text));
+    };
+    ValueList arguments;
+    for (const std::string& target : node.targets) arguments.push_back(Value::string(target));
+    object->set("name", Value::string(macro_name));
+    object->set("arguments", Value::list(std::move(arguments), true));
+    object->set("catch_varargs", Value::boolean(node.catch_varargs));
+    object->set("catch_kwargs", Value::boolean(node.catch_kwargs));
+    return Value::dict(std::move(object));
   }
 
   CallArguments evaluate_arguments(const Expr& expr, std::size_t first, Scope& scope) {
@@ -408,7 +563,36 @@ class Renderer {
     return arguments;
   }
 
+  // Nested macro calls and recursive loop levels. jinja2 in transformers meets Python's
+  // recursion limit between 150 and 200 nested macro calls and between 100 and 200 recursive
+  // loop levels (measured with jinja2 3.1.6); deeper than 100 is refused here, which also keeps
+  // the C++ stack safe on any worker thread.
+  static constexpr int max_call_depth = 100;
+
+  struct DepthGuard {
+    explicit DepthGuard(int& depth, int line) : depth_(depth) {
+      if (++depth_ > max_call_depth) {
+        --depth_;
+        fail(line, "the template nests more than " + std::to_string(max_call_depth) +
+                       " macro calls or recursive loop levels");
+      }
+    }
+    ~DepthGuard() { --depth_; }
+    DepthGuard(const DepthGuard&) = delete;
+    DepthGuard& operator=(const DepthGuard&) = delete;
+    int& depth_;
+  };
+
   Value invoke(const Value& callee, CallArguments& arguments, int line) {
+    const DepthGuard guard(call_depth_, line);
+    if (callee.is_dict() && callee.dict_ptr()->call) {
+      try {
+        return callee.dict_ptr()->call(arguments);
+      } catch (TemplateError& error) {
+        if (error.line == 0) error.line = line;
+        throw;
+      }
+    }
     if (callee.kind() != Value::Kind::callable) {
       if (callee.is_undefined()) throw_undefined(callee, line);
       fail(line, "'" + python_type_name(callee) + "' object is not callable");
@@ -426,7 +610,14 @@ class Renderer {
     const Value inner =
         filter.children[0] ? apply_filter_chain(*filter.children[0], input, scope) : input;
     const CallArguments arguments = evaluate_arguments(filter, 1, scope);
-    return apply_filter(filter.name, inner, arguments, filter.line);
+    return filter_value(filter.name, inner, arguments, filter.line);
+  }
+
+  // join is jinja2's one builtin filter that reads the autoescape setting.
+  Value filter_value(const std::string& name, const Value& input, const CallArguments& arguments,
+                     int line) {
+    if (autoescape_ && name == "join") return escaping_join(input, arguments, line);
+    return apply_filter(name, input, arguments, line);
   }
 
   Value eval(const Expr& expr, Scope& scope) {
@@ -453,7 +644,7 @@ class Renderer {
       case Expr::Kind::filter: {
         const Value input = eval(*expr.children[0], scope);
         const CallArguments arguments = evaluate_arguments(expr, 1, scope);
-        return apply_filter(expr.name, input, arguments, expr.line);
+        return filter_value(expr.name, input, arguments, expr.line);
       }
       case Expr::Kind::test: {
         const Value input = eval(*expr.children[0], scope);
@@ -472,9 +663,20 @@ class Renderer {
       }
       case Expr::Kind::logical_not:
         return Value::boolean(!eval(*expr.children[0], scope).truthy());
-      case Expr::Kind::binary:
-        return arithmetic(expr.name, eval(*expr.children[0], scope), eval(*expr.children[1], scope),
-                          expr.line);
+      case Expr::Kind::binary: {
+        Value left = eval(*expr.children[0], scope);
+        Value right = eval(*expr.children[1], scope);
+        // In an autoescape block `~` is markup_join: with a Markup operand, the others escaped.
+        // jinja2 folds constant operands at compile time with str(), which drops Markup.
+        if (autoescape_ && expr.name == "~" && (left.is_markup() || right.is_markup()) &&
+            !(is_constant(*expr.children[0]) && is_constant(*expr.children[1]))) {
+          const auto part = [](const Value& v) {
+            return v.is_markup() ? v.text() : escape_html(python_str(v));
+          };
+          return Value::markup(part(left) + part(right));
+        }
+        return arithmetic(expr.name, left, right, expr.line);
+      }
       case Expr::Kind::compare: {
         Value left = eval(*expr.children[0], scope);
         for (std::size_t i = 0; i < expr.ops.size(); ++i) {
@@ -519,6 +721,9 @@ class Renderer {
   Scope globals_;
   Scope root_;
   std::string* out_ = nullptr;
+  bool autoescape_ = false;
+  bool autoescape_volatile_ = false;
+  int call_depth_ = 0;
 };
 
 // Refuses filters and tests the interpreter lacks when the template is parsed, as Jinja does.
@@ -572,7 +777,7 @@ bool Template::has_generation_blocks() const {
 
 RenderedTemplate Template::render(const Dict& variables, const std::string& where) const {
   RenderedTemplate result;
-  Renderer renderer(variables, result);
+  Renderer renderer(*program_, variables, result);
   try {
     renderer.run(program_->body);
   } catch (const TemplateError& error) {

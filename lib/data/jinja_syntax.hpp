@@ -73,6 +73,8 @@ struct Node {
     filter_block,  // {% filter filter %} body
     with_block,    // {% with targets = defaults %} body
     generation,    // {% generation %} body (transformers' assistant-mask extension)
+    block,         // {% block text [scoped] %} body: rendered in place
+    autoescape,    // {% autoescape expr %} body
     loop_break,
     loop_continue,
   };
@@ -87,11 +89,17 @@ struct Node {
   std::vector<std::pair<ExprPtr, Body>> branches;
   Body body;
   Body else_body;
+  bool recursive = false;      // for ... recursive: loop(items) renders the body again
+  bool scoped = false;         // block scoped: the block sees the enclosing scope
+  bool catch_varargs = false;  // a macro whose body reads `varargs` takes extra positionals
+  bool catch_kwargs = false;   // ... and `kwargs` extra keywords
 };
 
 struct Program {
   Body body;
   bool has_generation_blocks = false;
+  // Every {% block %} by name (rendered in place, and callable as self.name()).
+  std::vector<const Node*> blocks;
 };
 
 // Parses a template with the options transformers compiles chat templates with: trim_blocks,

@@ -5,12 +5,13 @@
 // `generation` extension, `tojson` as json.dumps(ensure_ascii=False), raise_exception,
 // strftime_now, namespace, dict).
 //
-// Supported: statements if/elif/else, for (loop.*, `if` filter, else, break/continue), set
-// (names, tuples, namespace attributes, blocks), macro, call blocks, filter blocks, with,
-// generation; the expression grammar with Python's operators; the string, list and dict
-// methods and the filters and tests in jinja_builtins.cpp. Anything else (include, import,
-// extends, block, raw, recursive loops, unknown filters or tests) is refused when the template
-// is parsed, naming its line.
+// Supported: what jinja2 has in that environment (docs/data.md lists it): statements if, for
+// (recursive loops, loop.*, `if` filter, else, break/continue), set, macro, call, filter,
+// with, block, autoescape, raw, generation; Python's expression grammar; the str, list and dict
+// methods, filters, tests and globals of jinja_methods.cpp, jinja_filters_*.cpp,
+// jinja_tests.cpp and jinja_globals.cpp. include, import, from and extends (they need a template
+// loader, which transformers' environment lacks), unknown statements, filters and tests are
+// refused when the template is parsed, naming its line.
 
 #include <cstddef>
 #include <memory>

@@ -71,6 +71,17 @@ Value Value::string(std::string text) {
   value.text_ = std::move(text);
   return value;
 }
+Value Value::markup(std::string text) {
+  Value value = string(std::move(text));
+  value.is_markup_ = true;
+  return value;
+}
+Value Value::named_tuple(std::string type_name, std::vector<std::string> fields, ValueList items) {
+  Value value = list(std::move(items), true);
+  value.fields_ =
+      std::make_shared<const TupleFields>(TupleFields{std::move(type_name), std::move(fields)});
+  return value;
+}
 Value Value::list(ValueList items, bool is_tuple) {
   Value value;
   value.kind_ = Kind::list;
@@ -493,7 +504,8 @@ std::string python_type_name(const Value& value) {
 std::string python_repr(const Value& value) {
   switch (value.kind()) {
     case Value::Kind::string:
-      return repr_string(value.text());
+      return value.is_markup() ? "Markup(" + repr_string(value.text()) + ")"
+                               : repr_string(value.text());
     case Value::Kind::undefined:
       return "Undefined";
     default:

@@ -20,17 +20,19 @@ namespace dyncp::data::jinja {
 class Value;
 using ValueList = std::vector<Value>;
 
+struct CallArguments;
+// A global function, a bound method or a macro: called with evaluated arguments.
+using Callable = std::function<Value(CallArguments&)>;
+
 // An insertion-ordered dict with string keys (what JSON and templates produce).
 struct Dict {
   std::vector<std::pair<std::string, Value>> entries;
   bool is_namespace = false;  // namespace(): attributes may be assigned with `set ns.x = ...`
+  // Objects with attributes that can also be called (a recursive loop's `loop(...)`).
+  Callable call;
   const Value* find(std::string_view key) const;
   void set(const std::string& key, Value value);
 };
-
-struct CallArguments;
-// A global function, a bound method or a macro: called with evaluated arguments.
-using Callable = std::function<Value(CallArguments&)>;
 
 class Value {
  public:
@@ -55,7 +57,12 @@ class Value {
   static Value big_integer(std::string decimal_text);
   static Value floating(double value);
   static Value string(std::string text);
+  // markupsafe's Markup: a string escape() leaves as it is, and that escapes what joins it.
+  static Value markup(std::string text);
   static Value list(ValueList items, bool is_tuple = false);
+  // A Python namedtuple (groupby's _GroupTuple): a tuple whose items are also attributes; it
+  // prints as a plain tuple, as _GroupTuple does.
+  static Value named_tuple(std::string type_name, std::vector<std::string> fields, ValueList items);
   static Value dict(std::shared_ptr<Dict> dict);
   static Value new_dict();
   static Value callable(Callable function, std::string name);
@@ -71,6 +78,13 @@ class Value {
            kind_ == Kind::boolean;
   }
   bool is_tuple() const { return is_tuple_; }
+  bool is_markup() const { return kind_ == Kind::string && is_markup_; }
+  // namedtuple type name and field names; null for other values.
+  struct TupleFields {
+    std::string type_name;
+    std::vector<std::string> names;
+  };
+  const std::shared_ptr<const TupleFields>& tuple_fields() const { return fields_; }
 
   bool as_bool() const { return bool_; }
   std::int64_t as_int() const { return int_; }
@@ -87,12 +101,14 @@ class Value {
   Kind kind_ = Kind::undefined;
   bool bool_ = false;
   bool is_tuple_ = false;
+  bool is_markup_ = false;
   std::int64_t int_ = 0;
   double double_ = 0.0;
   std::string text_;
   std::shared_ptr<ValueList> list_;
   std::shared_ptr<Dict> dict_;
   std::shared_ptr<Callable> callable_;
+  std::shared_ptr<const TupleFields> fields_;
 };
 
 struct CallArguments {

@@ -1,6 +1,8 @@
 // The golden corpus (tools/golden/data/make_chat_corpus.py): real chat templates rendered and
 // tokenized by transformers; text, ids and (for {% generation %} templates) the assistant mask
-// must come out exactly, and conversations a template refuses must be refused here too.
+// must come out exactly, and conversations a template refuses must be refused here too. For the
+// Phi templates the fixture also holds the loss mask read from transformers' renderings of each
+// conversation's prefixes (make_chat_corpus.py: prefix_loss_mask), which must come out exactly.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -30,6 +32,7 @@ void check_corpus(const std::string& name) {
   const ChatTemplate chat_template = ChatTemplate::from_tokenizer(tokenizer, name);
   const auto fixture = nlohmann::json::parse(read_file(directory / "cases.json"));
   std::size_t rendered = 0;
+  std::size_t masked = 0;
   std::size_t index = 0;
   for (const auto& test_case : fixture["cases"]) {
     const std::string where = name + " case " + std::to_string(index++);
@@ -54,9 +57,14 @@ void check_corpus(const std::string& name) {
     if (test_case.contains("assistant_mask")) {
       CHECK(chat.loss_mask == test_case["assistant_mask"].get<std::vector<std::uint8_t>>());
     }
+    if (test_case.contains("loss_mask")) {
+      CHECK(chat.loss_mask == test_case["loss_mask"].get<std::vector<std::uint8_t>>());
+      ++masked;
+    }
     ++rendered;
   }
   CHECK(rendered >= 30);
+  if (fixture["cases"][0].contains("loss_mask")) CHECK(masked == rendered);
 }
 
 TokenizedChat tokenize_line(const std::string& name, const std::string& line) {
@@ -99,6 +107,13 @@ TEST_CASE("golden corpus: DeepSeek-R1", "[data][chat][corpus]") {
 TEST_CASE("golden corpus: Gemma", "[data][chat][corpus]") {
   check_corpus("gemma");
 }
+// Unprompted, these end the conversation with eos; prompted, they add the assistant header.
+TEST_CASE("golden corpus: Phi-3.5-mini", "[data][chat][corpus]") {
+  check_corpus("phi3_5_mini");
+}
+TEST_CASE("golden corpus: Phi-4-mini", "[data][chat][corpus]") {
+  check_corpus("phi4_mini");
+}
 TEST_CASE("golden corpus: generation blocks give transformers' assistant mask",
           "[data][chat][corpus]") {
   check_corpus("chatml_generation");
@@ -112,6 +127,10 @@ TEST_CASE("without generation blocks the loss is each assistant turn after its h
   CHECK(supervised_line("deepseek_r1", two_turns) ==
         "Hello<｜end▁of▁sentence｜>Ciao<｜end▁of▁sentence｜>");
   CHECK(supervised_line("qwen2_5", two_turns) == "Hello<|im_end|>Ciao<|im_end|>");
+  // The header is where the prompted and unprompted renderings part, not a suffix of one:
+  // neither the header nor the closing eos is trained.
+  CHECK(supervised_line("phi3_5_mini", two_turns) == "Hello<|end|>Ciao<|end|>");
+  CHECK(supervised_line("phi4_mini", two_turns) == "Hello<|end|>Ciao<|end|>");
   // Qwen3.5 prompts with "<think>\n": the reasoning of the last turn is trained, the
   // opening tag is not; the earlier turn keeps only its answer. (The empty reasoning's "\n"
   // shares a "\n\n" token with the header's, so that token stays prompt.)

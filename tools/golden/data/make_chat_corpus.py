@@ -9,7 +9,11 @@ For every template in tests/fixtures/data/chat_templates/*.jinja it writes
   cases.json             {"source", "cases": [{"sample": JSONL line, "kwargs", "text", "ids",
                           "assistant_mask"?} | {"sample", "kwargs", "error"}]}
 `assistant_mask` is transformers' return_assistant_tokens_mask, written for templates with
-{% generation %} blocks. Samples are stored as JSON text so that integers beyond 64 bits and float
+{% generation %} blocks. `loss_mask` (templates marked "prefix_masks") is the mask read from
+transformers' renderings of the conversation's prefixes: each assistant turn from the end of
+the prompted rendering of the messages before it to the end of its own text (where its
+renderings with and without the generation prompt part, cut back so no special token is split,
+trailing whitespace dropped); a token is in when its first character is. Samples are stored as JSON text so that integers beyond 64 bits and float
 spellings reach the C++ reader exactly as a JSONL line would.
 
 Needs PyPI `transformers tokenizers jinja2` (CI never runs this):
@@ -50,6 +54,21 @@ TEMPLATES = {
                     "bos": "<｜begin▁of▁sentence｜>", "eos": "<｜end▁of▁sentence｜>"},
     "gemma": {"extra": ["<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"], "bos": "<bos>", "eos": "<eos>"},
     "chatml_generation": {"extra": [], "bos": None, "eos": "<|im_end|>"},
+    # With add_generation_prompt false these end the conversation with the eos token.
+    "phi3_5_mini": {"extra": ["<s>", "</s>", "<|assistant|>", "<|system|>", "<|end|>", "<|user|>"],
+                    "bos": "<s>", "eos": "<|endoftext|>", "prefix_masks": True},
+    "phi4_mini": {"extra": ["<|assistant|>", "<|system|>", "<|end|>", "<|user|>", "<|tool|>", "<|/tool|>"],
+                  "bos": "<|endoftext|>", "eos": "<|endoftext|>", "prefix_masks": True,
+                  "conversations": [
+                      {"messages": [{"role": "system", "content": "You call tools.",
+                                     "tools": '[{"name": "get_weather", "parameters": {"city": "string"}}]'},
+                                    {"role": "user", "content": "Weather in Oslo?"},
+                                    {"role": "assistant", "content": "Calling get_weather."},
+                                    {"role": "tool", "content": "cold"},
+                                    {"role": "assistant", "content": "It is cold."}]},
+                      {"messages": [{"role": "system", "content": "No tools here.", "tools": None},
+                                    {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]},
+                  ]},
 }
 
 WEATHER_TOOL = {
@@ -197,6 +216,42 @@ def build_tokenizer(out_dir, spec, template_text):
     return tok
 
 
+def shared_length(x, y, special):
+    """Length of the common prefix of x and y, cut back so that it splits no special token."""
+    n = 0
+    while n < min(len(x), len(y)) and x[n] == y[n]:
+        n += 1
+    moved = True
+    while moved:
+        moved = False
+        for text in (x, y):
+            for token in special:
+                start = text.find(token)
+                while 0 <= start < n:
+                    if n < start + len(token):
+                        n, moved = start, True
+                    start = text.find(token, start + 1)
+    return n
+
+
+def prefix_loss_mask(hf, messages, tools, kwargs, text, offsets, special):
+    """The loss mask read from transformers' renderings of the conversation's prefixes."""
+    def render(part, prompt):
+        return hf.apply_chat_template(part, tools=tools, tokenize=False,
+                                      **{**kwargs, "add_generation_prompt": prompt})
+    spans = []
+    for i, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        prompt = render(messages[:i], True)
+        assert text.startswith(prompt), "prompted prefix is not a prefix of the conversation"
+        end = shared_length(render(messages[:i + 1], False), render(messages[:i + 1], True), special)
+        while end > len(prompt) and text[end - 1] in " \t\r\n":
+            end -= 1
+        spans.append((len(prompt), end))
+    return [int(any(b <= start < e for b, e in spans)) for start, _ in offsets]
+
+
 def kwarg_sets(spec):
     base = spec.get("kwargs", [{}])
     sets = []
@@ -224,7 +279,7 @@ def main():
         cases, errors, seen = [], [], set()
         kwargs_cycle = kwarg_sets(spec)
         index = 0
-        for conversation in base_conversations():
+        for conversation in base_conversations() + spec.get("conversations", []):
             for variant in variants(conversation):
                 key = json.dumps(variant, sort_keys=True)
                 if key in seen:
@@ -243,7 +298,12 @@ def main():
                         errors.append(entry)
                         continue
                     entry["text"] = text
-                    entry["ids"] = raw.encode(text, add_special_tokens=False).ids
+                    encoding = raw.encode(text, add_special_tokens=False)
+                    entry["ids"] = encoding.ids
+                    if spec.get("prefix_masks"):
+                        special = [t.content for t in raw.get_added_tokens_decoder().values()]
+                        entry["loss_mask"] = prefix_loss_mask(hf, messages, tools, kwargs, text,
+                                                              encoding.offsets, special)
                     if has_generation:
                         out = hf.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=True,
                                                      return_assistant_tokens_mask=True, **kwargs)
