@@ -33,11 +33,11 @@ const std::vector<HfConfigField>& hf_config_fields() {
       {"rope_theta", H::honoured, honoured_rope},
       {"partial_rotary_factor", H::honoured, honoured_rope},
       {"rope_parameters", H::refused_unless_supported,
-       "rope_type default, linear, yarn and llama3 honoured (inverse frequencies and YaRN's "
-       "attention factor as transformers builds them), dynamic honoured where it equals default "
-       "RoPE (model.seq_length <= max_position_embeddings; beyond, transformers' NTK base depends "
-       "on the longest sequence seen so far, so it is refused); mrope_section / mrope_interleaved "
-       "equal plain RoPE on text positions; longrope and other types are refused"},
+       "rope_type default, linear, yarn, llama3 and dynamic honoured (inverse frequencies and "
+       "YaRN's attention factor as transformers builds them; dynamic per sequence, with the NTK "
+       "base transformers computes for that sequence run alone); mrope_section / "
+       "mrope_interleaved equal plain RoPE on text positions; longrope and other types are "
+       "refused"},
       {"rope_scaling", H::refused_unless_supported,
        "the transformers 4.x name of rope_parameters: the same types honoured and refused"},
       {"tie_word_embeddings", H::honoured,
@@ -83,8 +83,8 @@ const std::vector<HfConfigField>& hf_config_fields() {
       // Inert: they select outputs, storage or inference behaviour, never the training math.
       {"max_position_embeddings", H::honoured,
        "the original context of yarn / llama3 when rope_parameters has none, and the length up "
-       "to which dynamic RoPE is default RoPE; no bound on positions otherwise (sequences are "
-       "bounded by model.seq_length)"},
+       "to which dynamic RoPE is default RoPE (a longer sequence gets its own NTK base); no "
+       "bound on positions otherwise (sequences are bounded by model.seq_length)"},
       {"output_router_logits", H::inert,
        "selects HF's forward outputs (and its optional aux loss); dyncp-train always adds the "
        "load-balancing loss with router_aux_loss_coef"},

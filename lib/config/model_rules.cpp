@@ -130,18 +130,6 @@ void check_model_architecture(ConfigContainer& config, ProblemList& problems) {
     problems.add("model.partial_rotary_factor", num(arch.partial_rotary_factor),
                  "must be in (0, 1]");
   }
-  // transformers' dynamic NTK RoPE rescales its base once a call's longest sequence passes
-  // max_position_embeddings and keeps the largest length seen until a short one resets it: a
-  // function of the call history, not of the sample. Up to max_position_embeddings it is
-  // default RoPE, which is what is run.
-  if (arch.rope_scaling.rope_type == "dynamic" &&
-      config.model.seq_length > arch.max_position_embeddings) {
-    problems.add("model.seq_length", str(config.model.seq_length),
-                 "exceeds max_position_embeddings " + str(arch.max_position_embeddings) +
-                     " of a config.json with rope_type dynamic: transformers' dynamic RoPE then "
-                     "depends on the longest sequence it has seen so far; use at most " +
-                     str(arch.max_position_embeddings) + " or a yarn / linear checkpoint");
-  }
   if (arch.router_aux_loss_coef < 0) {
     problems.add("model.router_aux_loss_coef", num(arch.router_aux_loss_coef), "must be >= 0");
   }

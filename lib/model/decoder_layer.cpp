@@ -1,5 +1,6 @@
 #include "model/decoder_layer.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -37,14 +38,15 @@ ops::OpContext router_context(const ops::OpContext& ctx) {
   return router;
 }
 
-// config.json's RoPE as the op runs it. dynamic is default RoPE up to max_position_embeddings,
-// the only range the model rules accept it in.
+// config.json's RoPE as the op runs it (dynamic: the sequence length is set per sequence).
 ops::RopeParams rope_of(const config::ModelArchitecture& a) {
   const config::RopeScalingFields& f = a.rope_scaling;
   ops::RopeScaling scaling;
   if (f.rope_type == "linear") scaling.type = ops::RopeScalingType::linear;
   if (f.rope_type == "yarn") scaling.type = ops::RopeScalingType::yarn;
   if (f.rope_type == "llama3") scaling.type = ops::RopeScalingType::llama3;
+  if (f.rope_type == "dynamic") scaling.type = ops::RopeScalingType::dynamic;
+  scaling.max_position_embeddings = static_cast<double>(a.max_position_embeddings);
   if (scaling.type != ops::RopeScalingType::none) {
     scaling.factor = f.factor;
     scaling.original_max_position_embeddings = f.original_max_position_embeddings;
@@ -59,6 +61,32 @@ ops::RopeParams rope_of(const config::ModelArchitecture& a) {
   }
   return {a.rope_theta, static_cast<int>(a.rotary_dim()), static_cast<int>(a.rope_frequency_dim()),
           scaling};
+}
+
+// RoPE on x [T, heads, d] in place (forward, or the inverse rotation of backward). Dynamic RoPE
+// gives each sequence longer than max_position_embeddings its own frequencies, as transformers
+// computes them for that sequence alone; a sequence's rows are contiguous in the bin.
+void apply_rope(const LayerRunContext& run, const Tensor& x, bool inverse) {
+  const ops::OpContext& ctx = run.seam.ops;
+  ops::RopeParams params = rope_of(*run.architecture);
+  const auto rotate = [&](const Tensor& rows, const Tensor& positions) {
+    if (inverse) {
+      ops::rope_backward(ctx, rows, positions, params, rows);
+    } else {
+      ops::rope_forward(ctx, rows, positions, params, rows);
+    }
+  };
+  const auto context = static_cast<std::int64_t>(params.scaling.max_position_embeddings);
+  const bool per_sequence = params.scaling.type == ops::RopeScalingType::dynamic &&
+                            std::any_of(run.sequence_lengths.begin(), run.sequence_lengths.end(),
+                                        [&](std::int64_t length) { return length > context; });
+  if (!per_sequence) return rotate(x, run.positions);
+  const std::int32_t* cu = run.cu_seqlens.data<std::int32_t>();
+  for (std::size_t s = 0; s < run.sequence_lengths.size(); ++s) {
+    if (cu[s] == cu[s + 1]) continue;
+    params.scaling.sequence_length = run.sequence_lengths[s];
+    rotate(x.slice(cu[s], cu[s + 1]), run.positions.slice(cu[s], cu[s + 1]));
+  }
 }
 
 double attention_scale(const config::ModelArchitecture& a) {
@@ -138,7 +166,7 @@ void attention_forward(const LayerRunContext& run, int layer, const DecoderLayer
     out = keep.allocate({n.tokens, heads, n.head_dim}, dtype);
     norm_saved.inv_rms = keep.allocate({n.tokens * heads}, dtype);
     ops::rmsnorm_forward(ctx, raw, norm.value, eps, variant, out, norm_saved);
-    ops::rope_forward(ctx, out, run.positions, rope_of(a), out);
+    apply_rope(run, out, /*inverse=*/false);
   };
   project_normed(params.attention.q_proj, params.attention.q_norm, n.q_heads, saved.q_raw,
                  saved.q_norm, saved.q);
@@ -334,7 +362,7 @@ void attention_backward(const LayerRunContext& run, int layer_index,
   const auto projection_backward = [&](const Tensor& dprojected, const Tensor& raw,
                                        const Param& norm, const ops::RmsNormSaved& norm_saved,
                                        const Param& proj, GradMode mode) {
-    ops::rope_backward(ctx, dprojected, run.positions, rope_of(a), dprojected);
+    apply_rope(run, dprojected, /*inverse=*/true);
     core::ArenaScope projection_temporaries(scratch);
     const Tensor draw = scratch.allocate(raw.shape(), dtype);
     ops::rmsnorm_backward(ctx, dprojected, raw, norm.value, variant, norm_saved, draw, norm.grad);

@@ -7,6 +7,8 @@
 // Shapes: T local rows, h hidden, Hq / Hkv heads, d head_dim, E experts, k experts per token,
 // I the (expert or dense) intermediate size.
 
+#include <span>
+
 #include "config/model_architecture.hpp"
 #include "config/recompute_modules.hpp"
 #include "model/qwen3_moe_parameters.hpp"
@@ -77,6 +79,9 @@ struct LayerRunContext {
   Tensor positions;      // i32 [T]
   Tensor cu_seqlens;     // i32 [S + 1]
   Tensor token_is_real;  // u8 [T] (1 = real token, 0 = alignment padding) or undefined: all real
+  // Real tokens of each whole sequence (PackedBin::sequence_lengths); filled for dynamic RoPE
+  // only, whose frequencies depend on it.
+  std::span<const std::int64_t> sequence_lengths;
   ops::MoeAuxLossType aux_loss = ops::MoeAuxLossType::none;
   std::int64_t aux_num_sequences_global = 1;
   double aux_loss_grad_scale = 1.0;

@@ -32,6 +32,38 @@ void require_i32_vector(const Tensor& tensor, const char* name, std::int64_t len
                                "], got " + (tensor.defined() ? tensor.describe() : "nothing"));
 }
 
+// Real tokens of each whole sequence, for dynamic RoPE: bin.sequence_lengths, or, without it,
+// each sequence's last real row + 1 (its length when the bin holds whole sequences).
+void fill_sequence_lengths(const PackedBin& bin, std::vector<std::int64_t>& lengths) {
+  const std::int64_t sequences = bin.cu_seqlens.size(0) - 1;
+  lengths.assign(static_cast<std::size_t>(sequences), 0);
+  if (bin.sequence_lengths.defined()) {
+    require_i32_vector(bin.sequence_lengths, "sequence_lengths", sequences);
+    if (bin.sequence_lengths.device() != core::Device::cpu)
+      core::throw_data_error("bin.sequence_lengths", "must be a host tensor");
+    const std::int32_t* given = bin.sequence_lengths.data<std::int32_t>();
+    for (std::int64_t s = 0; s < sequences; ++s) lengths[static_cast<std::size_t>(s)] = given[s];
+    return;
+  }
+  const Tensor& positions = bin.host_positions.defined() ? bin.host_positions : bin.positions;
+  if (positions.device() != core::Device::cpu ||
+      (bin.token_is_real.defined() && bin.token_is_real.device() != core::Device::cpu))
+    core::throw_data_error("bin.sequence_lengths",
+                           "needed for rope_type dynamic when the rows are device tensors (the "
+                           "real length of each sequence is then not read from them)");
+  const std::int32_t* cu = bin.cu_seqlens.data<std::int32_t>();
+  const std::int32_t* position = positions.data<std::int32_t>();
+  const std::uint8_t* real =
+      bin.token_is_real.defined() ? bin.token_is_real.data<std::uint8_t>() : nullptr;
+  for (std::int64_t s = 0; s < sequences; ++s) {
+    for (std::int32_t row = cu[s]; row < cu[s + 1]; ++row) {
+      if (real != nullptr && real[row] == 0) continue;
+      auto& length = lengths[static_cast<std::size_t>(s)];
+      length = std::max<std::int64_t>(length, std::int64_t{position[row]} + 1);
+    }
+  }
+}
+
 void check_bin(const PackedBin& bin) {
   require_i32_vector(bin.token_ids, "token_ids", -1);
   const std::int64_t tokens = bin.token_ids.size(0);
@@ -130,6 +162,10 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
   run.positions = bin.positions;
   run.cu_seqlens = bin.cu_seqlens;
   run.token_is_real = bin.token_is_real;
+  if (a.rope_scaling.rope_type == "dynamic") {
+    fill_sequence_lengths(bin, sequence_lengths_);
+    run.sequence_lengths = sequence_lengths_;
+  }
   run.aux_loss = options_.aux_loss;
   run.aux_num_sequences_global = options.aux_num_sequences_global;
   run.aux_loss_grad_scale = options.aux_loss_grad_scale;

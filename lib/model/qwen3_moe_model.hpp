@@ -49,6 +49,10 @@ struct PackedBin {
   // The positions on the host when `positions` is a device tensor (undefined otherwise): the
   // seams' work counters and schedules read them on the host.
   Tensor host_positions;
+  // i32 [S] on the host: real tokens of each whole sequence (the same on every rank of a CP
+  // group), which dynamic RoPE's frequencies depend on. Undefined: each sequence's last real
+  // row here + 1, which is the length when the bin holds whole sequences.
+  Tensor sequence_lengths;
 };
 
 struct ModelOptions {
@@ -134,7 +138,8 @@ class Qwen3MoeModel {
   // What layers save for their backward: kept layers' saves stacked in order and released
   // after each one's backward; a recomputed layer's only while it runs.
   std::unique_ptr<core::Arena> layer_saves_;
-  core::Arena host_saves_;  // SeamContext::host
+  core::Arena host_saves_;                      // SeamContext::host
+  std::vector<std::int64_t> sequence_lengths_;  // LayerRunContext::sequence_lengths
   std::unique_ptr<LayerActivations> layer_activations_;
 };
 

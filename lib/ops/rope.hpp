@@ -1,6 +1,7 @@
 #pragma once
 // Rotary position embedding, HF "rotate_half" (non-interleaved) convention, partial rotary,
-// and the RoPE scaling types of transformers' modeling_rope_utils (linear, YaRN, Llama 3).
+// and the RoPE scaling types of transformers' modeling_rope_utils (linear, YaRN, Llama 3,
+// dynamic NTK).
 //
 // x: [T, H, d]; positions: i32 [T] (position of each token inside its sequence; global
 // positions under context parallelism). rotary_dim = d_rot (even, <= d) is the rotated width;
@@ -17,13 +18,15 @@
 // Backward is the transpose: the inverse rotation (s → −s) times the same m. No parameters.
 // y may alias x (in place); dx may alias dy.
 
+#include <cstdint>
+
 #include "ops/context.hpp"
 
 namespace dyncp::ops {
 
 inline constexpr int kMaxRotaryDim = 1024;
 
-enum class RopeScalingType { none, linear, yarn, llama3 };
+enum class RopeScalingType { none, linear, yarn, llama3, dynamic };
 
 // transformers' rope_parameters fields, for the types that change the frequencies.
 struct RopeScaling {
@@ -38,6 +41,13 @@ struct RopeScaling {
   double mscale_all_dim = 0.0;    // yarn
   double low_freq_factor = 1.0;   // llama3
   double high_freq_factor = 4.0;  // llama3
+  // dynamic NTK, as transformers runs one sequence of sequence_length tokens alone: up to
+  // max_position_embeddings default RoPE; beyond, the base becomes
+  //   theta · (factor · L / max_position_embeddings − (factor − 1))^(n / (n − 2)),  L = length.
+  // The frequencies belong to the whole sequence, so every row of it (on every CP rank) is
+  // rotated with the same table: the caller passes the sequence's full real length.
+  double max_position_embeddings = 0.0;  // dynamic
+  std::int64_t sequence_length = 0;      // dynamic
 };
 
 struct RopeParams {

@@ -71,6 +71,20 @@ void apply_llama3(const RopeScaling& s, RopeFrequencies& out) {
   }
 }
 
+// transformers' _compute_dynamic_ntk_parameters with seq_len = the sequence's length, the
+// value dynamic_rope_update passes for a sequence run alone (its last position + 1); up to
+// max_position_embeddings the base is unchanged.
+double dynamic_ntk_base(const RopeParams& params, int n) {
+  const RopeScaling& s = params.scaling;
+  constexpr std::string_view op = "rope_frequencies";
+  if (!(s.max_position_embeddings > 0.0)) detail::fail(op, "dynamic needs max_position_embeddings");
+  if (n <= 2) detail::fail(op, "dynamic needs a frequency_dim above 2, got " + std::to_string(n));
+  const auto length = static_cast<double>(s.sequence_length);
+  if (!(length > s.max_position_embeddings)) return params.theta;
+  return params.theta * std::pow(s.factor * length / s.max_position_embeddings - (s.factor - 1.0),
+                                 static_cast<double>(n) / static_cast<double>(n - 2));
+}
+
 }  // namespace
 
 RopeFrequencies rope_frequencies(const RopeParams& params) {
@@ -84,16 +98,19 @@ RopeFrequencies rope_frequencies(const RopeParams& params) {
   }
   RopeFrequencies out;
   out.count = params.rotary_dim / 2;
-  for (int i = 0; i < out.count; ++i)
-    out.inv_freq[i] = 1.0 / std::pow(params.theta, static_cast<double>(2 * i) / n);
   const RopeScaling& s = params.scaling;
   if (s.type != RopeScalingType::none && !(s.factor > 0.0))
     detail::fail(op, "scaling factor must be positive, got " + std::to_string(s.factor));
   if ((s.type == RopeScalingType::yarn || s.type == RopeScalingType::llama3) &&
       !(s.original_max_position_embeddings > 0.0))
     detail::fail(op, "original_max_position_embeddings must be positive");
+  const double base =
+      s.type == RopeScalingType::dynamic ? dynamic_ntk_base(params, n) : params.theta;
+  for (int i = 0; i < out.count; ++i)
+    out.inv_freq[i] = 1.0 / std::pow(base, static_cast<double>(2 * i) / n);
   switch (s.type) {
     case RopeScalingType::none:
+    case RopeScalingType::dynamic:  // the base above
       break;
     case RopeScalingType::linear:
       for (int i = 0; i < out.count; ++i) out.inv_freq[i] /= s.factor;

@@ -1,7 +1,10 @@
 #include "packing/cost_aware.hpp"
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "core/error.hpp"
@@ -10,6 +13,8 @@
 
 namespace dyncp::packing {
 namespace {
+
+using Split = BuddyTreeSplit;
 
 struct Item {
   std::int64_t id = 0;
@@ -51,7 +56,9 @@ class BuddyTree {
     const std::int64_t nodes = 2 * (pool_ / input.min_group_size);
     bins_.resize(static_cast<std::size_t>(nodes));
     count_.assign(static_cast<std::size_t>(nodes), 0);
-    load_.assign(static_cast<std::size_t>(nodes), 0.0);
+    levels_ = depth(static_cast<std::size_t>(nodes) - 1) + 1;
+    own_.assign(static_cast<std::size_t>(nodes), 0.0);
+    path_.assign(static_cast<std::size_t>(nodes) * static_cast<std::size_t>(levels_), 0.0);
     bucket_start_.assign(static_cast<std::size_t>(nodes) + 1, 0);
   }
 
@@ -93,9 +100,10 @@ class BuddyTree {
   // while that makes it faster. The threshold is `deadline_seconds` when positive, else
   // promotion_factor x (mean per-rank work) (promotion_factor 0: never). Returns false, and
   // leaves `schedule` alone, when `skip_repeat` is set and every sequence got the same group
-  // as in the previous build (the layout would be the same).
-  bool build(double promotion_factor, double deadline_seconds, bool skip_repeat, Schedule& schedule,
-             std::int64_t& promoted) {
+  // as in the previous promotion (the layouts would be the same). Then layout() builds a
+  // schedule from these groups with either split.
+  bool promote(double promotion_factor, double deadline_seconds, bool skip_repeat,
+               std::int64_t& promoted) {
     promoted = 0;
     items_ = base_items_;
     if (promotion_factor > 0.0 || deadline_seconds > 0.0) {
@@ -127,46 +135,110 @@ class BuddyTree {
     built_once_ = true;
     last_sizes_.resize(items_.size());
     for (std::size_t i = 0; i < items_.size(); ++i) last_sizes_[i] = items_[i].group_size;
-    // Largest rank-seconds first, ties in id order (a stable sort on a contiguous key).
-    keyed_.resize(items_.size());
-    for (std::size_t i = 0; i < items_.size(); ++i)
-      keyed_[i] = {items_[i].rank_seconds, static_cast<std::int32_t>(i)};
-    std::sort(keyed_.begin(), keyed_.end(), [](const Keyed& a, const Keyed& b) {
-      return a.key > b.key || (a.key == b.key && a.index < b.index);
-    });
+    // Largest rank-seconds first, ties in id order: the base order, sorted once, merged with
+    // the (few) promoted sequences sorted by their new keys.
+    if (base_keyed_.empty()) {
+      base_keyed_.resize(base_items_.size());
+      for (std::size_t i = 0; i < base_items_.size(); ++i)
+        base_keyed_[i] = {base_items_[i].rank_seconds, static_cast<std::int32_t>(i)};
+      sort_keyed(base_keyed_);
+    }
+    moved_.clear();
+    for (std::size_t i = 0; i < items_.size(); ++i) {
+      if (items_[i].group_size != base_items_[i].group_size)
+        moved_.push_back({items_[i].rank_seconds, static_cast<std::int32_t>(i)});
+    }
+    std::sort(moved_.begin(), moved_.end(), before);
+    keyed_.clear();
+    std::size_t next_moved = 0;
+    for (const Keyed& k : base_keyed_) {
+      const auto i = static_cast<std::size_t>(k.index);
+      if (items_[i].group_size != base_items_[i].group_size) continue;
+      while (next_moved < moved_.size() && before(moved_[next_moved], k))
+        keyed_.push_back(moved_[next_moved++]);
+      keyed_.push_back(k);
+    }
+    keyed_.insert(keyed_.end(), moved_.begin() + static_cast<std::ptrdiff_t>(next_moved),
+                  moved_.end());
+    // The layouts read the sequences in this order (and, per block, in increasing position):
+    // a copy in that order keeps those reads sequential.
+    ordered_.resize(keyed_.size());
+    for (std::size_t i = 0; i < keyed_.size(); ++i)
+      ordered_[i] = items_[static_cast<std::size_t>(keyed_[i].index)];
+    return true;
+  }
+
+  // The buddy-tree schedule of the last promotion, its blocks chosen by `split`.
+  void layout(Split split, Schedule& schedule) {
     order_.resize(items_.size());
-    for (std::size_t i = 0; i < order_.size(); ++i) order_[i] = keyed_[i].index;
+    for (std::size_t i = 0; i < order_.size(); ++i) order_[i] = static_cast<std::int32_t>(i);
     scratch_.resize(order_.size());
     node_of_.resize(order_.size());
     for (auto& bins : bins_) bins.clear();
     std::fill(count_.begin(), count_.end(), 0);
-    assign();
+    assign(split);
     equalize(1);
     emit(schedule);
-    return true;
   }
 
  private:
   bool is_leaf(std::size_t node) const { return 2 * node >= bins_.size(); }
   const Item& item_at(std::size_t position) const {
-    return items_[static_cast<std::size_t>(order_[position])];
+    return ordered_[static_cast<std::size_t>(order_[position])];
   }
 
-  // LPT down the tree, largest rank-seconds first: a sequence whose group is smaller than the
-  // block it is in goes to the lighter half (the left one on ties), until it reaches a block of
-  // its own group size. Each block's own sequences are then packed in that same order. (One
-  // descent per sequence is the same as an LPT pass over every block's sequences in turn: the
-  // sequences reaching a block arrive there in the global order, and each half's load is the
-  // sum of what went into it.)
-  void assign() {
-    std::fill(load_.begin(), load_.end(), 0.0);
+  static int depth(std::size_t node) { return std::bit_width(node) - 1; }
+  // path_[node * levels_ + l], for the blocks at depth l inside `node` (l >= depth(node)): the
+  // least, over those blocks, of their busiest path from `node` down (own work of `node` and
+  // of the blocks between it and the leaves). At l = depth(node) it is node's own busiest path.
+  double& path_at(std::size_t node, int level) {
+    return path_[node * static_cast<std::size_t>(levels_) + static_cast<std::size_t>(level)];
+  }
+  void refresh_paths(std::size_t node) {
+    const int d = depth(node);
+    if (is_leaf(node)) {
+      path_at(node, d) = own_[node];
+      return;
+    }
+    path_at(node, d) =
+        own_[node] + std::max(path_at(2 * node, d + 1), path_at(2 * node + 1, d + 1));
+    for (int l = d + 1; l < levels_; ++l)
+      path_at(node, l) = own_[node] + std::min(path_at(2 * node, l), path_at(2 * node + 1, l));
+  }
+
+  // Which block of its group size each sequence (largest rank-seconds first) goes to:
+  //   rank_seconds: LPT down the tree, to the half with fewer rank-seconds so far (the left one
+  //     on ties), until a block of its size. One descent per sequence is an LPT pass over every
+  //     block's sequences in turn: those reaching a block arrive in the global order.
+  //   critical_path: list scheduling on what the step time is (see emit): to the block whose
+  //     busiest rank path (own work of the block, of every block above it and of the busiest
+  //     chain below it) is the least so far, the left one on ties. The halves of a small block
+  //     no longer inherit a total fixed before they were filled, which at 1,024 ranks with four
+  //     sequences per rank left them up to a whole sequence apart (about 6% of the step); but
+  //     the microbatch counts it leaves can cost more to equalise, so both are candidates.
+  // Each block's own sequences are then packed in that same order.
+  void assign(Split split) {
     std::fill(bucket_start_.begin(), bucket_start_.end(), 0);
+    std::fill(own_.begin(), own_.end(), 0.0);
+    std::fill(path_.begin(), path_.end(), 0.0);
     for (std::size_t p = 0; p < order_.size(); ++p) {
       const Item& item = item_at(p);
+      int target = 0;  // depth of the blocks of the item's group size
+      for (std::int64_t size = pool_; size > item.group_size && target + 1 < levels_; size /= 2)
+        ++target;
       std::size_t node = 1;
-      for (std::int64_t size = pool_; size > item.group_size && !is_leaf(node); size /= 2) {
-        node = load_[2 * node] <= load_[2 * node + 1] ? 2 * node : 2 * node + 1;
-        load_[node] += item.rank_seconds;
+      if (split == Split::rank_seconds) {
+        for (int d = 0; d < target; ++d) {
+          node = own_[2 * node] <= own_[2 * node + 1] ? 2 * node : 2 * node + 1;
+          own_[node] += item.rank_seconds;  // here: rank-seconds sent into the block
+        }
+      } else {
+        for (int d = 0; d < target; ++d) {
+          node =
+              path_at(2 * node, target) <= path_at(2 * node + 1, target) ? 2 * node : 2 * node + 1;
+        }
+        own_[node] += item.rank_seconds / static_cast<double>(node_size(node));
+        for (std::size_t up = node; up >= 1; up /= 2) refresh_paths(up);
       }
       node_of_[p] = static_cast<std::int32_t>(node);
       ++bucket_start_[node + 1];
@@ -443,18 +515,54 @@ class BuddyTree {
     double key;
     std::int32_t index;
   };
+  static bool before(const Keyed& a, const Keyed& b) {
+    return a.key > b.key || (a.key == b.key && a.index < b.index);
+  }
+  // In `before` order. Large batches: a stable LSD radix sort on the key's bits (positive
+  // doubles order as their bit patterns), from id order, a third of std::sort's instructions
+  // at 30,720 sequences (the largest single cost of the buddy tree there).
+  void sort_keyed(std::vector<Keyed>& keyed) {
+    if (keyed.size() < 2048) {
+      std::sort(keyed.begin(), keyed.end(), before);
+      return;
+    }
+    constexpr int kBits = 11;
+    constexpr std::size_t kBuckets = std::size_t{1} << kBits;
+    auto digit = [](const Keyed& k, int shift) {
+      return static_cast<std::size_t>((~std::bit_cast<std::uint64_t>(k.key) >> shift) &
+                                      (kBuckets - 1));
+    };
+    radix_scratch_.resize(keyed.size());
+    std::vector<std::size_t> counts(kBuckets);
+    for (int shift = 0; shift < 64; shift += kBits) {
+      std::fill(counts.begin(), counts.end(), 0);
+      for (const Keyed& k : keyed) ++counts[digit(k, shift)];
+      std::size_t sum = 0;
+      for (auto& c : counts) sum += std::exchange(c, sum);
+      for (const Keyed& k : keyed) radix_scratch_[counts[digit(k, shift)]++] = k;
+      keyed.swap(radix_scratch_);
+    }
+  }
   std::vector<Item> base_items_;   // every sequence on the group it needs
   std::vector<double> base_solo_;  // its time alone there
   double base_total_ = 0.0;
   bool fits_pool_ = true;
   bool built_once_ = false;
   std::vector<std::int64_t> last_sizes_;
+  std::vector<Keyed> base_keyed_;  // every sequence on the group it needs, in build order
+  std::vector<Keyed> moved_;       // the promoted ones
+  std::vector<Keyed> radix_scratch_;
   std::vector<Keyed> keyed_;
   std::vector<Item> items_;
-  std::vector<std::int32_t> order_;
+  std::vector<Item> ordered_;        // items_ by decreasing rank-seconds
+  std::vector<std::int32_t> order_;  // positions in ordered_
   std::vector<std::int32_t> scratch_;
-  std::vector<std::int32_t> node_of_;       // block of order_[p]
-  std::vector<double> load_;                // rank-seconds sent into each block so far
+  std::vector<std::int32_t> node_of_;  // block of order_[p]
+  int levels_ = 1;                     // depths of the tree: the leaves are at levels_ - 1
+  // critical_path: per-rank seconds of each block's own sequences so far; rank_seconds: the
+  // rank-seconds of every sequence sent into the block.
+  std::vector<double> own_;
+  std::vector<double> path_;                // see path_at
   std::vector<std::int64_t> bucket_start_;  // order_ range of each block's own sequences
   std::vector<std::int64_t> cursor_;
   std::vector<std::vector<Bin>> bins_;
@@ -474,14 +582,16 @@ void require_fits_pool(const BuddyTree& tree, const SchedulerInput& input) {
 }  // namespace
 
 Schedule schedule_buddy_tree(const SchedulerInput& input, const CostModel& cost_model,
-                             double promotion_factor, std::int64_t* promoted) {
+                             double promotion_factor, std::int64_t* promoted,
+                             BuddyTreeSplit split) {
   validate_scheduler_input(input);
   Schedule schedule;
   if (!is_power_of_two(input.pool_size())) return schedule;
   BuddyTree tree(input, cost_model);
   require_fits_pool(tree, input);
   std::int64_t promoted_here = 0;
-  tree.build(promotion_factor, 0.0, false, schedule, promoted_here);
+  tree.promote(promotion_factor, 0.0, false, promoted_here);
+  tree.layout(split, schedule);
   if (promoted != nullptr) *promoted = promoted_here;
   return schedule;
 }
@@ -505,14 +615,24 @@ Schedule schedule_cost_aware(const SchedulerInput& input, const CostModel& cost_
     require_fits_pool(tree, input);
     Schedule candidate;
     std::int64_t promoted = 0;
+    // Both splits on batches of full search; above that the critical-path split alone (it was
+    // never beaten by the other on the large batches measured, and the second layout costs
+    // host time there).
+    auto layouts = [&] {
+      tree.layout(Split::critical_path, candidate);
+      consider(std::move(candidate));
+      if (!small_batch) return;
+      tree.layout(Split::rank_seconds, candidate);
+      consider(std::move(candidate));
+    };
     auto try_layout = [&](double factor, double deadline) {
       std::int64_t unused = 0;
-      if (tree.build(factor, deadline, true, candidate, unused)) consider(std::move(candidate));
+      if (tree.promote(factor, deadline, true, unused)) layouts();
     };
     // Promotion thresholds, as multiples of the mean per-rank work: 0 keeps every sequence on
     // the group it needs; the others trade rank-seconds for a shorter critical path.
-    tree.build(0.5, 0.0, false, candidate, promoted);
-    consider(std::move(candidate));
+    tree.promote(0.5, 0.0, false, promoted);
+    layouts();
     if (promoted > 0) {  // otherwise every factor gives the same layout
       for (const double factor : {0.0, 0.75, 1.0}) try_layout(factor, 0.0);
       // Finer factors help a few percent, at more host time than large batches can spend.
@@ -534,10 +654,10 @@ Schedule schedule_cost_aware(const SchedulerInput& input, const CostModel& cost_
       }
     }
   }
-  // Megatron's greedy (and the only dynamic layout for a pool that is not a power of two).
-  if (small_batch || !is_power_of_two(input.pool_size())) {
-    consider(schedule_default_dynamic_cp(input));
-  }
+  // Megatron's greedy (the only dynamic layout for a pool that is not a power of two) and the
+  // static layout: default_dynamic_cp as dyncp-train runs it is one of the two, so cost_aware
+  // never models a longer step than it, nor (cp >= min group size) than static CP, on any batch.
+  consider(schedule_default_dynamic_cp(input));
   if (auto fixed = static_layout_candidate(input)) consider(std::move(*fixed));
   DYNCP_CHECK(best.num_microbatches() > 0, "no candidate schedule");
   return best;

@@ -8,9 +8,11 @@
 //   1. each sequence gets a group size: needed(L), or larger when its time alone on that
 //      group would exceed a multiple of the mean per-rank work of the step (it would be the
 //      critical path); several multiples are tried;
-//   2. the pool is a binary tree of aligned blocks. A sequence whose size equals a block's
-//      size runs on that block; the others are split between the block's two halves by LPT
-//      on rank-seconds (largest first to the lighter half), recursively;
+//   2. the pool is a binary tree of aligned blocks. Largest rank-seconds first, each sequence
+//      goes to a block of its group size: the one whose busiest rank path (own work of the
+//      block, of the blocks above it and of the busiest chain below it) is the least so far
+//      (critical-path split), or, as a second candidate, down the tree to the half with fewer
+//      rank-seconds (rank-seconds split);
 //   3. each block packs its own sequences first-fit-decreasing into bins of size x cap tokens;
 //   4. microbatch counts are made equal bottom-up, cheapest first: the half with fewer
 //      microbatches splits bins (pop the last, shortest id); or it gets, as a bin of its own,
@@ -25,11 +27,12 @@
 //      time is the largest per-rank sum along a root-to-leaf path, which step 2 balances.
 // Candidates: buddy-tree layouts (with and without promoting long sequences; promotion
 // thresholds as multiples of the mean per-rank work, and deadlines from the tight lower
-// bound), default_dynamic_cp, and the static dp_balanced layout when the input allows it; the
-// one with the least modelled step time wins, so it never models worse than dp_balanced.
-// Batches above kCostAwareFullSearchSamples try only the coarse promotion factors, the buddy
-// tree and dp_balanced (host time: a 30,720-sample batch must plan in well under 20 ms), so
-// there cost_aware is not compared with default_dynamic_cp.
+// bound; both splits), Megatron's default_dynamic_cp greedy, and the static dp_balanced layout
+// when the input allows it; the one with the least modelled step time wins. default_dynamic_cp
+// as dyncp-train runs it is the greedy or the static layout, so on every batch cost_aware
+// models at most its step, and (cp >= min group size, per-group padding) at most static CP's.
+// Batches above kCostAwareFullSearchSamples try only the coarse promotion factors and the
+// critical-path split (host time: a 30,720-sample batch must plan within 20 ms).
 
 #include "packing/cost_model.hpp"
 #include "packing/schedule.hpp"
@@ -45,7 +48,12 @@ Schedule schedule_cost_aware(const SchedulerInput& input, const CostModel& cost_
 // alone on its group exceeds promotion_factor x (mean per-rank work) moves to twice the group
 // while that makes it faster (0: no promotion); `promoted` receives how many moved. Returns an
 // empty schedule (no microbatch) when the pool is not a power of two.
+// How the buddy tree chooses the block of each sequence (cost_aware.cpp, assign): LPT on
+// rank-seconds half by half, or list scheduling on the busiest rank path.
+enum class BuddyTreeSplit { rank_seconds, critical_path };
+
 Schedule schedule_buddy_tree(const SchedulerInput& input, const CostModel& cost_model,
-                             double promotion_factor, std::int64_t* promoted = nullptr);
+                             double promotion_factor, std::int64_t* promoted = nullptr,
+                             BuddyTreeSplit split = BuddyTreeSplit::critical_path);
 
 }  // namespace dyncp::packing

@@ -19,6 +19,10 @@ const model::PackedBin& BinBuilder::build(const packing::PackedSeqParams& params
   loss_mask_.clear();
   is_real_.clear();
   cu_seqlens_.assign(static_cast<std::size_t>(sequences + 1), 0);
+  sequence_lengths_.resize(static_cast<std::size_t>(sequences));
+  for (std::int64_t s = 0; s < sequences; ++s)
+    sequence_lengths_[static_cast<std::size_t>(s)] =
+        static_cast<std::int32_t>(samples[static_cast<std::size_t>(s)].original_len);
   real_tokens_ = 0;
 
   for (const packing::TokenRange& range : params.local_ranges) {
@@ -54,6 +58,7 @@ const model::PackedBin& BinBuilder::build(const packing::PackedSeqParams& params
   bin_.labels = Tensor::view_of(labels_.data(), {rows}, DType::i32);
   bin_.positions = Tensor::view_of(positions_.data(), {rows}, DType::i32);
   bin_.cu_seqlens = Tensor::view_of(cu_seqlens_.data(), {sequences + 1}, DType::i32);
+  bin_.sequence_lengths = Tensor::view_of(sequence_lengths_.data(), {sequences}, DType::i32);
   bin_.loss_mask = Tensor::view_of(loss_mask_.data(), {rows}, DType::u8);
   bin_.token_is_real = Tensor::view_of(is_real_.data(), {rows}, DType::u8);
   return bin_;

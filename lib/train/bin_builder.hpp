@@ -34,6 +34,7 @@ class BinBuilder {
   std::vector<std::int32_t> labels_;
   std::vector<std::int32_t> positions_;
   std::vector<std::int32_t> cu_seqlens_;
+  std::vector<std::int32_t> sequence_lengths_;  // real tokens of each whole sequence
   std::vector<std::uint8_t> loss_mask_;
   std::vector<std::uint8_t> is_real_;
   std::int64_t real_tokens_ = 0;

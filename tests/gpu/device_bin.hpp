@@ -19,6 +19,7 @@ inline model::PackedBin device_bin(const model::PackedBin& host) {
   bin.token_ids = to_device(host.token_ids);
   bin.labels = to_device(host.labels);
   bin.positions = to_device(host.positions);
+  bin.host_positions = host.positions;  // as the step engine keeps them
   bin.loss_mask = to_device(host.loss_mask);
   bin.token_is_real = to_device(host.token_is_real);
   return bin;

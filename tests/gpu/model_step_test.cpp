@@ -101,6 +101,12 @@ GPU_TEST(sliding_window_model_step_matches_cpu_fp32) {
   check_model_step("qwen3_moe_sliding_window", ops::MoeAuxLossType::none);
 }
 
+// Dynamic RoPE past max_position_embeddings: the kernel rotates each long sequence with its own
+// frequency table (three lengths past the context of 32 in the bin).
+GPU_TEST(dynamic_rope_model_step_matches_cpu_fp32) {
+  check_model_step("qwen3_moe_rope_dynamic", ops::MoeAuxLossType::none);
+}
+
 // The hybrid: Gated DeltaNet layers, gated attention and the shared expert's gate.
 GPU_TEST(hybrid_model_step_matches_cpu_fp32) {
   check_model_step("qwen3_5_moe_b", ops::MoeAuxLossType::seq_aux_loss);

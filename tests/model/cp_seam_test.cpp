@@ -317,6 +317,12 @@ OwnedPackedBin zigzag_shard(const TokenSequences& sequences, int rank) {
     return tensor;
   };
   shard.bin = {to_tensor(ids), to_tensor(labels), to_tensor(positions), to_tensor(cu), Tensor()};
+  // What each rank's bin builder passes: the whole sequences' lengths (dynamic RoPE's
+  // frequencies depend on them, and a rank's rows alone do not tell them).
+  std::vector<std::int32_t> lengths;
+  for (const auto& sequence : sequences)
+    lengths.push_back(static_cast<std::int32_t>(sequence.size()));
+  shard.bin.sequence_lengths = to_tensor(lengths);
   for (const auto offset : cu) shard.sequence_offsets.push_back(offset);
   return shard;
 }
@@ -324,8 +330,11 @@ OwnedPackedBin zigzag_shard(const TokenSequences& sequences, int rank) {
 TEST_CASE("context parallelism through the seams reproduces the single-rank loss and gradients",
           "[model][seams]") {
   // Qwen3-MoE, and the hybrid model whose DeltaNet layers go through the linear-attention
-  // seam (one sequence spans two 64-token chunks of the recurrence).
-  const std::string name = GENERATE(as<std::string>{}, "qwen3_moe_a", "qwen3_5_moe_b");
+  // seam (one sequence spans two 64-token chunks of the recurrence); dynamic RoPE, whose
+  // 72-token sequence is past max_position_embeddings (32): rank 1 holds its positions 18..53
+  // only and still rotates them with the whole sequence's frequencies.
+  const std::string name =
+      GENERATE(as<std::string>{}, "qwen3_moe_a", "qwen3_5_moe_b", "qwen3_moe_rope_dynamic");
   INFO(name);
   const auto fixture = testing::fixture_dir(name);
   ModelOptions options;
@@ -340,6 +349,8 @@ TEST_CASE("context parallelism through the seams reproduces the single-rank loss
   bin_options.aux_num_sequences_global = static_cast<std::int64_t>(sequences.size());
 
   const auto single = load_hf_model(fixture, options);
+  for (auto& sequence : sequences)
+    for (auto& id : sequence) id %= static_cast<std::int32_t>(single->architecture().vocab_size);
   LocalSeams local;
   const auto packed = pack_sequences(sequences);
   single->parameters().zero_grads();

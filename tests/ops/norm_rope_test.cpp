@@ -147,6 +147,36 @@ TEST_CASE("scaled rope: YaRN's attention factor and an odd frequency_dim keep th
   CHECK_THROWS_WITH(rope_frequencies(params), Catch::Contains("even frequency_dim"));
 }
 
+TEST_CASE("dynamic NTK rope: default up to max_position_embeddings, then a base per length",
+          "[ops][rope]") {
+  RopeParams params{10000.0, 16};
+  params.scaling = {.type = RopeScalingType::dynamic, .factor = 2.0};
+  params.scaling.max_position_embeddings = 64;
+  const RopeFrequencies plain = rope_frequencies(RopeParams{10000.0, 16});
+  for (const std::int64_t length : {0, 1, 64}) {
+    params.scaling.sequence_length = length;
+    const RopeFrequencies within = rope_frequencies(params);
+    for (int i = 0; i < within.count; ++i) CHECK(within.inv_freq[i] == plain.inv_freq[i]);
+  }
+  // transformers' _compute_dynamic_ntk_parameters at seq_len 128: base 10^4 (2·2 − 1)^(16/14).
+  params.scaling.sequence_length = 128;
+  const double base = 10000.0 * std::pow(3.0, 16.0 / 14.0);
+  const RopeFrequencies long_one = rope_frequencies(params);
+  for (int i = 0; i < long_one.count; ++i)
+    CHECK(long_one.inv_freq[i] == Approx(std::pow(base, -2.0 * i / 16)).epsilon(1e-14));
+  CHECK(long_one.attention_factor == 1.0);
+  params.scaling.sequence_length = 256;  // longer: a larger base, slower frequencies
+  CHECK(rope_frequencies(params).inv_freq[7] < long_one.inv_freq[7]);
+  // HF's dim / (dim − 2) exponent is over the frequency dim n (here 6, a partial rotary width).
+  RopeParams partial{10000.0, 6, 6};
+  partial.scaling = params.scaling;
+  partial.scaling.sequence_length = 128;
+  CHECK(rope_frequencies(partial).inv_freq[1] ==
+        Approx(std::pow(10000.0 * std::pow(3.0, 6.0 / 4.0), -2.0 / 6)).epsilon(1e-14));
+  partial.scaling.max_position_embeddings = 0;
+  CHECK_THROWS_WITH(rope_frequencies(partial), Catch::Contains("max_position_embeddings"));
+}
+
 TEST_CASE("swiglu split and fused layouts agree and match finite differences",
           "[ops][swiglu][fd]") {
   const OpContext ctx;

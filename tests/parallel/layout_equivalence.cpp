@@ -14,6 +14,10 @@
 // With --window W the model has sliding-window attention (every exchange masks its keys by
 // global position; the ring skips blocks no query's window reaches), and the reference without
 // the window must give another loss, so the window is known to matter for the batch.
+// With --rope-dynamic C the model has dynamic NTK RoPE (factor 4) over a context of C: each
+// sequence longer than C is rotated with its own frequencies, which every rank of its CP group
+// must derive from the whole sequence's length, not from the shard it holds; the reference
+// with default RoPE must give another loss.
 //
 // With --device cuda (the layout_equivalence_emulated build) the layout under test runs on the
 // emulated GPU: parameters, gradients, moments and activations in device memory, kernels,
@@ -165,6 +169,7 @@ struct Options {
   // --window W: the model's sliding-window attention (config.json's sliding_window), on the
   // reference and the layout; the step checks that it changes the loss.
   std::int64_t sliding_window = 0;
+  std::int64_t rope_dynamic_context = 0;  // --rope-dynamic C: dynamic RoPE past C positions
 };
 
 Options parse(int argc, char** argv) {
@@ -208,6 +213,9 @@ Options parse(int argc, char** argv) {
     } else if (key == "--window") {
       options.sliding_window = std::stoi(value);
       if (options.sliding_window < 1) throw std::runtime_error("--window: >= 1");
+    } else if (key == "--rope-dynamic") {
+      options.rope_dynamic_context = std::stoi(value);
+      if (options.rope_dynamic_context < 1) throw std::runtime_error("--rope-dynamic: >= 1");
     } else if (key == "--hierarchical") {
       options.hierarchical_inner = std::stoi(value);
     } else if (key == "--heads") {
@@ -379,6 +387,11 @@ int main(int argc, char** argv) {
       if (options.hybrid) throw std::runtime_error("--window: the hybrid's attention has none");
       architecture.sliding_window = options.sliding_window;
     }
+    if (options.rope_dynamic_context > 0) {
+      architecture.rope_scaling.rope_type = "dynamic";
+      architecture.rope_scaling.factor = 4.0;
+      architecture.max_position_embeddings = options.rope_dynamic_context;
+    }
     model::ModelOptions model_options;
     model_options.recompute_full = options.recompute;
     model_options.aux_loss =
@@ -418,12 +431,13 @@ int main(int argc, char** argv) {
     const model::BinResult reference_result =
         reference.run_bin(builder.build(whole_params, whole), local.seams(), reference_options);
     const double reference_loss = reference_result.loss_sum / static_cast<double>(reference_tokens);
-    if (options.sliding_window > 0) {
-      // The window must matter for this batch (sequences longer than it), or a layout that
-      // ignored it would pass: without the window the reference's loss and gradients move far
-      // past the tolerances below (10x the loss's, 100x the gradients').
+    if (options.sliding_window > 0 || options.rope_dynamic_context > 0) {
+      // The feature must matter for this batch (sequences longer than the window or the
+      // context), or a layout that ignored it would pass: without it the reference's loss and
+      // gradients move far past the tolerances below (10x the loss's, 100x the gradients').
       config::ModelArchitecture unwindowed = architecture;
       unwindowed.sliding_window = 0;
+      unwindowed.rope_scaling.rope_type = "default";
       model::Qwen3MoeModel full(unwindowed, model_options);
       full.parameters().init_random(7);
       full.parameters().zero_grads();
@@ -438,11 +452,16 @@ int main(int argc, char** argv) {
           norm(windowed_grads.data<float>(), windowed_grads.numel());
       const double loss_change = std::abs(full_loss - reference_loss) / std::abs(reference_loss);
       char line[200];
-      std::snprintf(line, sizeof line,
-                    "window %lld: without it the reference loss moves by %.3g, its gradients by "
-                    "%.3g (relative)",
-                    static_cast<long long>(options.sliding_window), loss_change, grad_change);
-      check(loss_change > 1e-4 && grad_change > 1e-3, line);
+      std::snprintf(
+          line, sizeof line,
+          "%s %lld: without it the reference loss moves by %.3g, its gradients by "
+          "%.3g (relative)",
+          options.sliding_window > 0 ? "window" : "dynamic RoPE past",
+          static_cast<long long>(options.sliding_window > 0 ? options.sliding_window
+                                                            : options.rope_dynamic_context),
+          loss_change, grad_change);
+      // Dynamic RoPE barely moves a model this small's loss, but its gradients by percents.
+      check((loss_change > 1e-4 || options.sliding_window == 0) && grad_change > 1e-3, line);
       if (rank == 0) std::printf("%s\n", line);
     }
     // The same reference in fp64 with the same (fp32) weights: the truth against which a

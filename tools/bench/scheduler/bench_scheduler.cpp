@@ -211,7 +211,8 @@ void model_setups(int steps, int seeds, dyncp::config::PackingAlignment mode) {
         "\"dp_balanced_ms\":%.2f,\"default_dynamic_cp_ms\":%.2f,\"cost_aware_ms\":%.2f,"
         "\"lower_bound_ms\":%.2f,\"tight_lower_bound_ms\":%.2f,"
         "\"cost_aware_vs_static_worst\":%.4f,\"default_dynamic_cp_vs_static_worst\":%.4f,"
-        "\"cost_aware_vs_dynamic_geomean\":%.4f,\"cost_aware_vs_bound_geomean\":%.4f,"
+        "\"cost_aware_vs_dynamic_geomean\":%.4f,\"cost_aware_vs_dynamic_worst\":%.4f,"
+        "\"cost_aware_vs_bound_geomean\":%.4f,"
         "\"cost_aware_vs_tight_geomean\":%.4f,\"cost_aware_vs_tight_worst\":%.4f,"
         "\"cost_aware_padding_fraction\":%.4f,\"cost_aware_host_ms\":%.2f,"
         "\"megatron_greedy_vs_static_worst\":%.4f,\"default_dynamic_cp_static_fallbacks\":%d}\n",
@@ -221,7 +222,8 @@ void model_setups(int steps, int seeds, dyncp::config::PackingAlignment mode) {
         static_cast<long long>(s.global_batch_size), seeds, steps, 1e3 * sums[0] / n,
         1e3 * sums[1] / n, 1e3 * sums[2] / n, 1e3 * sums[3] / n, 1e3 * sums[4] / n,
         ours_vs_static.worst, dynamic_vs_static.worst, ours_vs_dynamic.geomean(),
-        ours_vs_bound.geomean(), ours_vs_tight.geomean(), ours_vs_tight.worst,
+        ours_vs_dynamic.worst, ours_vs_bound.geomean(), ours_vs_tight.geomean(),
+        ours_vs_tight.worst,
         static_cast<double>(padded_tokens - real_tokens) / static_cast<double>(padded_tokens),
         host_ms / n, greedy_vs_static.worst, static_fallbacks);
     std::fflush(stdout);
