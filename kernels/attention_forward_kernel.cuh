@@ -31,6 +31,36 @@ struct ForwardLayout {
   }
 };
 
+// GQA packing: the 64 query slots of a block are R rows x Hb query heads of one kv head
+// (Hb = min(group, 64), R = 64 / Hb), slot i = (row i / Hb, head i % Hb), so each K/V tile a
+// block stages serves every query head of its group at once. Without GQA (group 1) a block is
+// 64 rows of one head.
+struct QuerySlots {
+  int heads_per_block, rows_per_block, head_chunks;
+  __host__ __device__ QuerySlots(int q_heads, int kv_heads) {
+    const int group = q_heads / kv_heads;
+    heads_per_block = group < kBlockM ? group : kBlockM;
+    rows_per_block = kBlockM / heads_per_block;
+    head_chunks = (group + heads_per_block - 1) / heads_per_block;
+  }
+};
+
+// The query rows of a block's slots: slot i holds row q_begin + i / hb of head h0 + i % hb
+// (zero past `rows` rows or `heads` heads). One slot's d values are contiguous, and so are a
+// row's consecutive heads: 16-byte copies.
+__device__ inline void load_query_slots(bf16* tile, const bf16* q, std::int64_t q_begin, int rows,
+                                        int hb, int heads, int q_heads, int h0, int d) {
+  const int vectors_per_row = d / 8, ld = d + kBf16Pad;
+  for (int i = threadIdx.x; i < kBlockM * vectors_per_row; i += blockDim.x) {
+    const int slot = i / vectors_per_row, c = (i % vectors_per_row) * 8;
+    const int r = slot / hb, hh = slot % hb;
+    uint4 value = make_uint4(0, 0, 0, 0);
+    if (r < rows && hh < heads)
+      value = *reinterpret_cast<const uint4*>(q + ((q_begin + r) * q_heads + h0 + hh) * d + c);
+    *reinterpret_cast<uint4*>(tile + slot * ld + c) = value;
+  }
+}
+
 __global__ void __launch_bounds__(kThreads)
     attention_forward_kernel(AttentionShape shape, const bf16* q, const bf16* k, const bf16* v,
                              float* out, float* lse) {
@@ -56,25 +86,29 @@ __global__ void __launch_bounds__(kThreads)
   int& tile_max_kv_pos = reinterpret_cast<int*>(smem + at.flags)[3];
   const int window = shape.sliding_window;
 
-  const int seq = blockIdx.z, head = blockIdx.y;
-  const int q_begin = shape.q_cu_seqlens[seq] + blockIdx.x * kBlockM;
+  const QuerySlots slots(shape.q_heads, shape.kv_heads);
+  const int hb = slots.heads_per_block, group = shape.q_heads / shape.kv_heads;
+  const int seq = blockIdx.z, kv_head = blockIdx.y / slots.head_chunks;
+  const int chunk = blockIdx.y % slots.head_chunks;
+  const int h0 = kv_head * group + chunk * hb, heads = min(hb, group - chunk * hb);
+  const int q_begin = shape.q_cu_seqlens[seq] + blockIdx.x * slots.rows_per_block;
   const int q_end = shape.q_cu_seqlens[seq + 1];
   if (q_begin >= q_end) return;  // the whole block leaves together
-  const int rows = min(kBlockM, q_end - q_begin);
-  const int kv_head = head / (shape.q_heads / shape.kv_heads);
+  const int rows = min(slots.rows_per_block, q_end - q_begin);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const auto real_slot = [&](int slot) { return slot / hb < rows && slot % hb < heads; };
 
-  load_tile(q_tile, q, q_begin, rows, kBlockM, shape.q_heads, head, d);
+  load_query_slots(q_tile, q, q_begin, rows, hb, heads, shape.q_heads, h0, d);
   if (threadIdx.x == 0) {
     tile_max_q_pos = INT_MIN;
     tile_min_q_pos = INT_MAX;
   }
   __syncthreads();
-  // Padding rows get the smallest position and padding keys the largest, so the causal test
+  // Padding slots get the smallest position and padding keys the largest, so the causal test
   // kv_pos <= q_pos masks them out (attention_mask.cuh).
   for (int r = threadIdx.x; r < kBlockM; r += blockDim.x) {
-    q_pos[r] = r < rows ? shape.q_positions[q_begin + r] : INT_MIN;
-    if (r < rows) {
+    q_pos[r] = real_slot(r) ? shape.q_positions[q_begin + r / hb] : INT_MIN;
+    if (real_slot(r)) {
       atomicMax(&tile_max_q_pos, q_pos[r]);
       atomicMin(&tile_min_q_pos, q_pos[r]);
     }
@@ -149,16 +183,20 @@ __global__ void __launch_bounds__(kThreads)
                                                kBlockN, true);
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < rows * d; i += blockDim.x) {
+  // Slot r is query row q_begin + r / hb of head h0 + r % hb.
+  const auto row_head = [&](int r) {
+    return static_cast<std::int64_t>(q_begin + r / hb) * shape.q_heads + h0 + r % hb;
+  };
+  for (int i = threadIdx.x; i < kBlockM * d; i += blockDim.x) {
     const int r = i / d, c = i % d;
+    if (!real_slot(r)) continue;
     const float l = row_sum[r];
-    out[(static_cast<std::int64_t>(q_begin + r) * shape.q_heads + head) * d + c] =
-        l > 0.0f ? o_tile[r * ld_o + c] / l : 0.0f;
+    out[row_head(r) * d + c] = l > 0.0f ? o_tile[r * ld_o + c] / l : 0.0f;
   }
-  for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+  for (int r = threadIdx.x; r < kBlockM; r += blockDim.x) {
+    if (!real_slot(r)) continue;
     const float l = row_sum[r];
-    lse[static_cast<std::int64_t>(q_begin + r) * shape.q_heads + head] =
-        l > 0.0f ? row_max[r] + logf(l) : -INFINITY;
+    lse[row_head(r)] = l > 0.0f ? row_max[r] + logf(l) : -INFINITY;
   }
 }
 
