@@ -6,6 +6,7 @@
 #include <cudnn.h>
 #include <cudnn_frontend.h>
 
+#include <climits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -91,6 +92,7 @@ struct Shape {
   bool causal = true;
   int left_bound = 0;
   std::int64_t batch = 1, max_q = 1, max_kv = 1;
+  std::int64_t total_q = 1, total_kv = 1;  // bounds on the packed rows (the backward's workspace)
 };
 
 std::string key_of(const Shape& s, bool backward) {
@@ -98,7 +100,8 @@ std::string key_of(const Shape& s, bool backward) {
          std::to_string(s.dims.kv_heads) + "/" + std::to_string(s.dims.head_dim) + "/" +
          std::to_string(s.dims.scale) + "/" + std::to_string(s.causal) + "/" +
          std::to_string(s.left_bound) + "/" + std::to_string(s.batch) + "/" +
-         std::to_string(s.max_q) + "/" + std::to_string(s.max_kv);
+         std::to_string(s.max_q) + "/" + std::to_string(s.max_kv) + "/" +
+         std::to_string(s.total_q) + "/" + std::to_string(s.total_kv);
 }
 
 TensorAttr int_tensor(Graph& graph, const char* name, std::int64_t uid, std::int64_t n) {
@@ -110,14 +113,16 @@ TensorAttr int_tensor(Graph& graph, const char* name, std::int64_t uid, std::int
                           .set_data_type(fe::DataType_t::INT32));
 }
 
-// [batch, heads, rows, d] over THD rows: row stride heads·d, head stride d.
+// [batch, heads, rows, d] over THD rows: row stride heads·d, head stride d; the batch stride is
+// unused (ragged offsets place each block) and set out of the way, as cuDNN checks strides
+// against the ragged dim.
 fe::graph::Tensor_attributes thd(const char* name, std::int64_t uid, const Shape& s,
                                  std::int64_t heads, std::int64_t rows, std::int64_t d) {
   return fe::graph::Tensor_attributes()
       .set_name(name)
       .set_uid(uid)
       .set_dim({s.batch, heads, rows, d})
-      .set_stride({rows * heads * d, d, heads * d, 1});
+      .set_stride({INT_MAX, d, heads * d, 1});
 }
 
 void set_thd(const TensorAttr& t, std::int64_t uid, const Shape& s, std::int64_t heads,
@@ -125,7 +130,7 @@ void set_thd(const TensorAttr& t, std::int64_t uid, const Shape& s, std::int64_t
   t->set_output(true)
       .set_uid(uid)
       .set_dim({s.batch, heads, rows, d})
-      .set_stride({rows * heads * d, d, heads * d, 1})
+      .set_stride({INT_MAX, d, heads * d, 1})
       .set_ragged_offset(offsets);
 }
 
@@ -206,6 +211,8 @@ std::shared_ptr<Graph> build_backward(const Shape& s, fe::error_t& error) {
   auto stats = graph->tensor(stats_layout(s).set_name("stats").set_ragged_offset(x.stats_offset));
   auto attributes = fe::graph::SDPA_backward_attributes()
                         .set_name("sdpa_backward")
+                        .set_max_total_seq_len_q(s.total_q)
+                        .set_max_total_seq_len_kv(s.total_kv)
                         .set_attn_scale(s.dims.scale)
                         .set_padding_mask(true)
                         .set_seq_len_q(x.seq_q)
@@ -234,7 +241,14 @@ std::shared_ptr<Graph> graph_for(const Shape& s, bool backward) {
 }
 
 Shape shape_of(const CudnnAttentionDims& dims, const CudnnAttentionCall& call) {
-  return {dims, call.causal, call.left_bound, call.batch, call.max_q_rows, call.max_kv_rows};
+  return {dims,
+          call.causal,
+          call.left_bound,
+          call.batch,
+          call.max_q_rows,
+          call.max_kv_rows,
+          call.total_q_rows,
+          call.total_kv_rows};
 }
 
 void run(const Graph& graph, std::unordered_map<std::int64_t, void*>& pack,
@@ -271,7 +285,7 @@ std::string cudnn_attention_unsupported(const CudnnAttentionDims& dims, int slid
     // The shapes a bin produces: causal blocks (the window as their left bound) and full
     // blocks below the queries (a window cut as a left bound too).
     for (const bool causal : {true, false}) {
-      const Shape s{dims, causal, sliding_window, 2, 128, 256};
+      const Shape s{dims, causal, sliding_window, 2, 128, 256, 256, 512};
       for (const bool backward : {false, true}) {
         fe::error_t error;
         if (backward) {

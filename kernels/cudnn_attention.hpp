@@ -30,11 +30,12 @@ struct CudnnAttentionDims {
 
 struct CudnnAttentionCall {
   bool causal = true;
-  int left_bound = 0;                     // 0: none
-  int batch = 0;                          // blocks, padded to a bucket with empty ones (zero rows)
-  int max_q_rows = 0, max_kv_rows = 0;    // the graph's sequence lengths (bucketed)
-  const std::int32_t* q_rows = nullptr;   // device [batch]
-  const std::int32_t* kv_rows = nullptr;  // device [batch]
+  int left_bound = 0;                   // 0: none
+  int batch = 0;                        // blocks, padded to a bucket with empty ones (zero rows)
+  int max_q_rows = 0, max_kv_rows = 0;  // the graph's sequence lengths (bucketed)
+  int total_q_rows = 0, total_kv_rows = 0;      // bounds on all blocks' rows (bucketed)
+  const std::int32_t* q_rows = nullptr;         // device [batch]
+  const std::int32_t* kv_rows = nullptr;        // device [batch]
   const std::int32_t* q_offsets = nullptr;      // device [batch + 1], elements of q / o
   const std::int32_t* kv_offsets = nullptr;     // device [batch + 1], elements of k / v
   const std::int32_t* stats_offsets = nullptr;  // device [batch + 1], elements of stats

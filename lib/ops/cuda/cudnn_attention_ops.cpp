@@ -111,6 +111,8 @@ kernels::CudnnAttentionCall upload_call(core::Arena& scratch, const AttentionBlo
   out.batch = batch;
   out.max_q_rows = bucket(call.max_q_rows, 64);
   out.max_kv_rows = bucket(call.max_kv_rows, 64);
+  out.total_q_rows = bucket(static_cast<std::int32_t>(q_tokens), 64);
+  out.total_kv_rows = bucket(static_cast<std::int32_t>(kv_tokens), 64);
   out.q_rows = base;
   out.kv_rows = base + batch;
   out.q_offsets = base + 2 * batch;
