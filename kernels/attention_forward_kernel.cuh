@@ -1,6 +1,8 @@
 #pragma once
 // The flash-attention forward kernel and its shared-memory layout (kernels/attention.hpp), kept
 // apart from the launch code so the device code is one readable unit.
+#include <cuda_pipeline_primitives.h>
+
 #include "attention.hpp"
 #include "attention_mask.cuh"
 #include "attention_tile.cuh"
@@ -11,13 +13,21 @@ namespace dyncp::kernels::attention_detail::forward {
 constexpr int kBlockM = 64;  // query rows per block
 constexpr int kBlockN = 64;  // key rows per step (two per lane in the softmax)
 
+// K/V tiles are double-buffered (the next visible tile loads with cp.async while this one is
+// computed) where two stages fit in Hopper's 227 KiB per block (d <= 128 here); d = 256 keeps
+// one stage, its load still asynchronous but waited for at once.
+constexpr std::size_t kMaxSharedPerBlock = 227 * 1024;
+
 struct ForwardLayout {
-  std::size_t q, k, v, s, p, o, row_max, row_sum, row_scale, q_pos, kv_pos, flags, bytes;
-  __host__ __device__ explicit ForwardLayout(int d) {
+  std::size_t q, k[2], v[2], s, p, o, row_max, row_sum, row_scale, q_pos, kv_pos[2], flags, bytes;
+  int stages;
+  __host__ __device__ ForwardLayout(int d, int stages_wanted) : stages(stages_wanted) {
     SmemCursor at;
     q = at.take(sizeof(bf16) * kBlockM * (d + kBf16Pad));
-    k = at.take(sizeof(bf16) * kBlockN * (d + kBf16Pad));
-    v = at.take(sizeof(bf16) * kBlockN * (d + kBf16Pad));
+    for (int b = 0; b < 2; ++b) {
+      k[b] = b < stages ? at.take(sizeof(bf16) * kBlockN * (d + kBf16Pad)) : k[0];
+      v[b] = b < stages ? at.take(sizeof(bf16) * kBlockN * (d + kBf16Pad)) : v[0];
+    }
     s = at.take(sizeof(float) * kBlockM * (kBlockN + kF32Pad));
     p = at.take(sizeof(bf16) * kBlockM * (kBlockN + kBf16Pad));
     o = at.take(sizeof(float) * kBlockM * (d + kF32Pad));
@@ -25,11 +35,30 @@ struct ForwardLayout {
     row_sum = at.take(sizeof(float) * kBlockM);
     row_scale = at.take(sizeof(float) * kBlockM);
     q_pos = at.take(sizeof(int) * kBlockM);
-    kv_pos = at.take(sizeof(int) * kBlockN);
+    kv_pos[0] = at.take(sizeof(int) * kBlockN);
+    kv_pos[1] = stages > 1 ? at.take(sizeof(int) * kBlockN) : kv_pos[0];
     flags = at.take(sizeof(int) * 4);
     bytes = at.offset;
   }
+  // Two stages where they fit, else one.
+  __host__ __device__ explicit ForwardLayout(int d)
+      : ForwardLayout(d, ForwardLayout(d, 2).bytes <= kMaxSharedPerBlock ? 2 : 1) {}
 };
+
+// Issues the asynchronous copy of key rows [kv0, kv0 + rows) of one kv head into a padded
+// tile (16-byte copies; rows past `rows` are zeroed with plain stores) and commits the batch.
+__device__ inline void load_tile_async(bf16* tile, const bf16* src, std::int64_t kv0, int rows,
+                                       int heads, int head, int d) {
+  const int vectors_per_row = d / 8, ld = d + kBf16Pad;
+  for (int i = threadIdx.x; i < kBlockN * vectors_per_row; i += blockDim.x) {
+    const int r = i / vectors_per_row, c = (i % vectors_per_row) * 8;
+    if (r < rows) {
+      __pipeline_memcpy_async(tile + r * ld + c, src + ((kv0 + r) * heads + head) * d + c, 16);
+    } else {
+      *reinterpret_cast<uint4*>(tile + r * ld + c) = make_uint4(0, 0, 0, 0);
+    }
+  }
+}
 
 // GQA packing: the 64 query slots of a block are R rows x Hb query heads of one kv head
 // (Hb = min(group, 64), R = 64 / Hb), slot i = (row i / Hb, head i % Hb), so each K/V tile a
@@ -69,8 +98,6 @@ __global__ void __launch_bounds__(kThreads)
             ld_p = kBlockN + kBf16Pad, ld_o = d + kF32Pad;
   const ForwardLayout at(d);
   bf16* q_tile = reinterpret_cast<bf16*>(smem + at.q);
-  bf16* k_tile = reinterpret_cast<bf16*>(smem + at.k);
-  bf16* v_tile = reinterpret_cast<bf16*>(smem + at.v);
   float* s_tile = reinterpret_cast<float*>(smem + at.s);
   bf16* p_tile = reinterpret_cast<bf16*>(smem + at.p);
   float* o_tile = reinterpret_cast<float*>(smem + at.o);
@@ -78,7 +105,6 @@ __global__ void __launch_bounds__(kThreads)
   float* row_sum = reinterpret_cast<float*>(smem + at.row_sum);
   float* row_scale = reinterpret_cast<float*>(smem + at.row_scale);
   int* q_pos = reinterpret_cast<int*>(smem + at.q_pos);
-  int* kv_pos = reinterpret_cast<int*>(smem + at.kv_pos);
   // The query tile's position range and the key tile's (real rows only), for tile skipping.
   int& tile_max_q_pos = reinterpret_cast<int*>(smem + at.flags)[0];
   int& tile_min_kv_pos = reinterpret_cast<int*>(smem + at.flags)[1];
@@ -118,28 +144,55 @@ __global__ void __launch_bounds__(kThreads)
   for (int i = threadIdx.x; i < kBlockM * ld_o; i += blockDim.x) o_tile[i] = 0.0f;
 
   const int kv_end = shape.kv_cu_seqlens[seq + 1];
-  for (int kv0 = shape.kv_cu_seqlens[seq]; kv0 < kv_end; kv0 += kBlockN) {
-    const int cols = min(kBlockN, kv_end - kv0);
-    __syncthreads();  // the previous step is done with the K/V tiles and their bounds
-    if (threadIdx.x == 0) {
-      tile_min_kv_pos = INT_MAX;
-      tile_max_kv_pos = INT_MIN;
-    }
-    __syncthreads();
-    for (int c = threadIdx.x; c < kBlockN; c += blockDim.x) {
-      kv_pos[c] = c < cols ? shape.kv_positions[kv0 + c] : INT_MAX;
-      if (c < cols) {
-        atomicMin(&tile_min_kv_pos, kv_pos[c]);
-        atomicMax(&tile_max_kv_pos, kv_pos[c]);
+  // The first key tile at or after `from` that some query of this block sees (kv_end: none);
+  // its positions are left in `positions`. Every thread runs it (it holds barriers).
+  const auto next_visible = [&](int from, int* positions) {
+    for (int kv0 = from; kv0 < kv_end; kv0 += kBlockN) {
+      const int cols = min(kBlockN, kv_end - kv0);
+      __syncthreads();  // the bounds and `positions` are free again
+      if (threadIdx.x == 0) {
+        tile_min_kv_pos = INT_MAX;
+        tile_max_kv_pos = INT_MIN;
       }
+      __syncthreads();
+      for (int c = threadIdx.x; c < kBlockN; c += blockDim.x) {
+        positions[c] = c < cols ? shape.kv_positions[kv0 + c] : INT_MAX;
+        if (c < cols) {
+          atomicMin(&tile_min_kv_pos, positions[c]);
+          atomicMax(&tile_max_kv_pos, positions[c]);
+        }
+      }
+      __syncthreads();
+      // Visible unless every key is in every query's future or a window or more behind.
+      if (!tile_hidden(tile_min_q_pos, tile_max_q_pos, tile_min_kv_pos, tile_max_kv_pos, window))
+        return kv0;
     }
+    return kv_end;
+  };
+  const auto stage = [&](int b) { return reinterpret_cast<bf16*>(smem + at.k[b]); };
+  const auto v_stage = [&](int b) { return reinterpret_cast<bf16*>(smem + at.v[b]); };
+  const auto positions_of = [&](int b) { return reinterpret_cast<int*>(smem + at.kv_pos[b]); };
+  const auto issue = [&](int kv0, int b) {
+    const int cols = min(kBlockN, kv_end - kv0);
+    load_tile_async(stage(b), k, kv0, cols, shape.kv_heads, kv_head, d);
+    load_tile_async(v_stage(b), v, kv0, cols, shape.kv_heads, kv_head, d);
+    __pipeline_commit();
+  };
+  int buffer = 0;
+  int kv0 = next_visible(shape.kv_cu_seqlens[seq], positions_of(0));
+  if (kv0 < kv_end) issue(kv0, 0);
+  while (kv0 < kv_end) {
+    // Two stages: find and start the next visible tile before computing this one.
+    int next = kv_end;
+    if (at.stages == 2) {
+      next = next_visible(kv0 + kBlockN, positions_of(1 - buffer));
+      if (next < kv_end) issue(next, 1 - buffer);
+    }
+    __pipeline_wait_prior(next < kv_end ? 1 : 0);  // this tile's batch has landed
     __syncthreads();
-    // Every key in every query's future, or a window or more behind every query.
-    if (tile_hidden(tile_min_q_pos, tile_max_q_pos, tile_min_kv_pos, tile_max_kv_pos, window))
-      continue;
-    load_tile(k_tile, k, kv0, cols, kBlockN, shape.kv_heads, kv_head, d);
-    load_tile(v_tile, v, kv0, cols, kBlockN, shape.kv_heads, kv_head, d);
-    __syncthreads();
+    const bf16* k_tile = stage(buffer);
+    const bf16* v_tile = v_stage(buffer);
+    const int* kv_pos = positions_of(buffer);
 
     // S = Q K^T (K read column-major is K^T).
     mma_tile<wmma::row_major, wmma::col_major>(s_tile, ld_s, q_tile, ld_h, k_tile, ld_h, kBlockM,
@@ -181,6 +234,14 @@ __global__ void __launch_bounds__(kThreads)
     // O += P V.
     mma_tile<wmma::row_major, wmma::row_major>(o_tile, ld_o, p_tile, ld_p, v_tile, ld_h, kBlockM, d,
                                                kBlockN, true);
+    __syncthreads();  // done with this stage before it is loaded again
+    if (at.stages == 1) {
+      next = next_visible(kv0 + kBlockN, positions_of(0));
+      if (next < kv_end) issue(next, 0);
+    } else {
+      buffer = 1 - buffer;
+    }
+    kv0 = next;
   }
   __syncthreads();
   // Slot r is query row q_begin + r / hb of head h0 + r % hb.
