@@ -19,7 +19,28 @@ if(NOT DYNCP_CUDA STREQUAL "OFF")
     find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV NCCL_HOME PATH_SUFFIXES include)
     find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${CUDAToolkit_LIBRARY_DIR} ENV NCCL_HOME PATH_SUFFIXES lib lib64)
     find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV CUDNN_HOME PATH_SUFFIXES include)
-    find_library(CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} ENV CUDNN_HOME PATH_SUFFIXES lib lib64)
+    find_library(CUDNN_LIBRARY NAMES cudnn libcudnn.so.9 HINTS ${CUDAToolkit_LIBRARY_DIR} ENV CUDNN_HOME PATH_SUFFIXES lib lib64)
+    # cuDNN's fused attention needs cudnn-frontend's headers too (the pinned wheel that
+    # tools/install-deps.sh unpacks into build/third_party; never in the tree). Without either,
+    # the build goes on and model.attention_backend=fused is refused with the reason.
+    find_path(CUDNN_FRONTEND_INCLUDE_DIR cudnn_frontend.h
+              HINTS ${PROJECT_BINARY_DIR}/third_party/cudnn-frontend/include
+                    ${PROJECT_SOURCE_DIR}/build/third_party/cudnn-frontend/include
+                    ENV CUDNN_FRONTEND_HOME
+              PATH_SUFFIXES include)
+    set(DYNCP_HAVE_CUDNN OFF)
+    # (cudnn-frontend compiles some engines at run time: it links NVRTC too.)
+    if(CUDNN_INCLUDE_DIR AND CUDNN_LIBRARY AND CUDNN_FRONTEND_INCLUDE_DIR AND TARGET CUDA::nvrtc)
+      set(DYNCP_HAVE_CUDNN ON)
+      set(DYNCP_CUDNN_STATUS "cuDNN ${CUDNN_LIBRARY}, cudnn-frontend ${CUDNN_FRONTEND_INCLUDE_DIR}")
+    elseif(NOT CUDNN_FRONTEND_INCLUDE_DIR)
+      set(DYNCP_CUDNN_STATUS "off: no cudnn-frontend headers (tools/install-deps.sh unpacks them)")
+    elseif(NOT TARGET CUDA::nvrtc)
+      set(DYNCP_CUDNN_STATUS "off: the CUDA toolkit has no NVRTC, which cudnn-frontend links")
+    else()
+      set(DYNCP_CUDNN_STATUS "off: cuDNN not found (set CUDNN_HOME)")
+    endif()
+    message(STATUS "dyncp: fused attention: ${DYNCP_CUDNN_STATUS}")
     if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
       add_library(dyncp_nccl INTERFACE)
       target_include_directories(dyncp_nccl SYSTEM INTERFACE ${NCCL_INCLUDE_DIR})

@@ -8,13 +8,15 @@
 // Our own kernel (docs/cuda.md says why): q/k/v and dout in bf16, every product on bf16
 // tensor cores (WMMA 16x16x16) with fp32 accumulation, online softmax in fp32, out / lse /
 // gradients in fp32. Head dim: a multiple of 16, at most 256.
-//  - forward: one block per (64-query tile, query head, sequence); K/V tiles of 64 rows are
-//    staged in shared memory; tiles whose smallest key position exceeds the tile's largest
-//    query position, or (window) whose largest key is a window or more behind the tile's
-//    smallest query, are skipped.
+//  - forward: one block per (64 query slots, kv head, sequence), the slots R rows x the query
+//    heads of that kv head (GQA-packed: each K/V tile serves the whole group); K/V tiles of 64
+//    rows are staged in shared memory, double-buffered with cp.async where two stages fit;
+//    tiles whose smallest key position exceeds the tile's largest query position, or (window)
+//    whose largest key is a window or more behind the tile's smallest query, are skipped.
 //  - backward: one block per (32-key tile, kv head, sequence) owns dK/dV of its tile (summed
 //    over the query heads sharing the kv head) and walks the sequence's 32-query tiles (with
-//    the same skipping); dQ gathers contributions from several blocks with fp32 atomics.
+//    the same skipping); dQ comes from a second kernel, one block per (32-query tile, query
+//    head, sequence) that owns its rows: no atomics, the same bits run to run.
 
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>

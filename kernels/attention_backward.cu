@@ -1,10 +1,12 @@
 // Flash-attention backward (kernels/attention.hpp): per block, one 32-row key tile of one kv
 // head; it walks every query tile of the sequence for each query head sharing the kv head,
-// recomputes P from the saved lse, and accumulates dK, dV in shared memory.
+// recomputes P from the saved lse, and accumulates dK, dV in shared memory. Then dQ, one block
+// per 32-row query tile of one head, without atomics (attention_dq_kernel.cuh).
 #include <string>
 
 #include "attention.hpp"
 #include "attention_backward_kernel.cuh"
+#include "attention_dq_kernel.cuh"
 
 namespace dyncp::kernels {
 
@@ -43,7 +45,15 @@ void attention_backward(const AttentionShape& shape, const bf16* q, const bf16* 
                                         static_cast<int>(smem)));
   const dim3 grid((shape.max_kv_rows + kBlockN - 1) / kBlockN, shape.kv_heads, shape.num_seqs);
   DYNCP_LAUNCH(attention_backward_kernel, grid, kThreads, smem, stream)
-  (shape, q, k, v, dout, lse, scratch_d, dq, dk, dv, accumulate_dkv);
+  (shape, q, k, v, dout, lse, scratch_d, dk, dv, accumulate_dkv);
+  DYNCP_CUDA_CHECK_LAUNCH();
+  // dQ: one block per query tile and head owns its rows (no atomics).
+  if (shape.max_q_rows == 0) return;
+  DYNCP_CUDA_CHECK(cudaFuncSetAttribute(
+      attention_dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  const dim3 dq_grid((shape.max_q_rows + kBlockM - 1) / kBlockM, shape.q_heads, shape.num_seqs);
+  DYNCP_LAUNCH(attention_dq_kernel, dq_grid, kThreads, smem, stream)
+  (shape, q, k, v, dout, lse, scratch_d, dq);
   DYNCP_CUDA_CHECK_LAUNCH();
 }
 

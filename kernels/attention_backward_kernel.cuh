@@ -49,8 +49,8 @@ __global__ void attention_delta_kernel(const bf16* dout, const float* out, float
 
 __global__ void __launch_bounds__(kThreads)
     attention_backward_kernel(AttentionShape shape, const bf16* q, const bf16* k, const bf16* v,
-                              const bf16* dout, const float* lse, const float* delta, float* dq,
-                              float* dk, float* dv, bool accumulate_dkv) {
+                              const bf16* dout, const float* lse, const float* delta, float* dk,
+                              float* dv, bool accumulate_dkv) {
   DYNCP_DYNAMIC_SHARED(unsigned char, smem);
   const int d = shape.head_dim, ld_h = d + kBf16Pad, ld_s = kBlockN + kF32Pad,
             ld_p = kBlockN + kBf16Pad, ld_o = d + kF32Pad;
@@ -65,7 +65,6 @@ __global__ void __launch_bounds__(kThreads)
   bf16* ds16_tile = reinterpret_cast<bf16*>(smem + at.ds16);
   float* dk_acc = reinterpret_cast<float*>(smem + at.dk);
   float* dv_acc = reinterpret_cast<float*>(smem + at.dv);
-  float* dq_tile = reinterpret_cast<float*>(smem + at.dq);
   float* lse_rows = reinterpret_cast<float*>(smem + at.lse);
   float* delta_rows = reinterpret_cast<float*>(smem + at.delta);
   int* q_pos = reinterpret_cast<int*>(smem + at.q_pos);
@@ -154,17 +153,9 @@ __global__ void __launch_bounds__(kThreads)
             __float2bfloat16_rn(p_tile[r * ld_s + c] * (dp_tile[r * ld_s + c] - delta_rows[r]));
       }
       __syncthreads();
-      // dK += dS^T Q;  dQ(tile) = dS K.
+      // dK += dS^T Q (dQ: attention_dq_kernel.cuh, without atomics).
       mma_tile<wmma::col_major, wmma::row_major>(dk_acc, ld_o, ds16_tile, ld_p, q_tile, ld_h,
                                                  kBlockN, d, kBlockM, true);
-      mma_tile<wmma::row_major, wmma::row_major>(dq_tile, ld_o, ds16_tile, ld_p, k_tile, ld_h,
-                                                 kBlockM, d, kBlockN, false);
-      __syncthreads();
-      for (int i = threadIdx.x; i < rows * d; i += blockDim.x) {
-        const int r = i / d, c = i % d;
-        atomicAdd(&dq[(static_cast<std::int64_t>(q0 + r) * shape.q_heads + head) * d + c],
-                  shape.scale * dq_tile[r * ld_o + c]);
-      }
     }
   }
   __syncthreads();

@@ -1,5 +1,6 @@
-// Flash-attention forward (kernels/attention.hpp): per block, one 64-row query tile of one
-// head against the sequence's keys, 64 at a time, with an online softmax.
+// Flash-attention forward (kernels/attention.hpp): per block, 64 query slots (rows x the query
+// heads of one kv head, GQA-packed) against the sequence's keys, 64 at a time, with an online
+// softmax.
 #include "attention.hpp"
 #include "attention_forward_kernel.cuh"
 
@@ -16,7 +17,9 @@ void attention_forward(const AttentionShape& shape, const bf16* q, const bf16* k
   DYNCP_CUDA_CHECK(cudaFuncSetAttribute(attention_forward_kernel,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(smem)));
-  const dim3 grid((shape.max_q_rows + kBlockM - 1) / kBlockM, shape.q_heads, shape.num_seqs);
+  const QuerySlots slots(shape.q_heads, shape.kv_heads);
+  const dim3 grid((shape.max_q_rows + slots.rows_per_block - 1) / slots.rows_per_block,
+                  shape.kv_heads * slots.head_chunks, shape.num_seqs);
   DYNCP_LAUNCH(attention_forward_kernel, grid, kThreads, smem, stream)(shape, q, k, v, out, lse);
   DYNCP_CUDA_CHECK_LAUNCH();
 }

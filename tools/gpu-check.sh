@@ -7,12 +7,15 @@
 #                out/gpu-prefix.tar.xz (tools/gpu-prefix.sh, made on a Debian machine)
 #   2 tests/gpu  every test the GPU test binary holds (new kernels' tests join by being in it):
 #                each kernel against its CPU op, NcclComm on one rank, and the whole model step
-#                GPU vs CPU on the tiny Qwen3-MoE fixture in fp32 and bf16_mixed
+#                GPU vs CPU on the tiny Qwen3-MoE fixture in fp32 and bf16_mixed; among them
+#                cuDNN's fused attention against our kernel against the CPU op on both seed
+#                models' attention shapes, with a timing line each (summary row "cudnn")
 #   3 sanitizer  compute-sanitizer memcheck and racecheck over the attention tests
 #   4 training   the tiny recipe for 50 steps on one rank, GPU against CPU: fp32 (steps 1-3 to
 #                1e-5, every step to 1e-4) and bf16_mixed (every step within 2e-2 of CPU fp32
 #                and 1e-2 of CPU bf16_mixed, docs/precision.md)
-#   5 bench      tools/bench/gpu_step.sh (Qwen3-30B-A3B-shaped layers, targets printed)
+#   5 bench      tools/bench/gpu_step.sh (Qwen3-30B-A3B-shaped layers, targets printed), with
+#                model.attention_backend fused and flash
 #   6 model      the modelled step's table (docs/step-model.md) against phase 5's measurements,
 #                per op class (tools/bench/step_model_vs_measured.py): the calibration
 # Multi-rank NCCL cannot run on one GPU: the emulated backend covers it (ctest -L cuda_emulated).
@@ -122,6 +125,18 @@ if [[ $emulate != 1 ]]; then
   fi
   [[ -n "$nccl_home" ]] || { echo "gpu-check: nccl.h not found; set NCCL_HOME" >&2; exit 2; }
   export NCCL_HOME=$nccl_home
+  # cuDNN (fused attention): the toolkit's, or the one in Python's nvidia-cudnn wheel (its
+  # libcudnn.so.9 is found by that name; cudnn-frontend's headers travel in the prefix).
+  if [[ -z ${CUDNN_HOME:-} && ! -f $cuda_root/include/cudnn.h ]] && command -v python3 >/dev/null; then
+    for module in nvidia.cudnn nvidia.cu13; do
+      dir=$(python3 -c "import $module as m; print(list(m.__path__)[0])" 2>/dev/null || true)
+      if [[ -n $dir && -f $dir/include/cudnn.h ]]; then export CUDNN_HOME=$dir; break; fi
+    done
+  fi
+  if [[ -n ${CUDNN_HOME:-} ]]; then
+    export LD_LIBRARY_PATH=$CUDNN_HOME/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    echo "cuDNN from $CUDNN_HOME"
+  fi
   # cuBLAS(Lt): normally in the toolkit; otherwise Python's nvidia-cublas wheel, which ships
   # only versioned libraries, so link names are made for it in the build folder.
   extra_flags=() shim=$build_dir/shim
@@ -202,6 +217,21 @@ for name in model_step_matches_cpu_fp32 model_step_bf16_matches_cpu_bf16; do
   grep -q "^\[$name\] passed" "$work/gpu-tests.log" || { echo "gpu-check: $name did not pass"; status=FAILED; }
 done
 phase_end tests/gpu 30 "$status"
+# cuDNN's fused attention: its tests ran in phase 2 when the build found cuDNN and
+# cudnn-frontend (the configure line says which); their pass lines and timings again here.
+if [[ $emulate == 1 ]]; then
+  echo "cudnn: the emulated backend has no cuDNN (gpu_e2e:attention_backend checks the refusal)"
+  summary+=("$(printf '  %-10s %-8s' cudnn skipped)")
+else
+  status=passed
+  grep -E '^-- dyncp: fused attention' "$build_dir/configure.log" 2>/dev/null || true
+  for name in fused_sdpa_qwen3_30b_a3b_shape fused_sdpa_qwen3_5_35b_a3b_shape; do
+    grep -q "^\[$name\] passed" "$work/gpu-tests.log" || { echo "gpu-check: $name did not pass (or was not built)"; status=FAILED; }
+  done
+  grep -E "timing |cuDNN rejects" "$work/gpu-tests.log" || true
+  summary+=("$(printf '  %-10s %-8s (in phase 2)' cudnn "$status")")
+  [[ $status == passed ]] || failed=1
+fi
 
 # ---- 3. compute-sanitizer over the attention kernels -----------------------------------------
 phase "3 compute-sanitizer (attention tests)"

@@ -71,6 +71,15 @@ for transport in ofi ucx psm psm2 openib usnic uct verbs; do
 done
 # The dev link Debian points at /etc/alternatives: point it at the library instead.
 ln -sfn libmpi.so.40 "$prefix/$lib/libmpi.so"
+# cudnn-frontend's headers (cuDNN's fused attention), unpacked by install-deps.sh from the pinned
+# wheel: the GPU machine has no registry.
+frontend=$root/build/third_party/cudnn-frontend/include
+[[ -f $frontend/cudnn_frontend.h ]] || "$root/tools/install-deps.sh"
+if [[ -f $frontend/cudnn_frontend.h ]]; then
+  cp -a "$frontend"/. "$prefix/usr/include/"
+else
+  echo "gpu-prefix: no cudnn-frontend headers: the GPU check builds without cuDNN" >&2
+fi
 mkdir -p "$(dirname "$tarball")"
 tar -C "$work" -cJf "$tarball" gpu-prefix
 echo "gpu-prefix: $(du -sh "$prefix" | cut -f1) unpacked, $(du -h "$tarball" | cut -f1) packed: $tarball"

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_pipeline_primitives.h"
 #include "device_heap.hpp"
 #include "runtime_state.hpp"
 
@@ -69,6 +70,15 @@ struct Lane {
   // one barrier per shuffle suffices (nobody can be two shuffles ahead of a lane still reading).
   std::uint64_t exchange[2] = {0, 0};
   unsigned shuffles = 0;
+  // Asynchronous copies (cuda_pipeline_primitives.h): queued with their commit batch.
+  struct AsyncCopy {
+    void* dst;
+    const void* src;
+    std::size_t bytes;
+    std::size_t batch;
+  };
+  std::vector<AsyncCopy> copies;
+  std::size_t committed = 0;  // batches committed so far
 };
 
 struct BlockRun {
@@ -175,6 +185,37 @@ std::uint64_t exchange_in_warp(std::uint64_t bits, unsigned source_lane) {
   return (*run.lanes)[base + source_lane].exchange[slot];
 }
 
+void pipeline_memcpy_async(void* dst_shared, const void* src_global, std::size_t bytes) {
+  if (bytes != 4 && bytes != 8 && bytes != 16) {
+    fail(std::string("kernel ") + run.kernel + ": an asynchronous copy of " +
+         std::to_string(bytes) + " bytes (4, 8 or 16 only)");
+  }
+  if (reinterpret_cast<std::uintptr_t>(dst_shared) % bytes != 0 ||
+      reinterpret_cast<std::uintptr_t>(src_global) % bytes != 0) {
+    fail(std::string("kernel ") + run.kernel + ": an asynchronous copy not aligned to its size");
+  }
+  Lane& lane = *run.current;
+  lane.copies.push_back({dst_shared, src_global, bytes, lane.committed});
+}
+
+void pipeline_commit() {
+  ++run.current->committed;
+}
+
+void pipeline_wait_prior(std::size_t prior) {
+  Lane& lane = *run.current;
+  const std::size_t landed = lane.committed > prior ? lane.committed - prior : 0;
+  std::size_t kept = 0;
+  for (const Lane::AsyncCopy& copy : lane.copies) {
+    if (copy.batch < landed) {
+      std::memcpy(copy.dst, copy.src, copy.bytes);
+    } else {
+      lane.copies[kept++] = copy;
+    }
+  }
+  lane.copies.resize(kept);
+}
+
 cudaError_t set_max_dynamic_shared_memory(const void* kernel, int bytes) {
   if (bytes < 0 || static_cast<std::size_t>(bytes) > kMaxDynamicShared) {
     return record_error(cudaErrorInvalidValue);
@@ -231,6 +272,8 @@ cudaError_t run_grid(const void* kernel, const char* name, dim3 grid, dim3 block
                         grid};
           lane.wait = Wait::none;
           lane.shuffles = 0;
+          lane.copies.clear();
+          lane.committed = 0;
           lane.fiber = ctx::fiber(std::allocator_arg, PooledStack{&stacks},
                                   [&lane, &body, &failure](ctx::fiber&& scheduler) {
                                     lane.scheduler = std::move(scheduler);

@@ -213,7 +213,7 @@ I model.use_cpu_initialization : initialisation device
 I model.make_vocab_size_divisible_by : vocabulary padding multiple (the vocabulary is not padded here)
 I model.transformer_layer_spec : the layer structure follows experimental_attention_variant here
 I model.transformer_impl : layers run on this program's kernels
-I model.attention_backend : attention kernel choice
+H model.attention_backend -> model.attention_backend : fused (cuDNN), flash (own kernel) or auto; unfused and local are not built
 I model.flash_attention_version : attention kernel choice
 I model.perform_initialization : weights are initialised (or loaded) either way
 I model.deterministic_mode : this program is deterministic

@@ -35,6 +35,7 @@ struct ModelConfig {
   CpCommType cp_comm_type = CpCommType::all_gather;
   // a2a+p2p only: [inner, outer], inner x outer = context_parallel_size (empty: unset).
   std::vector<std::int64_t> hierarchical_context_parallel_sizes;
+  AttentionBackend attention_backend = AttentionBackend::auto_select;
 
   // Loss.
   bool calculate_per_token_loss = true;

@@ -64,6 +64,13 @@ DYNCP_CONFIG_ENUM_NAMES(Device, "auto", "cpu", "cuda");
 enum class CpCommType { all_gather, p2p, a2a, a2a_p2p };
 DYNCP_CONFIG_ENUM_NAMES(CpCommType, "all_gather", "p2p", "a2a", "a2a+p2p");
 
+// Which attention implementation the GPU path runs: auto (cuDNN's fused attention where its support
+// check passes for the model's shapes, else our own kernel), flash (our own kernel), fused
+// (cuDNN, refused at start-up where it cannot run). Megatron's AttnBackend names; its unfused and
+// local are not built.
+enum class AttentionBackend { auto_select, flash, fused };
+DYNCP_CONFIG_ENUM_NAMES(AttentionBackend, "auto", "flash", "fused");
+
 enum class RecomputeGranularity { full, selective };
 DYNCP_CONFIG_ENUM_NAMES(RecomputeGranularity, "full", "selective");
 

@@ -78,6 +78,14 @@ void append_parallel_keys(std::vector<KeySpec>& keys) {
       {.rules = "only with cp_comm_type=a2a+p2p (required there); two positive entries whose "
                 "product is context_parallel_size"}));
   keys.push_back(make_key(
+      "model.attention_backend", DYNCP_FIELD(model.attention_backend),
+      "Attention implementation of the GPU path: fused (cuDNN's fused attention through "
+      "cudnn-frontend), flash (this program's own kernel), auto (fused where cuDNN's support "
+      "check passes for the model's attention shapes, else flash; the choice is logged once)",
+      {.rules = "fused needs dist.device=cuda, mixed_precision=bf16_mixed, a binary built with "
+                "cuDNN (not the emulated backend) and shapes cuDNN supports; the CPU path runs "
+                "its own op whatever the value"}));
+  keys.push_back(make_key(
       "model.calculate_per_token_loss", DYNCP_FIELD(model.calculate_per_token_loss),
       "Loss summed per token and normalised by the global token count", {.rules = "must be true"}));
   keys.push_back(make_key("model.moe_router_load_balancing_type",

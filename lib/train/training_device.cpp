@@ -6,6 +6,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "dist/routed_comm.hpp"
+#include "train/attention_backend_choice.hpp"
 
 namespace dyncp::train {
 namespace {
@@ -28,9 +29,11 @@ void refuse_unbuilt_gpu_features(int world_size) {
 core::Device resolve_training_device(const config::ConfigContainer& config, int world_size,
                                      int local_rank, int rank) {
   const config::Device asked = config.dist.device;
-  if (asked == config::Device::cpu) return core::Device::cpu;
   const bool backend = core::has_device_memory() && core::device_memory().visible_devices() > 0;
-  if (asked == config::Device::auto_detect && !backend) return core::Device::cpu;
+  if (asked == config::Device::cpu || (asked == config::Device::auto_detect && !backend)) {
+    choose_attention_backend(config, core::Device::cpu);
+    return core::Device::cpu;
+  }
   if (!backend) {
     core::throw_config_error("dist.device",
                              "cuda: this binary has no CUDA backend or sees no GPU (built "
@@ -40,6 +43,7 @@ core::Device resolve_training_device(const config::ConfigContainer& config, int 
   core::device_memory().select_device(local_rank, rank);
   spdlog::info("device: {} device {} for local rank {}", core::device_memory().name(), local_rank,
                local_rank);
+  choose_attention_backend(config, core::Device::cuda);  // after the device: cuDNN checks on it
   return core::Device::cuda;
 }
 

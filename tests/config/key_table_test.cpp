@@ -26,6 +26,7 @@ const std::vector<std::string> frozen_keys = {
     "model.max_seqlen_per_dp_cp_rank",
     "model.sequence_packing_scheduler",
     "model.cp_comm_type",
+    "model.attention_backend",
     "model.hierarchical_context_parallel_sizes",
     "model.calculate_per_token_loss",
     "model.moe_router_load_balancing_type",

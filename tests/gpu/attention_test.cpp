@@ -1,6 +1,6 @@
 // Flash attention (forward and backward) against the CPU op on the same bf16-rounded q, k, v
 // and dout. The cases cover every tile path: sequence lengths off the 64 / 32 tile sizes,
-// empty sequences and queries that see no key, GQA ratios 1 to 4, head dims 16 to 256,
+// empty sequences and queries that see no key, GQA ratios 1 to 16, head dims 16 to 256,
 // zigzag query subsets (a CP rank's rows), a key block holding part of the sequence, keys in
 // shuffled order, and tiles skipped because all their keys are in the future; the same with a
 // sliding window (tiles skipped behind it), for the bf16 and the fp32 kernels.
@@ -155,6 +155,18 @@ GPU_TEST(attention_whole_sequences_gqa4) {
   check_attention("d=64 Hq=4 Hkv=1",
                   {whole(1), whole(63), whole(0), whole(64), whole(65), whole(130)}, 4, 1, 64,
                   false);
+}
+
+GPU_TEST(attention_gqa_ratios_8_and_16) {
+  // The forward packs a kv head's query heads into one block's 64 slots (8 rows x 8 heads, 4
+  // rows x 16 heads): row counts off the packed tile, zigzag rows, a window, two kv heads.
+  check_attention("GQA 8: d=64 Hq=16 Hkv=2", {whole(1), whole(7), whole(9), whole(0), whole(70)},
+                  16, 2, 64, false);
+  check_attention("GQA 16: d=32 Hq=16 Hkv=1", {whole(3), whole(4), whole(5), whole(67)}, 16, 1, 32,
+                  true);
+  check_attention("GQA 16, zigzag c=2 rank 0, window 9: d=16 Hq=32 Hkv=2",
+                  {{zigzag(40, 2, 0), range(0, 40)}, {zigzag(12, 2, 0), range(0, 12)}}, 32, 2, 16,
+                  false, 9);
 }
 
 GPU_TEST(attention_zigzag_query_subsets) {

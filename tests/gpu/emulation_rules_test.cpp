@@ -1,11 +1,14 @@
 // The emulated backend's own rules, each the failure a GPU would show: host code reading device
 // memory, a kernel handed a host pointer, threads that can never meet at a barrier (a hang),
 // too much shared memory without opting in, a copy past an allocation, and an asynchronous
-// copy read before the stream is synchronised. The aborting cases run in a child process.
+// copy read before the stream is synchronised, a cp.async tile read before its wait. The
+// aborting cases run in a child process.
+#include <cuda_pipeline_primitives.h>
 #include <cuda_runtime.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -34,6 +37,22 @@ __global__ void needs_shared(float* out) {
   DYNCP_DYNAMIC_SHARED(float, buffer);
   buffer[threadIdx.x] = 1.0f;
   out[threadIdx.x] = buffer[threadIdx.x];
+}
+
+// Each thread copies 4 floats with cp.async in two batches and reads its shared slots before
+// and after waiting: out[0..3] before any wait, [4..7] after waiting for all but the newest
+// batch, [8..11] after waiting for all.
+__global__ void async_copies(const float* in, float* out) {
+  DYNCP_DYNAMIC_SHARED(float, tile);
+  __pipeline_memcpy_async(tile, in, 8);
+  __pipeline_commit();
+  __pipeline_memcpy_async(tile + 2, in + 2, 8);
+  __pipeline_commit();
+  for (int i = 0; i < 4; ++i) out[i] = tile[i];
+  __pipeline_wait_prior(1);
+  for (int i = 0; i < 4; ++i) out[4 + i] = tile[i];
+  __pipeline_wait_prior(0);
+  for (int i = 0; i < 4; ++i) out[8 + i] = tile[i];
 }
 
 // Runs `body` in a child; true when it died of SIGABRT with `message` on stderr.
@@ -72,9 +91,12 @@ GPU_TEST(emulation_host_read_of_device_memory_aborts) {
 
 GPU_TEST(emulation_kernel_with_host_pointer_aborts) {
   std::vector<int> host(32);
-  expect(aborts_with([&] { DYNCP_LAUNCH(write_index, 1, 32, 0, nullptr)
-                           (host.data()); },
-                     "argument 0 is a host pointer"),
+  expect(aborts_with(
+             [&] {
+               DYNCP_LAUNCH(write_index, 1, 32, 0, nullptr)
+               (host.data());
+             },
+             "argument 0 is a host pointer"),
          "a kernel handed a host pointer aborts");
   DeviceBuffer<int> device(32);
   DYNCP_LAUNCH(write_index, 1, 32, 0, nullptr)(device.get());
@@ -84,9 +106,12 @@ GPU_TEST(emulation_kernel_with_host_pointer_aborts) {
 
 GPU_TEST(emulation_barrier_that_never_opens_aborts) {
   DeviceBuffer<float> out(64);
-  expect(aborts_with([&] { DYNCP_LAUNCH(diverging_barriers, 1, 32, 0, nullptr)
-                           (out.get()); },
-                     "can never continue"),
+  expect(aborts_with(
+             [&] {
+               DYNCP_LAUNCH(diverging_barriers, 1, 32, 0, nullptr)
+               (out.get());
+             },
+             "can never continue"),
          "a warp split between a shuffle and __syncthreads is reported as a hang");
 }
 
@@ -120,6 +145,25 @@ GPU_TEST(emulation_copies_are_checked_and_asynchronous) {
   cudaStreamSynchronize(stream);
   expect(landed[0] == 1.0f && landed[7] == 1.0f, "it lands at the stream synchronisation");
   cudaStreamDestroy(stream);
+}
+
+}  // namespace
+}  // namespace dyncp::gpu_test
+
+namespace dyncp::gpu_test {
+namespace {
+
+GPU_TEST(emulation_async_copies_land_at_their_wait) {
+  const std::vector<float> values = {1.0f, 2.0f, 3.0f, 4.0f};
+  DeviceBuffer<float> in(values), out(12);
+  DYNCP_LAUNCH(async_copies, 1, 1, 4 * sizeof(float), nullptr)(in.get(), out.get());
+  expect(cudaDeviceSynchronize() == cudaSuccess, "async_copies ran");
+  const std::vector<float> got = out.download();
+  // Shared memory starts NaN-filled: nothing has landed before the first wait.
+  expect(std::isnan(got[0]) && std::isnan(got[3]), "cp.async data is not there before its wait");
+  expect(got[4] == 1.0f && got[5] == 2.0f && std::isnan(got[6]) && std::isnan(got[7]),
+         "wait_prior(1) lands every batch but the newest");
+  expect(got[8] == 1.0f && got[11] == 4.0f, "wait_prior(0) lands them all");
 }
 
 }  // namespace

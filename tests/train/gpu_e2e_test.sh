@@ -16,6 +16,11 @@
 #                 saves what it loaded), is byte for byte the GPU's: model, optimizer and
 #                 state.json; and the other way round; fp32 and bf16 Adam moments
 #   refusals      what the GPU path does not run yet exits 2 naming the key
+#   attention_backend
+#                 model.attention_backend: fused is refused (exit 2, naming the key and the
+#                 reason) on the emulated backend (no cuDNN), in an fp32 run and on the CPU path;
+#                 auto takes our own kernel there and says so in one log line; flash likewise;
+#                 Bridge's unfused is refused; auto and flash train the same losses bit for bit
 #   four_ranks    mpirun -np 4, dynamic CP over dp 2 x cp 2 with EP 2, fp32: the trainer on the
 #                 emulated GPU (tensors over the emulated NCCL, metadata over MPI) and on the
 #                 CPU give every step's loss and gradient norm to 1e-5
@@ -227,6 +232,39 @@ case $case_name in
       echo "refused: $pattern"
     }
     DYNCP_EMULATED_GPUS=0 expect "dist.device: cuda: this binary has no CUDA backend or sees no GPU"
+    ;;
+  attention_backend)
+    refused() {  # refused BINARY DEVICE REGEX ARGS...: exit 2 and the message
+      local binary=$1 device=$2 pattern=$3
+      shift 3
+      set +e
+      output=$(run "$binary" "$device" train.train_iters=1 "$@" 2>&1)
+      rc=$?
+      set -e
+      [[ $rc == 2 ]] || { echo "$output"; echo "exit $rc, expected 2"; exit 1; }
+      grep -Eq -- "$pattern" <<<"$output" || { echo "$output"; echo "no /$pattern/"; exit 1; }
+      echo "refused: $pattern"
+    }
+    refused "$gpu_train" cuda "model.attention_backend.*fused: the emulated CUDA backend has no cuDNN" \
+      mixed_precision=bf16_mixed model.attention_backend=fused
+    refused "$gpu_train" cuda "model.attention_backend.*fused: cuDNN's fused attention takes bf16 operands" \
+      model.attention_backend=fused
+    refused "$cpu_train" cpu "model.attention_backend.*fused: cuDNN's fused attention runs on the GPU path only" \
+      model.attention_backend=fused
+    refused "$gpu_train" cuda "model.attention_backend.*unfused.*expected one of \[auto, flash, fused\]" \
+      model.attention_backend=unfused
+    for backend in auto flash; do
+      run "$gpu_train" cuda train.train_iters=2 mixed_precision=bf16_mixed \
+        model.attention_backend=$backend logger.metrics_path="$work/$backend.jsonl" \
+        >"$work/$backend.log" 2>&1 || { cat "$work/$backend.log"; exit 1; }
+      lines=$(grep -c "attention: " "$work/$backend.log" || true)
+      [[ $lines == 1 ]] || { cat "$work/$backend.log"; echo "$lines attention lines, expected 1"; exit 1; }
+      grep "attention: " "$work/$backend.log"
+    done
+    grep -q "attention: own flash kernel (model.attention_backend=auto: the emulated CUDA backend has no cuDNN)" "$work/auto.log"
+    grep -q "attention: own flash kernel (model.attention_backend=flash)" "$work/flash.log"
+    compare "$work/auto.jsonl" "$work/flash.jsonl" 1 0
+    echo "attention_backend: fused refused three ways; auto takes our kernel on the emulated backend"
     ;;
   *)
     echo "unknown case $case_name" >&2

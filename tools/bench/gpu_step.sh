@@ -12,6 +12,10 @@
 #   3. HF anchor: transformers' Qwen3MoeForCausalLM of the same shape and depth on the same GPU,
 #      eager bf16, on the first bin's sequences (tools/bench/model/bench_hf.py), when torch and
 #      transformers import; otherwise a line says it was skipped.
+# Step 1 runs once per attention backend of DYNCP_BENCH_ATTENTION_BACKENDS (default "fused
+# flash": cuDNN's fused attention and our own kernel, model.attention_backend); a backend the
+# trainer refuses at start-up (exit 2: no cuDNN, shapes cuDNN rejects) is reported with its
+# reason, not counted as a failure.
 # Then the targets, each met / NOT met / not measured: dyncp >= 2x HF's tokens/s, model TFLOP/s
 # >= 40% of the GEMM anchor's rate, peak memory within 10% of the estimate. Exit 0 when every
 # measurement ran (targets are reported, not enforced); 1 when a run failed.
@@ -85,29 +89,37 @@ for bin in "${bins[@]}"; do
      done) >"$work/memory-$bin.txt" &
     sampler_pid=$!
   fi
-  if ! OPENBLAS_NUM_THREADS=8 "$train" "${recipe[@]}" logger.metrics_path="$work/metrics-$bin.jsonl" \
-      >"$work/train-$bin.log" 2>&1; then
-    tail -30 "$work/train-$bin.log"
-    echo "gpu_step: dyncp-train failed at $bin-token bins" >&2
+  for backend in ${DYNCP_BENCH_ATTENTION_BACKENDS:-fused flash}; do
+  run=$bin-$backend
+  rc=0
+  OPENBLAS_NUM_THREADS=8 "$train" "${recipe[@]}" model.attention_backend="$backend" \
+    logger.metrics_path="$work/metrics-$run.jsonl" >"$work/train-$run.log" 2>&1 || rc=$?
+  if [[ $rc == 2 ]]; then
+    reason=$(grep -m1 "model.attention_backend" "$work/train-$run.log" || echo "exit 2")
+    echo "gpu_step: attention_backend=$backend refused at $bin-token bins: $reason"
+    python3 -c 'import json, sys; print(json.dumps({"impl": "dyncp", "bin_tokens": int(sys.argv[1]), "attention_backend": sys.argv[2], "refused": sys.argv[3]}))' \
+      "$bin" "$backend" "$reason" >>"$results"
+    continue
+  elif [[ $rc != 0 ]]; then
+    tail -30 "$work/train-$run.log"
+    echo "gpu_step: dyncp-train failed at $bin-token bins (attention_backend=$backend)" >&2
     failed=1
-  fi
-  if [[ -n $sampler_pid ]]; then
-    kill "$sampler_pid" 2>/dev/null || true
-    wait "$sampler_pid" 2>/dev/null || true
-    sampler_pid=
+    continue
   fi
   peak_mib=
   [[ $have_smi == 1 ]] && peak_mib=$(sort -n "$work/memory-$bin.txt" | tail -1)
-  python3 - "$work/metrics-$bin.jsonl" "$work/train-$bin.log" "$bin" "$estimate_mib" \
-    "${peak_mib:-}" "$baseline_mib" >>"$results" <<'PY' || failed=1
+  python3 - "$work/metrics-$run.jsonl" "$work/train-$run.log" "$bin" "$estimate_mib" \
+    "${peak_mib:-}" "$baseline_mib" "$backend" >>"$results" <<'PY' || failed=1
 import json, re, statistics, sys
 metrics, log, bin_tokens, estimate = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-peak, baseline = sys.argv[5], float(sys.argv[6])
+peak, baseline, backend = sys.argv[5], float(sys.argv[6]), sys.argv[7]
 rows = [json.loads(line) for line in open(metrics)]
-timed = rows[1:] or rows  # the first step pays the arenas and cuBLASLt's heuristics
+timed = rows[1:] or rows  # the first step pays the arenas, cuBLASLt's heuristics, cuDNN's plans
 measured = re.search(r"memory: measured ([0-9.]+) MiB", open(log).read())
+chosen = re.search(r"attention: (.*)", open(log).read())
 print(json.dumps({
     "impl": "dyncp", "bin_tokens": bin_tokens, "steps": len(timed),
+    "attention_backend": backend, "attention": chosen.group(1) if chosen else None,
     "tokens_per_s": statistics.median(r["tokens_per_s"] for r in timed),
     "model_tflops": statistics.median(r["tflops_per_device"] for r in timed),
     "step_ms": statistics.median(r["elapsed_ms"] for r in timed),
@@ -123,6 +135,12 @@ print(json.dumps({
     "peak_mib": float(peak) - baseline if peak else None,
     "trainer_measured_mib": float(measured.group(1)) if measured else None}))
 PY
+  done
+  if [[ -n $sampler_pid ]]; then
+    kill "$sampler_pid" 2>/dev/null || true
+    wait "$sampler_pid" 2>/dev/null || true
+    sampler_pid=
+  fi
   "$gemm" --tokens "$bin" "${gemm_shape[@]}" | sed "s/^{/{\"bin_tokens\": $bin, /" >>"$results" \
     || { echo "gpu_step: bench_gemm failed" >&2; failed=1; }
   if [[ $have_hf == 1 ]]; then
@@ -155,11 +173,15 @@ def verdict(value, target, higher=True):
 print("targets:")
 for ours in (r for r in rows if r["impl"] == "dyncp"):
     t = ours["bin_tokens"]
+    if "refused" in ours:
+        print(f"  {t}-token bins, attention_backend={ours['attention_backend']}: refused: {ours['refused']}")
+        continue
     gemm = next((r for r in rows if r["impl"] == "gemm-anchor" and r.get("bin_tokens") == t
                  and r["name"] == "all_shapes"), None)
     hf = next((r for r in rows if r["impl"] == "hf-transformers"
                and r.get("bin_tokens_requested") == t), None)
-    print(f"  {t}-token bins: dyncp {ours['tokens_per_s']:.0f} tokens/s, "
+    print(f"  {t}-token bins, attention_backend={ours['attention_backend']} ({ours['attention']}): "
+          f"dyncp {ours['tokens_per_s']:.0f} tokens/s, "
           f"{ours['model_tflops']:.2f} model TFLOP/s, {ours['step_ms']:.1f} ms/step")
     speedup = ours["tokens_per_s"] / hf["tokens_per_s"] if hf else None
     print(f"    >= 2x HF transformers eager: " + (f"{speedup:.2f}x ({hf['tokens_per_s']:.0f} tokens/s): "

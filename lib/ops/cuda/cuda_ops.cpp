@@ -17,10 +17,12 @@
 #include "device_info.hpp"
 #include "gemm.hpp"
 #include "ops.hpp"
+#include "ops/attention_backend.hpp"
 #include "ops/cuda/cuda_backend.hpp"
 #include "ops/cuda/cuda_device_memory.hpp"
 #include "ops/cuda/cuda_hybrid_ops.hpp"
 #include "ops/cuda/cuda_op_args.hpp"
+#include "ops/cuda/cudnn_attention_ops.hpp"
 #include "ops/device_ops.hpp"
 
 namespace dyncp::ops::cuda {
@@ -344,7 +346,9 @@ class CudaOps final : public CudaHybridOps {
     core::ArenaScope temporaries(scratch);
     const kernels::AttentionShape shape = shape_of(scratch, q, k, layout, scale);
     const cudaStream_t stream = stream_of(ctx);
-    if (bf16_products(ctx) && bf16_attention_fits(shape.head_dim)) {
+    if (bf16_products(ctx) && fused_attention_selected()) {  // model.attention_backend
+      cudnn_attention_forward(scratch, stream, q, k, v, layout, scale, out, saved.lse);
+    } else if (bf16_products(ctx) && bf16_attention_fits(shape.head_dim)) {
       kernels::attention_forward(shape, to_bf16(scratch, q, stream), to_bf16(scratch, k, stream),
                                  to_bf16(scratch, v, stream), f32(out), f32(saved.lse), stream);
     } else if (bf16_products(ctx)) {
@@ -370,7 +374,11 @@ class CudaOps final : public CudaHybridOps {
     if (modes.dk == GradMode::overwrite) dk.fill_zero();
     if (modes.dv == GradMode::overwrite) dv.fill_zero();
     const cudaStream_t stream = stream_of(ctx);
-    if (bf16_products(ctx) && bf16_attention_fits(shape.head_dim)) {
+    if (bf16_products(ctx) && fused_attention_selected()) {
+      if (modes.dq == GradMode::overwrite) dq.fill_zero();
+      cudnn_attention_backward(scratch, stream, dout, q, k, v, out, saved.lse, layout, scale, dq,
+                               dk, dv);
+    } else if (bf16_products(ctx) && bf16_attention_fits(shape.head_dim)) {
       // The bf16 kernel always accumulates dq (and dk / dv with accumulate_dkv): zeroed above
       // and here for overwrite.
       if (modes.dq == GradMode::overwrite) dq.fill_zero();
@@ -500,6 +508,7 @@ void install_backend() {
   core::install_device_memory(&cuda_device_memory());
   ops = new CudaOps;
   install_device_ops(ops);
+  install_cudnn_attention();
 }
 
 bool install_backend_if_visible() {
