@@ -100,6 +100,11 @@ struct GatedDeltaRuleArgs {
   std::int64_t sequences = 0, key_heads = 0, value_heads = 0, key_dim = 0, value_dim = 0;
   int chunk = 64;
   float scale = 1.0f;
+  // The chunked kernels only: T, the number of chunks (Σ_s ceil(L_s / chunk)), and whether the
+  // chunk products run on tensor cores (bf16 operands, fp32 accumulation; bf16_mixed) or in
+  // fp32.
+  std::int64_t tokens = 0, chunks = 0;
+  bool tensor_cores = false;
 };
 
 // out [T, Hv, dv] (may be null: states only), final_state and chunk_states optional.
@@ -116,6 +121,22 @@ void gated_delta_rule_backward(const GatedDeltaRuleArgs& args, std::int64_t toke
                                const float* d_final_state, float* dq, float* dk, float* dv,
                                float* dg, float* dbeta, float* d_initial_state, float* scratch,
                                cudaStream_t stream);
+
+// The chunked (WY / UT-transform) form, the default on the device
+// (kernels/gated_delta_rule_chunked*.cu; docs/cuda.md): chunk-local products in parallel over
+// every chunk and value head, only the chunk-to-chunk state recurrence serial (per sequence,
+// value head and block of 64 state columns). Same outputs, chunk-state layout and gradient
+// conventions as the token-by-token kernels above; chunk <= 64, key dim <= 256.
+// Scratch (floats): ops/gated_delta_rule_scratch.hpp.
+std::int64_t gated_delta_rule_chunked_forward_scratch(const GatedDeltaRuleArgs& args);
+void gated_delta_rule_chunked_forward(const GatedDeltaRuleArgs& args, float* out,
+                                      float* final_state, float* chunk_states, float* scratch,
+                                      cudaStream_t stream);
+std::int64_t gated_delta_rule_chunked_backward_scratch(const GatedDeltaRuleArgs& args);
+void gated_delta_rule_chunked_backward(const GatedDeltaRuleArgs& args, const float* chunk_states,
+                                       const float* dout, const float* d_final_state, float* dq,
+                                       float* dk, float* dv, float* dg, float* dbeta,
+                                       float* d_initial_state, float* scratch, cudaStream_t stream);
 
 // ops/segment_states.hpp: walks over the segments of DeltaNet state passing, sums in double.
 struct SegmentWalks {
