@@ -1,7 +1,8 @@
 #pragma once
 // CUDA kernels of the hybrid (Qwen3-Next / 3.5) layers and the MoE aux loss, behind the ops of
 // the same names in lib/ops (same maths and argument meanings; conventions of ops.hpp). fp32
-// only. Every reduction runs in one thread in a fixed order (no atomics): the element-wise ops
+// tensors (the chunked gated delta rule's products may run on tensor cores on bf16 splits of
+// them). Every reduction runs in one thread in a fixed order (no atomics): the element-wise ops
 // and the aux loss sum in the CPU op's order, so under the emulated backend they agree with
 // it bit for bit and a repeated step is bit-reproducible on a GPU too.
 //
