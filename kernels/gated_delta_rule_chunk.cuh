@@ -194,10 +194,10 @@ __device__ inline ChunkAt chunk_at(const GatedDeltaRuleArgs& a, std::int64_t gc)
 }
 
 // What the prepare kernel leaves, per token and value head (rows of chunk gc are its tokens):
-// γ (the in-chunk cumulative log decay), W = L⁻¹ β e^γ K, U = L⁻¹ β V, M = Q̃ Kᵀ ⊙ Γ and, for
-// the backward, K Kᵀ ⊙ Γ (strict lower) and T = L⁻¹, each C×C matrix as C floats per token.
+// γ (the in-chunk cumulative log decay), W = L⁻¹ β e^γ K, U = L⁻¹ β V (forward only: the
+// backward's chunk kernel recomputes it) and M = Q̃ Kᵀ ⊙ Γ, a C×C matrix as C floats per token.
 struct Prepared {
-  float *gamma, *w, *u, *m, *kkg, *inverse;
+  float *gamma, *w, *u, *m;
 };
 
 inline std::int64_t prepared_floats(const GatedDeltaRuleArgs& a, bool backward) {
@@ -210,15 +210,119 @@ inline Prepared prepared_at(const GatedDeltaRuleArgs& a, float* scratch, bool ba
   Prepared p{};
   p.gamma = scratch;
   p.w = p.gamma + rows;
-  p.u = p.w + rows * a.key_dim;
-  p.m = p.u + rows * a.value_dim;
-  p.kkg = backward ? p.m + rows * a.chunk : nullptr;
-  p.inverse = backward ? p.kkg + rows * a.chunk : nullptr;
+  p.u = backward ? nullptr : p.w + rows * a.key_dim;
+  p.m = p.w + rows * (a.key_dim + (backward ? 0 : a.value_dim));
   return p;
 }
 
-// Per chunk and value head, in parallel (gated_delta_rule_chunked.cu): γ, K Kᵀ ⊙ Γ,
-// T = (I + β K Kᵀ ⊙ Γ)⁻¹, U, W, M; the backward's two only when p.kkg is set.
+// One chunk's preparation in shared memory: γ, β and the C×C matrices K Kᵀ ⊙ Γ (strict
+// lower), T = L⁻¹ and a work square; left for the caller.
+struct PrepareSmem {
+  float *gamma, *beta, *kkg, *inverse, *weights;
+};
+
+constexpr std::size_t kPrepareSmemBytes = 2 * 256 + 3 * sizeof(float) * kMaxChunk * kLdSquare;
+
+__device__ inline PrepareSmem take_prepare(Carve& carve) {
+  PrepareSmem sm;
+  sm.gamma = carve.take<float>(kMaxChunk);
+  sm.beta = carve.take<float>(kMaxChunk);
+  sm.kkg = carve.take<float>(kMaxChunk * kLdSquare);
+  sm.inverse = carve.take<float>(kMaxChunk * kLdSquare);
+  sm.weights = carve.take<float>(kMaxChunk * kLdSquare);
+  return sm;
+}
+
+// Where the preparation stores its rows (each may be null: not computed); row t of the chunk
+// at p + t * ld.
+struct PrepareOut {
+  float* gamma;
+  std::int64_t gamma_ld;
+  float *u, *w, *m;
+  std::int64_t u_ld, w_ld, m_ld;
+};
+
+// Writes row t, columns [0, C), of a chunk's C×C matrix `m` (c×c live) to per-token storage.
+__device__ inline void store_square(float* dst, std::int64_t ld, const float* m, int c, int C) {
+  for (int i = threadIdx.x; i < c * C; i += blockDim.x) {
+    const int t = i / C, s = i % C;
+    dst[t * ld + s] = s < c ? m[t * kLdSquare + s] : 0.0f;
+  }
+}
+
+// γ, K Kᵀ ⊙ Γ, T = (I + β K Kᵀ ⊙ Γ)⁻¹ (column j solves (I + A) x = e_j by forward
+// substitution: the columns of a unit lower triangular inverse are independent, one thread
+// each), then U = T β V, W = T β e^γ K and M = Q̃ Kᵀ ⊙ Γ as block products.
+__device__ inline void prepare_chunk(const GatedDeltaRuleArgs& a, const ChunkAt& at, std::int64_t h,
+                                     const PrepareOut& o, const PrepareSmem& sm,
+                                     const Staging& st) {
+  const std::int64_t hv = a.value_heads, dk = a.key_dim, dv = a.value_dim;
+  const int c = at.c, C = a.chunk, ld = kLdSquare, ik = static_cast<int>(dk);
+  const bool tc = a.tensor_cores;
+  const std::int64_t qk_ld = a.key_heads * dk, row0 = at.t0 * hv + h;
+  const std::int64_t kh = h / (hv / a.key_heads);
+  const float* k_rows = a.k + (at.t0 * a.key_heads + kh) * dk;
+  const float* q_rows = a.q + (at.t0 * a.key_heads + kh) * dk;
+  float *gamma = sm.gamma, *beta = sm.beta, *kkg = sm.kkg, *inverse = sm.inverse,
+        *weights = sm.weights;
+  if (threadIdx.x == 0) {
+    float running = 0;
+    for (int t = 0; t < c; ++t) {
+      running += a.g[row0 + t * hv];
+      gamma[t] = running;
+    }
+  }
+  for (int t = threadIdx.x; t < c; t += blockDim.x) beta[t] = a.beta[row0 + t * hv];
+  __syncthreads();
+  if (o.gamma != nullptr) {
+    for (int t = threadIdx.x; t < c; t += blockDim.x) o.gamma[t * o.gamma_ld] = gamma[t];
+  }
+  block_mm(kkg, ld, rows(k_rows, qk_ld), transposed(k_rows, qk_ld), c, c, ik, 1.0f, false, tc, st);
+  for (int i = threadIdx.x; i < c * c; i += blockDim.x) {
+    const int t = i / c, s = i % c;
+    kkg[t * ld + s] = s < t ? kkg[t * ld + s] * expf(gamma[t] - gamma[s]) : 0.0f;
+  }
+  __syncthreads();
+  for (int j = threadIdx.x; j < c; j += blockDim.x) {
+    for (int t = 0; t < c; ++t) {
+      float x = t == j ? 1.0f : 0.0f;
+      for (int s = j; s < t; ++s) x -= beta[t] * kkg[t * ld + s] * inverse[s * ld + j];
+      inverse[t * ld + j] = x;
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < c * c; i += blockDim.x) {
+    const int t = i / c, s = i % c;
+    weights[t * ld + s] = inverse[t * ld + s] * beta[s];
+  }
+  __syncthreads();
+  if (o.u != nullptr) {
+    block_mm(o.u, o.u_ld, rows(weights, ld), rows(a.v + row0 * dv, hv * dv), c,
+             static_cast<int>(dv), c, 1.0f, false, tc, st);
+  }
+  if (o.w != nullptr) {
+    for (int i = threadIdx.x; i < c * c; i += blockDim.x) {
+      const int t = i / c, s = i % c;
+      weights[t * ld + s] *= expf(gamma[s]);
+    }
+    __syncthreads();
+    block_mm(o.w, o.w_ld, rows(weights, ld), rows(k_rows, qk_ld), c, ik, c, 1.0f, false, tc, st);
+  }
+  if (o.m != nullptr) {
+    block_mm(weights, ld, rows(q_rows, qk_ld), transposed(k_rows, qk_ld), c, c, ik, a.scale, false,
+             tc, st);
+    for (int i = threadIdx.x; i < c * c; i += blockDim.x) {
+      const int t = i / c, s = i % c;
+      weights[t * ld + s] = s <= t ? weights[t * ld + s] * expf(gamma[t] - gamma[s]) : 0.0f;
+    }
+    __syncthreads();
+    store_square(o.m, o.m_ld, weights, c, C);
+  }
+  __syncthreads();
+}
+
+// prepare_chunk for every chunk and value head, in parallel (gated_delta_rule_chunked.cu),
+// storing what `p` holds (U only when p.u is set).
 void launch_prepare(const GatedDeltaRuleArgs& a, const Prepared& p, cudaStream_t stream);
 // Refuses (core::Error naming op) a chunk or key dim outside the kernels' limits.
 void check_chunked(const GatedDeltaRuleArgs& a, const char* op);

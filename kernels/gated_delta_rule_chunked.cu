@@ -25,83 +25,24 @@ __device__ inline std::int64_t key_head_of(const GatedDeltaRuleArgs& a, std::int
   return h / (a.value_heads / a.key_heads);
 }
 
-// Writes row t, columns [0, C), of a chunk's C×C matrix `m` (c×c live) to per-token storage.
-__device__ inline void store_square(float* dst, std::int64_t ld, const float* m, int c, int C) {
-  for (int i = threadIdx.x; i < c * C; i += blockDim.x) {
-    const int t = i / C, s = i % C;
-    dst[t * ld + s] = s < c ? m[t * kLdSquare + s] : 0.0f;
-  }
-}
-
 __global__ void __launch_bounds__(kThreads) prepare_kernel(GatedDeltaRuleArgs a, Prepared p) {
   DYNCP_DYNAMIC_SHARED(unsigned char, smem);
   Carve carve{smem};
   const Staging st = take_staging(carve);
-  float* gamma = carve.take<float>(kMaxChunk);
-  float* beta = carve.take<float>(kMaxChunk);
-  float* kkg = carve.take<float>(kMaxChunk * kLdSquare);
-  float* inverse = carve.take<float>(kMaxChunk * kLdSquare);
-  float* weights = carve.take<float>(kMaxChunk * kLdSquare);
-  const std::int64_t hv = a.value_heads, h = blockIdx.x % hv, dk = a.key_dim, dv = a.value_dim;
+  const PrepareSmem sm = take_prepare(carve);
+  const std::int64_t hv = a.value_heads, h = blockIdx.x % hv;
   const ChunkAt at = chunk_at(a, blockIdx.x / hv);
-  const int c = at.c, C = a.chunk, ld = kLdSquare;
-  const bool tc = a.tensor_cores;
-  const std::int64_t qk_ld = a.key_heads * dk, row0 = at.t0 * hv + h;
-  const float* k_rows = a.k + (at.t0 * a.key_heads + key_head_of(a, h)) * dk;
-  const float* q_rows = a.q + (at.t0 * a.key_heads + key_head_of(a, h)) * dk;
-  if (threadIdx.x == 0) {
-    float running = 0;
-    for (int t = 0; t < c; ++t) {
-      running += a.g[row0 + t * hv];
-      gamma[t] = running;
-    }
-  }
-  for (int t = threadIdx.x; t < c; t += blockDim.x) beta[t] = a.beta[row0 + t * hv];
-  __syncthreads();
-  for (int t = threadIdx.x; t < c; t += blockDim.x) p.gamma[row0 + t * hv] = gamma[t];
-  // K Kᵀ ⊙ Γ, strict lower (A = β · this)
-  block_mm(kkg, ld, rows(k_rows, qk_ld), transposed(k_rows, qk_ld), c, c, dk, 1.0f, false, tc, st);
-  for (int i = threadIdx.x; i < c * c; i += blockDim.x) {
-    const int t = i / c, s = i % c;
-    kkg[t * ld + s] = s < t ? kkg[t * ld + s] * expf(gamma[t] - gamma[s]) : 0.0f;
-  }
-  __syncthreads();
-  // T = (I + A)⁻¹: column j solves (I + A) x = e_j by forward substitution.
-  for (int j = threadIdx.x; j < c; j += blockDim.x) {
-    for (int t = 0; t < c; ++t) {
-      float x = t == j ? 1.0f : 0.0f;
-      for (int s = j; s < t; ++s) x -= beta[t] * kkg[t * ld + s] * inverse[s * ld + j];
-      inverse[t * ld + j] = x;
-    }
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < c * c; i += blockDim.x) {
-    const int t = i / c, s = i % c;
-    weights[t * ld + s] = inverse[t * ld + s] * beta[s];
-  }
-  __syncthreads();
-  block_mm(p.u + row0 * dv, hv * dv, rows(weights, ld), rows(a.v + row0 * dv, hv * dv), c, dv, c,
-           1.0f, false, tc, st);
-  for (int i = threadIdx.x; i < c * c; i += blockDim.x) {
-    const int t = i / c, s = i % c;
-    weights[t * ld + s] *= expf(gamma[s]);
-  }
-  __syncthreads();
-  block_mm(p.w + row0 * dk, hv * dk, rows(weights, ld), rows(k_rows, qk_ld), c, dk, c, 1.0f, false,
-           tc, st);
-  // M = Q̃ Kᵀ ⊙ Γ, diagonal kept
-  block_mm(weights, ld, rows(q_rows, qk_ld), transposed(k_rows, qk_ld), c, c, dk, a.scale, false,
-           tc, st);
-  for (int i = threadIdx.x; i < c * c; i += blockDim.x) {
-    const int t = i / c, s = i % c;
-    weights[t * ld + s] = s <= t ? weights[t * ld + s] * expf(gamma[t] - gamma[s]) : 0.0f;
-  }
-  __syncthreads();
-  store_square(p.m + row0 * C, hv * C, weights, c, C);
-  if (p.kkg != nullptr) {
-    store_square(p.kkg + row0 * C, hv * C, kkg, c, C);
-    store_square(p.inverse + row0 * C, hv * C, inverse, c, C);
-  }
+  const std::int64_t row0 = at.t0 * hv + h;
+  PrepareOut o{};
+  o.gamma = p.gamma + row0;
+  o.gamma_ld = hv;
+  o.u = p.u != nullptr ? p.u + row0 * a.value_dim : nullptr;
+  o.u_ld = hv * a.value_dim;
+  o.w = p.w + row0 * a.key_dim;
+  o.w_ld = hv * a.key_dim;
+  o.m = p.m + row0 * a.chunk;
+  o.m_ld = hv * a.chunk;
+  prepare_chunk(a, at, h, o, sm, st);
 }
 
 struct ForwardOutputs {
@@ -186,7 +127,7 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 std::size_t prepare_shared_bytes() {
-  return staging_bytes() + 2 * 256 + 3 * sizeof(float) * kMaxChunk * kLdSquare;
+  return staging_bytes() + kPrepareSmemBytes;
 }
 
 void launch_prepare(const GatedDeltaRuleArgs& a, const Prepared& p, cudaStream_t stream) {

@@ -101,7 +101,7 @@ struct ChunkGrads {
 
 // A block's slot of global scratch: the chunk's C×d intermediates.
 struct Slot {
-  float *v_new, *d_v_new, *d_bv;         // [C][dv]
+  float *u, *v_new, *d_v_new, *d_bv;     // [C][dv]
   float *d_kd, *d_q, *d_w, *d_bk, *d_k;  // [C][dk]
 };
 
@@ -112,7 +112,7 @@ struct ChunkWork {
   Slot w;
   Staging st;
   float *gamma, *beta, *d_gamma, *d_beta, *xi, *partial;  // [C] ([kThreads] partial)
-  float *kkg, *d_m, *d_a;                                 // [C][kLdSquare]
+  float *kkg, *inverse, *d_m, *d_a;                       // [C][kLdSquare]
   const float *k_rows, *q_rows, *v_rows, *dout_rows, *state, *d_state;
   std::int64_t row0;
   int c;
@@ -137,8 +137,7 @@ __device__ inline void state_terms(const GatedDeltaRuleArgs& a, const ChunkWork&
   const std::int64_t qk_ld = a.key_heads * dk;
   const int c = x.c, ik = static_cast<int>(dk), iv = static_cast<int>(dv);
   const bool tc = a.tensor_cores;
-  for (int i = threadIdx.x; i < c * iv; i += blockDim.x)
-    x.w.v_new[i] = x.p.u[(x.row0 + i / iv * hv) * dv + i % iv];
+  for (int i = threadIdx.x; i < c * iv; i += blockDim.x) x.w.v_new[i] = x.w.u[i];
   __syncthreads();
   block_mm(x.w.v_new, dv, rows(x.p.w + x.row0 * dk, hv * dk), rows(x.state, dv), c, iv, ik, -1.0f,
            true, tc, x.st);
@@ -188,17 +187,17 @@ __device__ inline void state_terms(const GatedDeltaRuleArgs& a, const ChunkWork&
 
 // dW, the UT transform's adjoints dBv = Tᵀ dV', dBk = Tᵀ dW and dA, and the β V / β e^γ K terms.
 __device__ inline void solve_terms(const GatedDeltaRuleArgs& a, const ChunkWork& x) {
-  const std::int64_t hv = a.value_heads, dk = a.key_dim, dv = a.value_dim, C = a.chunk;
+  const std::int64_t hv = a.value_heads, dk = a.key_dim, dv = a.value_dim;
   const std::int64_t qk_ld = a.key_heads * dk;
   const int c = x.c, ik = static_cast<int>(dk), iv = static_cast<int>(dv);
   const bool tc = a.tensor_cores;
-  const View inverse_t = transposed(x.p.inverse + x.row0 * C, hv * C);
+  const View inverse_t = transposed(x.inverse, kLdSquare);
   block_mm(x.w.d_w, dk, rows(x.w.d_v_new, dv), transposed(x.state, dv), c, ik, iv, -1.0f, false, tc,
            x.st);
   block_mm(x.w.d_bv, dv, inverse_t, rows(x.w.d_v_new, dv), c, iv, c, 1.0f, false, tc, x.st);
   block_mm(x.w.d_bk, dk, inverse_t, rows(x.w.d_w, dk), c, ik, c, 1.0f, false, tc, x.st);
-  block_mm(x.d_a, kLdSquare, rows(x.w.d_bv, dv), transposed(x.p.u + x.row0 * dv, hv * dv), c, c, iv,
-           -1.0f, false, tc, x.st);
+  block_mm(x.d_a, kLdSquare, rows(x.w.d_bv, dv), transposed(x.w.u, dv), c, c, iv, -1.0f, false, tc,
+           x.st);
   block_mm(x.d_a, kLdSquare, rows(x.w.d_bk, dk), transposed(x.p.w + x.row0 * dk, hv * dk), c, c, ik,
            -1.0f, true, tc, x.st);
   for (int t = threadIdx.x; t < c; t += blockDim.x) {
@@ -271,7 +270,7 @@ __device__ inline void write_chunk(const GatedDeltaRuleArgs& a, const ChunkWork&
 }
 
 __host__ __device__ inline std::int64_t slot_floats(const GatedDeltaRuleArgs& a) {
-  return a.chunk * (3 * a.value_dim + 5 * a.key_dim);
+  return a.chunk * (4 * a.value_dim + 5 * a.key_dim);
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -282,21 +281,24 @@ __global__ void __launch_bounds__(kThreads)
   x.p = p;
   x.g = g;
   x.st = take_staging(carve);
-  x.gamma = carve.take<float>(kMaxChunk);
-  x.beta = carve.take<float>(kMaxChunk);
+  const PrepareSmem sm = take_prepare(carve);
+  x.gamma = sm.gamma;
+  x.beta = sm.beta;
+  x.kkg = sm.kkg;
+  x.inverse = sm.inverse;
   x.d_gamma = carve.take<float>(kMaxChunk);
   x.d_beta = carve.take<float>(kMaxChunk);
   x.xi = carve.take<float>(kMaxChunk);
   x.partial = carve.take<float>(kThreads);
-  x.kkg = carve.take<float>(kMaxChunk * kLdSquare);
   x.d_m = carve.take<float>(kMaxChunk * kLdSquare);
   x.d_a = carve.take<float>(kMaxChunk * kLdSquare);
   const std::int64_t hv = a.value_heads, dk = a.key_dim, dv = a.value_dim, C = a.chunk;
   float* slot = g.slots + blockIdx.x * slot_floats(a);
-  x.w.v_new = slot;
-  x.w.d_v_new = slot + C * dv;
-  x.w.d_bv = slot + 2 * C * dv;
-  x.w.d_kd = slot + 3 * C * dv;
+  x.w.u = slot;
+  x.w.v_new = slot + C * dv;
+  x.w.d_v_new = slot + 2 * C * dv;
+  x.w.d_bv = slot + 3 * C * dv;
+  x.w.d_kd = slot + 4 * C * dv;
   x.w.d_q = x.w.d_kd + C * dk;
   x.w.d_w = x.w.d_q + C * dk;
   x.w.d_bk = x.w.d_w + C * dk;
@@ -312,15 +314,15 @@ __global__ void __launch_bounds__(kThreads)
     x.dout_rows = g.dout + x.row0 * dv;
     x.state = g.chunk_states + work * dk * dv;
     x.d_state = g.d_states + work * dk * dv;
+    // The chunk's preparation again (γ, β, K Kᵀ ⊙ Γ and T in shared memory, U in the slot):
+    // recomputed here, in parallel, rather than kept per token.
+    PrepareOut o{};
+    o.u = x.w.u;
+    o.u_ld = dv;
+    prepare_chunk(a, at, h, o, sm, x.st);
     for (int t = threadIdx.x; t < x.c; t += blockDim.x) {
-      x.gamma[t] = p.gamma[x.row0 + t * hv];
-      x.beta[t] = a.beta[x.row0 + t * hv];
       x.d_gamma[t] = 0.0f;
       x.d_beta[t] = 0.0f;
-    }
-    for (int i = threadIdx.x; i < x.c * x.c; i += blockDim.x) {
-      const int t = i / x.c, s = i % x.c;
-      x.kkg[t * kLdSquare + s] = p.kkg[(x.row0 + t * hv) * C + s];
     }
     __syncthreads();
     state_terms(a, x);
@@ -331,7 +333,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 std::size_t chunk_shared_bytes() {
-  return staging_bytes() + 6 * 512 + 3 * sizeof(float) * kMaxChunk * kLdSquare;
+  return staging_bytes() + kPrepareSmemBytes + 4 * 512 + 2 * sizeof(float) * kMaxChunk * kLdSquare;
 }
 
 // dq[t, kh] = Σ over the value heads of key head kh, in head order.

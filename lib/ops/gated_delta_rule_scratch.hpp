@@ -38,7 +38,7 @@ constexpr std::int64_t gated_delta_rule_backward_scratch_floats(const GatedDelta
 // --- chunked kernels (kernels/gated_delta_rule_chunked*.cu) ---
 
 // Blocks of the chunked backward's per-chunk kernel, which loop over (chunk, value head) pairs;
-// each holds a slot of C x (3 dv + 5 dk) floats.
+// each holds a slot of C x (4 dv + 5 dk) floats.
 inline constexpr std::int64_t kGatedDeltaRuleChunkedBackwardBlocks = 256;
 
 constexpr std::int64_t gated_delta_rule_chunked_backward_blocks(const GatedDeltaRuleScratchShape& s,
@@ -46,12 +46,12 @@ constexpr std::int64_t gated_delta_rule_chunked_backward_blocks(const GatedDelta
   return std::min(chunks * s.value_heads, kGatedDeltaRuleChunkedBackwardBlocks);
 }
 
-// What the prepare kernel leaves per token and value head: γ, W (dk), U (dv) and one row of the
-// chunk's C x C matrix M; the backward also keeps K Kᵀ ⊙ Γ and T = L⁻¹ (two more rows).
+// What the prepare kernel leaves per token and value head: γ, W (dk) and one row of the chunk's
+// C x C matrix M; the forward also U (dv; the backward's chunk kernel recomputes it).
 constexpr std::int64_t gated_delta_rule_chunked_prepared_floats(const GatedDeltaRuleScratchShape& s,
                                                                 std::int64_t tokens,
                                                                 bool backward) {
-  return tokens * s.value_heads * (1 + s.key_dim + s.value_dim + (backward ? 3 : 1) * s.chunk);
+  return tokens * s.value_heads * (1 + s.key_dim + (backward ? 0 : s.value_dim) + s.chunk);
 }
 
 constexpr std::int64_t gated_delta_rule_chunked_forward_scratch_floats(
@@ -66,7 +66,7 @@ constexpr std::int64_t gated_delta_rule_chunked_backward_scratch_floats(
   return gated_delta_rule_chunked_prepared_floats(s, tokens, true) +
          chunks * s.value_heads * s.key_dim * s.value_dim +
          gated_delta_rule_chunked_backward_blocks(s, chunks) * s.chunk *
-             (3 * s.value_dim + 5 * s.key_dim) +
+             (4 * s.value_dim + 5 * s.key_dim) +
          2 * tokens * s.value_heads * s.key_dim;
 }
 
