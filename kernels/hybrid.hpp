@@ -1,7 +1,8 @@
 #pragma once
 // CUDA kernels of the hybrid (Qwen3-Next / 3.5) layers and the MoE aux loss, behind the ops of
 // the same names in lib/ops (same maths and argument meanings; conventions of ops.hpp). fp32
-// only. Every reduction runs in one thread in a fixed order (no atomics): the element-wise ops
+// tensors (the chunked gated delta rule's products may run on tensor cores on bf16 splits of
+// them). Every reduction runs in one thread in a fixed order (no atomics): the element-wise ops
 // and the aux loss sum in the CPU op's order, so under the emulated backend they agree with
 // it bit for bit and a repeated step is bit-reproducible on a GPU too.
 //
@@ -100,6 +101,11 @@ struct GatedDeltaRuleArgs {
   std::int64_t sequences = 0, key_heads = 0, value_heads = 0, key_dim = 0, value_dim = 0;
   int chunk = 64;
   float scale = 1.0f;
+  // The chunked kernels only: T, the number of chunks (Σ_s ceil(L_s / chunk)), and whether the
+  // chunk products run on tensor cores (bf16 operands, fp32 accumulation; bf16_mixed) or in
+  // fp32.
+  std::int64_t tokens = 0, chunks = 0;
+  bool tensor_cores = false;
 };
 
 // out [T, Hv, dv] (may be null: states only), final_state and chunk_states optional.
@@ -116,6 +122,22 @@ void gated_delta_rule_backward(const GatedDeltaRuleArgs& args, std::int64_t toke
                                const float* d_final_state, float* dq, float* dk, float* dv,
                                float* dg, float* dbeta, float* d_initial_state, float* scratch,
                                cudaStream_t stream);
+
+// The chunked (WY / UT-transform) form, the default on the device
+// (kernels/gated_delta_rule_chunked*.cu; docs/cuda.md): chunk-local products in parallel over
+// every chunk and value head, only the chunk-to-chunk state recurrence serial (per sequence,
+// value head and block of 64 state columns). Same outputs, chunk-state layout and gradient
+// conventions as the token-by-token kernels above; chunk <= 64, key dim <= 256.
+// Scratch (floats): ops/gated_delta_rule_scratch.hpp.
+std::int64_t gated_delta_rule_chunked_forward_scratch(const GatedDeltaRuleArgs& args);
+void gated_delta_rule_chunked_forward(const GatedDeltaRuleArgs& args, float* out,
+                                      float* final_state, float* chunk_states, float* scratch,
+                                      cudaStream_t stream);
+std::int64_t gated_delta_rule_chunked_backward_scratch(const GatedDeltaRuleArgs& args);
+void gated_delta_rule_chunked_backward(const GatedDeltaRuleArgs& args, const float* chunk_states,
+                                       const float* dout, const float* d_final_state, float* dq,
+                                       float* dk, float* dv, float* dg, float* dbeta,
+                                       float* d_initial_state, float* scratch, cudaStream_t stream);
 
 // ops/segment_states.hpp: walks over the segments of DeltaNet state passing, sums in double.
 struct SegmentWalks {

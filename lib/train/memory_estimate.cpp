@@ -362,16 +362,18 @@ void add_precision_and_device_buffers(MemoryEstimate& out, const MemoryEstimateI
              (input.on_gpu ? "2 bytes each on the GPU)" : "fp32-held on the CPU)")});
   }
   if (input.on_gpu && a.is_hybrid()) {
-    // The CUDA gated delta rule's backward holds per-block chunk states, one layer at a time;
-    // a bin of many sequences keeps every block busy, so the bound takes the most blocks.
+    // The CUDA gated delta rule's (chunked) backward, one layer at a time: prepared rows, the
+    // outgoing-state gradient of every chunk (T / 64 chunks, as the saved chunk states count
+    // them), the per-chunk kernel's slots and per-head dq, dk rows.
     const ops::GatedDeltaRuleScratchShape shape{input.tokens_per_rank, a.linear_num_value_heads,
                                                 a.linear_key_head_dim, a.linear_value_head_dim};
+    const std::int64_t chunks = (input.tokens_per_rank + shape.chunk - 1) / shape.chunk;
     out.lines.push_back(
         {"DeltaNet backward (GPU)",
-         4.0 * static_cast<double>(
-                   ops::gated_delta_rule_backward_scratch_floats(shape, input.tokens_per_rank)),
-         std::to_string(ops::gated_delta_rule_backward_blocks(shape)) +
-             " blocks' chunk states and their gradients + per-head dq, dk rows, fp32"});
+         4.0 * static_cast<double>(ops::gated_delta_rule_chunked_backward_scratch_floats(
+                   shape, input.tokens_per_rank, chunks)),
+         "chunked: prepared rows, " + std::to_string(chunks) +
+             " chunks' state gradients, per-head dq, dk rows, fp32"});
   }
 }
 

@@ -66,8 +66,9 @@ std::string fixture_dir(const std::string& name) {
   return std::string(DYNCP_SOURCE_DIR) + "/tests/fixtures/model/" + name;
 }
 
+// gradient_u: the per-tensor bound against CPU bf16, in units of u.
 void check_bf16_step(const std::string& dir, const config::ModelArchitecture& architecture,
-                     bool seeded_weights) {
+                     bool seeded_weights, double gradient_u = 8) {
   const auto fixture = model::load_hf_model(dir);
   model::ModelOptions options = fixture->options();
   options.precision = ops::ComputePrecision::bf16;
@@ -110,7 +111,8 @@ void check_bf16_step(const std::string& dir, const config::ModelArchitecture& ar
   // Against CPU bf16: the same rounded operands; accumulation order (and the bf16 attention
   // kernel's P / dS rounding) are all that differ.
   expect(gpu_cpu_loss <= u, "GPU bf16 loss within u of CPU bf16");
-  expect(gpu_cpu <= 8 * u, "every GPU bf16 gradient tensor within 8u of CPU bf16");
+  expect(gpu_cpu <= gradient_u * u,
+         "every GPU bf16 gradient tensor within " + std::to_string(gradient_u) + "u of CPU bf16");
   // Against fp32: the bf16 tolerances of docs/precision.md, and bf16 is in effect.
   expect(gpu_fp32_loss <= 2 * u && gpu.loss_sum != fp32.loss_sum,
          "GPU bf16 loss differs from fp32, by at most 2u");
@@ -137,13 +139,16 @@ GPU_TEST(sliding_window_model_step_bf16_matches_cpu_bf16) {
   check_bf16_step(dir, architecture, /*seeded_weights=*/false);
 }
 
-// The hybrid: its projections read bf16 operands, its Gated DeltaNet ops stay fp32 on both.
+// The hybrid: its projections read bf16 operands; its Gated DeltaNet element-wise ops stay fp32
+// on both, but the GPU's gated delta rule runs its chunk products on tensor cores (split bf16
+// operands, about 16 bits) where the CPU's stay fp32: 16u per tensor against CPU bf16
+// (docs/cuda.md section 3; measured 8.5u on a layer-0 expert, 1.5u with fp32 chunk products).
 GPU_TEST(hybrid_model_step_bf16_matches_cpu_bf16) {
   ops::cuda::install_backend();
   const std::string dir = fixture_dir("qwen3_5_moe_b");
   config::ModelArchitecture architecture = model::load_hf_model(dir)->architecture();
   architecture.num_experts_per_tok = architecture.num_experts;
-  check_bf16_step(dir, architecture, /*seeded_weights=*/false);
+  check_bf16_step(dir, architecture, /*seeded_weights=*/false, /*gradient_u=*/16);
 }
 
 }  // namespace

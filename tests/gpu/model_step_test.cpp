@@ -3,6 +3,8 @@
 // hybrid (Qwen3.5) fixture, fp32, local seams. Every op of the step runs through the ops' CUDA
 // backend, so a missing copy, a host read of device data or a kernel that disagrees with its CPU op
 // shows here. Loss, per-token losses and every gradient must agree to fp32 round-off.
+#include <cstdlib>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -42,8 +44,8 @@ StepResult run_step(model::Qwen3MoeModel& m, const model::PackedBin& bin, std::i
   return out;
 }
 
-// One bin of `fixture` on the device against the CPU step.
-void check_model_step(const std::string& fixture, ops::MoeAuxLossType aux_loss) {
+// One bin of `fixture` on the device against the CPU step; returns the device's step.
+StepResult check_model_step(const std::string& fixture, ops::MoeAuxLossType aux_loss) {
   ops::cuda::install_backend();
   const std::string dir = std::string(DYNCP_SOURCE_DIR) + "/tests/fixtures/model/" + fixture;
   model::ModelOptions cpu_options;
@@ -78,6 +80,7 @@ void check_model_step(const std::string& fixture, ops::MoeAuxLossType aux_loss) 
   // A second bin on the same model reuses its arenas (steady state).
   const StepResult again = run_step(gpu_model, on_device, loss_tokens, count, Device::cuda);
   expect(again.grads == got.grads, name + ": a repeated bin gives the same gradients");
+  return got;
 }
 
 GPU_TEST(model_step_matches_cpu_fp32) {
@@ -107,9 +110,34 @@ GPU_TEST(dynamic_rope_model_step_matches_cpu_fp32) {
   check_model_step("qwen3_moe_rope_dynamic", ops::MoeAuxLossType::none);
 }
 
-// The hybrid: Gated DeltaNet layers, gated attention and the shared expert's gate.
+// The hybrid: Gated DeltaNet layers, gated attention and the shared expert's gate (the gated
+// delta rule on the chunked kernels, the default).
 GPU_TEST(hybrid_model_step_matches_cpu_fp32) {
   check_model_step("qwen3_5_moe_b", ops::MoeAuxLossType::seq_aux_loss);
+}
+
+// The same step on the token-by-token reference kernels (DYNCP_GATED_DELTA_RULE_KERNEL=token);
+// a value that names neither kernel pair is refused, naming the variable.
+GPU_TEST(hybrid_model_step_token_reference_matches_cpu_fp32) {
+  constexpr const char* variable = "DYNCP_GATED_DELTA_RULE_KERNEL";
+  unsetenv(variable);
+  const StepResult chunked = check_model_step("qwen3_5_moe_b", ops::MoeAuxLossType::seq_aux_loss);
+  setenv(variable, "token", 1);
+  const StepResult token = check_model_step("qwen3_5_moe_b", ops::MoeAuxLossType::seq_aux_loss);
+  // Both agree with the CPU to fp32 round-off, but not bit for bit with each other: the default
+  // did not run the reference.
+  expect(chunked.grads != token.grads, "the chunked default and the token reference both ran");
+  setenv(variable, "tokens", 1);
+  std::string message;
+  try {
+    check_model_step("qwen3_5_moe_b", ops::MoeAuxLossType::seq_aux_loss);
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  unsetenv(variable);
+  expect(
+      message.find("DYNCP_GATED_DELTA_RULE_KERNEL=tokens") != std::string::npos,
+      "an unknown gated delta rule kernel is refused, naming the variable (got: " + message + ")");
 }
 
 // Selective recomputation (moe_act, layernorm, mlp, shared_experts) on the device: the backward

@@ -209,16 +209,17 @@ TEST_CASE("memory estimate: the GPU's DeltaNet backward scratch is counted on th
   const auto cpu = train::estimate_memory(train::memory_estimate_input(config("cpu")));
   const auto gpu = train::estimate_memory(train::memory_estimate_input(config("cuda")));
   CHECK_FALSE(has_line(cpu, "DeltaNet backward (GPU)"));
-  // kernels/gated_delta_rule.cu: min(sequences x value heads, 64) blocks of (2C + 1) dk dv +
-  // 4 C dv floats (C = 64), plus dq and dk rows per value head for every token.
+  // kernels/gated_delta_rule_chunked_backward.cu (C = 64, T / C chunks): per token and value
+  // head 1 + dk + C prepared floats, dk dv per chunk and value head (state gradients),
+  // min(chunks x value heads, 256) slots of C (4 dv + 5 dk), dq and dk rows per value head.
   auto a = config("cuda").model.architecture;
   a.resolve();
   const double tokens = 256, heads = static_cast<double>(a.linear_num_value_heads);
   const double dk = static_cast<double>(a.linear_key_head_dim);
   const double dv = static_cast<double>(a.linear_value_head_dim);
-  const double blocks = std::min(tokens * heads, 64.0);
-  const double expected =
-      4 * (blocks * ((2 * 64 + 1) * dk * dv + 4 * 64 * dv) + 2 * tokens * heads * dk);
+  const double chunks = tokens / 64, blocks = std::min(chunks * heads, 256.0);
+  const double expected = 4 * (tokens * heads * (1 + dk + 64) + chunks * heads * dk * dv +
+                               blocks * 64 * (4 * dv + 5 * dk) + 2 * tokens * heads * dk);
   CHECK(line_bytes(gpu, "DeltaNet backward (GPU)") == Approx(expected));
   CHECK(gpu.per_bin_bytes >= cpu.per_bin_bytes + expected);
 }

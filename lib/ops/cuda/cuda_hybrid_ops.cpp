@@ -1,12 +1,15 @@
 // CudaHybridOps: the hybrid layers' ops and the MoE aux loss on kernels/hybrid.hpp. These ops
 // stay fp32 under bf16_mixed, as on the CPU (docs/precision.md): ctx.precision only changes
-// matrix products and attention. Host metadata (cu_seqlens, each sequence's first chunk) is
-// uploaded into scratch; the aux loss and a bad expert id come back in one synchronous copy.
+// matrix products and attention, and the chunk products of the gated delta rule (tensor cores
+// on bf16 operands; the state and every element-wise factor stay fp32). Host metadata (cu_seqlens,
+// each sequence's first chunk) is uploaded into scratch; the aux loss and a bad expert id come back
+// in one synchronous copy.
 #include "ops/cuda/cuda_hybrid_ops.hpp"
 
 #include <cuda_runtime_api.h>
 
 #include <climits>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -58,6 +61,7 @@ kernels::GatedDeltaRuleArgs rule_args(core::Arena& scratch, const GatedDeltaRule
   args.value_dim = in.v.size(2);
   args.chunk = params.chunk_size;
   args.scale = static_cast<float>(params.scale);
+  args.tokens = in.q.size(0);
   const std::int32_t* cu = in.cu_seqlens.data<std::int32_t>();
   std::vector<std::int32_t> first(
       static_cast<std::size_t>(std::max<std::int64_t>(args.sequences, 1)));
@@ -66,9 +70,26 @@ kernels::GatedDeltaRuleArgs rule_args(core::Arena& scratch, const GatedDeltaRule
     first[static_cast<std::size_t>(s)] = static_cast<std::int32_t>(chunks);
     chunks += (cu[s + 1] - cu[s] + params.chunk_size - 1) / params.chunk_size;
   }
+  args.chunks = chunks;
   args.cu_seqlens = upload_i32(scratch, in.cu_seqlens);
   args.first_chunk = upload_i32(scratch, first.data(), static_cast<std::int64_t>(first.size()));
   return args;
+}
+
+// The device's gated delta rule is the chunked kernels pair; the token-by-token pair stays as
+// the reference the tests and tools/gpu-check.sh compare against, chosen by the environment
+// (DYNCP_GATED_DELTA_RULE_KERNEL=token; `chunked` or unset: the default). A chunk size above
+// the chunked kernels' 64 also takes the token pair (the same function).
+bool token_kernels(const GatedDeltaRuleParams& params) {
+  constexpr const char* variable = "DYNCP_GATED_DELTA_RULE_KERNEL";
+  const char* value = std::getenv(variable);
+  const std::string choice = value == nullptr ? "" : value;
+  if (choice == "token") return true;
+  if (!choice.empty() && choice != "chunked") {
+    core::throw_runtime_error(std::string(variable) + "=" + choice +
+                              " is neither `chunked` (the default) nor `token`");
+  }
+  return params.chunk_size > 64;
 }
 
 // The walks uploaded, with the state dims of `states` [own, Hv, dk, dv].
@@ -246,8 +267,17 @@ void CudaHybridOps::gated_delta_rule_forward(const OpContext& ctx, const GatedDe
                                              GatedDeltaRuleSaved& saved) {
   core::Arena& scratch = scratch_of(ctx, "gated_delta_rule_forward");
   core::ArenaScope temporaries(scratch);
-  kernels::gated_delta_rule_forward(rule_args(scratch, in, params), f32(out), f32(final_state),
-                                    f32(saved.chunk_states), stream_of(ctx));
+  kernels::GatedDeltaRuleArgs args = rule_args(scratch, in, params);
+  if (token_kernels(params)) {
+    kernels::gated_delta_rule_forward(args, f32(out), f32(final_state), f32(saved.chunk_states),
+                                      stream_of(ctx));
+    return;
+  }
+  args.tensor_cores = ctx.precision == ComputePrecision::bf16;
+  const Tensor work =
+      scratch.allocate({kernels::gated_delta_rule_chunked_forward_scratch(args)}, DType::f32);
+  kernels::gated_delta_rule_chunked_forward(args, f32(out), f32(final_state),
+                                            f32(saved.chunk_states), f32(work), stream_of(ctx));
 }
 
 void CudaHybridOps::gated_delta_rule_backward(const OpContext& ctx, const Tensor& dout,
@@ -258,17 +288,35 @@ void CudaHybridOps::gated_delta_rule_backward(const OpContext& ctx, const Tensor
                                               const GatedDeltaRuleGrads& grads) {
   core::Arena& scratch = scratch_of(ctx, "gated_delta_rule_backward");
   core::ArenaScope temporaries(scratch);
-  const kernels::GatedDeltaRuleArgs args = rule_args(scratch, in, params);
+  kernels::GatedDeltaRuleArgs args = rule_args(scratch, in, params);
+  const bool token = token_kernels(params);
+  args.tensor_cores = !token && ctx.precision == ComputePrecision::bf16;
   const cudaStream_t stream = stream_of(ctx);
   Tensor chunk_states = saved.chunk_states;
   if (!chunk_states.defined()) {
     // Forward kept no chunk states: one state-only pass recomputes them.
-    chunk_states = scratch.allocate({gated_delta_rule_num_chunks(in.cu_seqlens, params.chunk_size),
-                                     args.value_heads, args.key_dim, args.value_dim},
-                                    DType::f32);
-    kernels::gated_delta_rule_forward(args, nullptr, nullptr, f32(chunk_states), stream);
+    chunk_states =
+        scratch.allocate({args.chunks, args.value_heads, args.key_dim, args.value_dim}, DType::f32);
+    core::ArenaScope pass(scratch);
+    if (token) {
+      kernels::gated_delta_rule_forward(args, nullptr, nullptr, f32(chunk_states), stream);
+    } else {
+      const Tensor work =
+          scratch.allocate({kernels::gated_delta_rule_chunked_forward_scratch(args)}, DType::f32);
+      kernels::gated_delta_rule_chunked_forward(args, nullptr, nullptr, f32(chunk_states),
+                                                f32(work), stream);
+    }
   }
   const std::int64_t tokens = in.q.size(0);
+  if (!token) {
+    const Tensor work =
+        scratch.allocate({kernels::gated_delta_rule_chunked_backward_scratch(args)}, DType::f32);
+    kernels::gated_delta_rule_chunked_backward(args, f32(chunk_states), f32(dout),
+                                               f32(d_final_state), f32(grads.dq), f32(grads.dk),
+                                               f32(grads.dv), f32(grads.dg), f32(grads.dbeta),
+                                               f32(grads.d_initial_state), f32(work), stream);
+    return;
+  }
   const Tensor work =
       scratch.allocate({kernels::gated_delta_rule_backward_scratch(args, tokens)}, DType::f32);
   kernels::gated_delta_rule_backward(args, tokens, f32(chunk_states), f32(dout), f32(d_final_state),
