@@ -142,7 +142,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
       !on_device(d, *d_layout)) {
     return CUBLAS_STATUS_INVALID_VALUE;  // a host pointer handed to cuBLASLt
   }
-  dyncp::emulation::note_launch();
+  dyncp::emulation::note_launch("cublasLtMatmul");
   dyncp::emulation::DeviceAccess access;
   const std::vector<float> fa = to_f32(a, *a_layout), fb = to_f32(b, *b_layout);
   const float alpha_value = *static_cast<const float*>(alpha);

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -15,6 +16,7 @@
 
 #include "cuda_runtime_api.h"
 #include "device_heap.hpp"
+#include "emulation_counters.h"
 #include "runtime_state.hpp"
 
 struct CUstream_st {
@@ -49,6 +51,8 @@ std::set<cudaEvent_t> events;
 std::set<void*> pinned;
 int current_device = 0;
 unsigned long long launches = 0;
+RuntimeCounters counters;  // device-to-host traffic
+std::map<std::string, unsigned long long, std::less<>> launches_by_name;
 
 int device_count() {
   if (const char* value = std::getenv("DYNCP_EMULATED_GPUS"); value && *value) {
@@ -123,6 +127,10 @@ cudaError_t copy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind k
   std::lock_guard lock(state_mutex);
   CUstream_st& s = resolve(stream);
   ++s.enqueued;
+  if (src_device && !dst_device) {
+    ++counters.device_to_host_copies;
+    counters.device_to_host_bytes += bytes;
+  }
   DeviceAccess access;
   if (asynchronous && !dst_device) {
     CUstream_st::PendingCopy pending{s.enqueued, dst, std::vector<unsigned char>(bytes)};
@@ -166,15 +174,32 @@ bool stream_is_valid(cudaStream_t stream) {
   return streams.count(stream) != 0;
 }
 
-void note_launch() {
+void note_launch(const char* name) {
   std::lock_guard lock(state_mutex);
   ++launches;
+  ++launches_by_name[name];
   ++default_stream.enqueued;
 }
 
 unsigned long long launch_count() {
   std::lock_guard lock(state_mutex);
   return launches;
+}
+
+RuntimeCounters runtime_counters() {
+  std::lock_guard lock(state_mutex);
+  RuntimeCounters out = counters;
+  out.launches = launches;
+  return out;
+}
+
+unsigned long long launches_named(std::string_view prefix) {
+  std::lock_guard lock(state_mutex);
+  unsigned long long total = 0;
+  for (auto it = launches_by_name.lower_bound(prefix);
+       it != launches_by_name.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it)
+    total += it->second;
+  return total;
 }
 
 }  // namespace dyncp::emulation
@@ -300,6 +325,10 @@ cudaError_t cudaMemcpy2D(void* dst, std::size_t dst_pitch, const void* src, std:
   std::lock_guard lock(state_mutex);
   CUstream_st& s = resolve(nullptr);
   ++s.enqueued;
+  if (src_device && !dst_device) {
+    ++counters.device_to_host_copies;
+    counters.device_to_host_bytes += width * height;
+  }
   {
     DeviceAccess access;
     for (std::size_t row = 0; row < height; ++row) {

@@ -209,7 +209,7 @@ cudaError_t run_grid(const void* kernel, const char* name, dim3 grid, dim3 block
     return record_error(cudaErrorInvalidValue);
   }
   if (!stream_is_valid(stream)) return record_error(cudaErrorInvalidResourceHandle);
-  note_launch();
+  note_launch(name);
 
   DeviceAccess access;
   std::vector<unsigned char> shared(dynamic_shared_bytes + 128);
