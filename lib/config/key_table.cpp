@@ -93,7 +93,8 @@ void append_parallel_keys(std::vector<KeySpec>& keys) {
       "model.moe_permute_fusion", DYNCP_FIELD(model.moe_permute_fusion),
       "GPU path: router top-k, the dispatch order and the permuted rows in one fused op (three "
       "launches, no host read); false: router, permutation plan and permutation as separate ops",
-      {.rules = "no effect on the CPU path (the same numbers either way)"}));
+      {.rules = "no effect on the CPU path (the same numbers either way); on the GPU true takes "
+                "top-k up to 32, false up to 1024 experts"}));
   keys.push_back(make_key("model.recompute_granularity", DYNCP_FIELD(model.recompute_granularity),
                           "Activation recomputation; unset: none",
                           {.rules = "full and selective are built"}));
