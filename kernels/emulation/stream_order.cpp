@@ -80,6 +80,12 @@ void set_stream_order(StreamOrder kind, unsigned long long seed_or_stream) {
   order().random.seed(seed_or_stream);
 }
 
+StreamOrder stream_order(unsigned long long* parameter) {
+  std::lock_guard lock(scheduler_mutex);
+  if (parameter != nullptr) *parameter = order().parameter;
+  return order().kind;
+}
+
 std::uint64_t submit(cudaStream_t stream, std::function<void()> run, CUstream_st* waits_for,
                      std::uint64_t until) {
   CUstream_st& s = resolve_stream(stream);

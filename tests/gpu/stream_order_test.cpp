@@ -26,6 +26,14 @@ __global__ void add_one(const float* in, float* out, int n) {
   for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = in[i] + 1.0f;
 }
 
+// Sets nothing itself; puts back the order in force (the environment's, under ctest's
+// stream-order runs of this binary) when the test ends.
+struct RestoreOrder {
+  unsigned long long parameter = 0;
+  emulation::StreamOrder kind = emulation::stream_order(&parameter);
+  ~RestoreOrder() { emulation::set_stream_order(kind, parameter); }
+};
+
 struct Streams {
   cudaStream_t producer = nullptr, consumer = nullptr;
   cudaEvent_t done = nullptr;
@@ -58,6 +66,7 @@ std::vector<float> produce_consume(Streams& s, bool with_event) {
 
 GPU_TEST(stream_orders_keep_event_dependencies_and_expose_missing_ones) {
   using emulation::StreamOrder;
+  const RestoreOrder restore;
   Streams s;
   const std::vector<float> right(64, 6.0f), early(64, 1.0f);
   for (unsigned long long seed = 1; seed <= 12; ++seed) {
@@ -84,6 +93,7 @@ GPU_TEST(stream_orders_keep_event_dependencies_and_expose_missing_ones) {
 // An asynchronous copy to the host lands only when its stream has run, in every order.
 GPU_TEST(stream_orders_deliver_host_copies_at_synchronisation) {
   using emulation::StreamOrder;
+  const RestoreOrder restore;
   Streams s;
   emulation::set_stream_order(StreamOrder::delay_one, emulation::stream_index(s.producer));
   DeviceBuffer<float> x(std::vector<float>(8, 0.0f));
@@ -93,7 +103,6 @@ GPU_TEST(stream_orders_deliver_host_copies_at_synchronisation) {
   expect(host == std::vector<float>(8, -1.0f), "before synchronising: nothing has landed");
   cudaStreamSynchronize(s.producer);
   expect(host == std::vector<float>(8, 3.0f), "after: the kernel ran, then the copy");
-  emulation::set_stream_order(StreamOrder::immediate, 0);
 }
 
 #endif

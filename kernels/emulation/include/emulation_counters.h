@@ -29,6 +29,8 @@ unsigned long long launches_named(std::string_view prefix);
 // queued work first.
 enum class StreamOrder { immediate, random, delay_one };
 void set_stream_order(StreamOrder order, unsigned long long parameter);
+// The order in force and its parameter (tests restore it after changing it).
+StreamOrder stream_order(unsigned long long* parameter = nullptr);
 // A stream's creation index (0: the default stream), for delay_one.
 int stream_index(CUstream_st* stream);
 
