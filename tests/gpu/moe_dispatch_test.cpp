@@ -204,6 +204,25 @@ void check_moe_kernels_step(ops::ComputePrecision precision) {
   expect(old_path.d2h_copies == kOutsideMoe + 2 * layers,
          name + ": with both keys off each MoE layer copies its plan flag and offsets down (" +
              std::to_string(old_path.d2h_copies) + " copies)");
+  // Each key on its own selects its own kernels.
+  for (const bool grouped : {true, false}) {
+    model::ModelOptions one = options;
+    one.moe_grouped_gemm = grouped;
+    one.moe_permute_fusion = !grouped;
+    model::Qwen3MoeModel m(cpu_model->architecture(), one);
+    m.parameters().copy_values_from(cpu_model->parameters());
+    const Step step = run_step(m, on_device, loss_tokens);
+    const std::string which = name + (grouped ? " grouped only" : " fused only");
+    expect_close(which + ": every gradient", step.grads, want.grads, grad_atol, grad_rtol);
+    expect((step.grouped_row_launches == (grouped ? 4 * layers : 0)) &&
+               (step.grouped_weight_launches == (grouped ? 2 * layers : 0)) &&
+               (step.dispatch_launches == (grouped ? 0 : layers)) &&
+               (step.plan_launches == (grouped ? layers : 0)),
+           which + ": the grouped and the fused kernels run exactly when their key is on");
+    // grouped only: the unfused plan's id check comes down; fused only: the host offsets.
+    expect(step.d2h_copies == kOutsideMoe + layers,
+           which + ": one copy down per MoE layer (" + std::to_string(step.d2h_copies) + ")");
+  }
 #endif
 }
 
