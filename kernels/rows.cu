@@ -3,6 +3,7 @@
 
 #include "common.cuh"
 #include "ops.hpp"
+#include "router_row.cuh"
 
 namespace dyncp::kernels {
 namespace {
@@ -73,31 +74,8 @@ __global__ void router_forward_kernel(const float* logits, std::int64_t tokens, 
                                       float* probs) {
   for (std::int64_t t = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; t < tokens;
        t += std::int64_t(gridDim.x) * blockDim.x) {
-    const float* l = logits + t * experts;
-    float* p = probs + t * experts;
-    float max_logit = -INFINITY;
-    for (int e = 0; e < experts; ++e) max_logit = fmaxf(max_logit, l[e]);
-    float sum = 0.0f;
-    for (int e = 0; e < experts; ++e) {
-      p[e] = expf(l[e] - max_logit);
-      sum += p[e];
-    }
-    for (int e = 0; e < experts; ++e) p[e] /= sum;
-    float selected_sum = 0.0f;
-    for (int j = 0; j < top_k; ++j) {
-      int best = -1;
-      for (int e = 0; e < experts; ++e) {
-        bool taken = false;
-        for (int m = 0; m < j; ++m) taken = taken || ids[t * top_k + m] == e;
-        if (!taken && (best < 0 || p[e] > p[best])) best = e;
-      }
-      ids[t * top_k + j] = best;
-      weights[t * top_k + j] = p[best];
-      selected_sum += p[best];
-    }
-    if (normalize) {
-      for (int j = 0; j < top_k; ++j) weights[t * top_k + j] /= selected_sum;
-    }
+    detail::route_token(logits + t * experts, probs + t * experts, experts, top_k, normalize,
+                        ids + t * top_k, weights + t * top_k);
   }
 }
 

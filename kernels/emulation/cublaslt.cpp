@@ -8,6 +8,7 @@
 #include "cuda_bf16.h"
 #include "device_heap.hpp"
 #include "runtime_state.hpp"
+#include "streams.hpp"
 
 struct cublasLtContext {};
 struct cublasLtMatmulDescOpaque_t {
@@ -142,31 +143,36 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
       !on_device(d, *d_layout)) {
     return CUBLAS_STATUS_INVALID_VALUE;  // a host pointer handed to cuBLASLt
   }
-  dyncp::emulation::note_launch();
-  dyncp::emulation::DeviceAccess access;
-  const std::vector<float> fa = to_f32(a, *a_layout), fb = to_f32(b, *b_layout);
+  dyncp::emulation::note_launch("cublasLtMatmul");
   const float alpha_value = *static_cast<const float*>(alpha);
   const float beta_value = *static_cast<const float*>(beta);
-  std::vector<float> fd(static_cast<std::size_t>(m) * n, 0.0f);
-  if (beta_value != 0.0f) fd = to_f32(c, *c_layout);
-  if (k > 0) {
-    cblas_sgemm(CblasColMajor, desc->transa == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
-                desc->transb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, alpha_value,
-                fa.data(), static_cast<int>(a_layout->rows), fb.data(),
-                static_cast<int>(b_layout->rows), beta_value, fd.data(), m);
-  } else {
-    for (float& value : fd) value *= beta_value;
-  }
-  for (int j = 0; j < n; ++j) {
-    for (int i = 0; i < m; ++i) {
-      const std::size_t at = static_cast<std::size_t>(j) * d_layout->ld + i;
-      const float value = fd[static_cast<std::size_t>(j) * m + i];
-      if (d_layout->type == CUDA_R_32F) {
-        static_cast<float*>(d)[at] = value;
-      } else {
-        static_cast<__nv_bfloat16*>(d)[at] = __float2bfloat16_rn(value);
+  const cublasOperation_t transa = desc->transa, transb = desc->transb;
+  const cublasLtMatrixLayoutOpaque_t la = *a_layout, lb = *b_layout, lc = *c_layout, ld = *d_layout;
+  // Runs in stream order (kernels/emulation/streams.hpp), like a kernel.
+  dyncp::emulation::submit(stream, [=] {
+    dyncp::emulation::DeviceAccess access;
+    const std::vector<float> fa = to_f32(a, la), fb = to_f32(b, lb);
+    std::vector<float> fd(static_cast<std::size_t>(m) * n, 0.0f);
+    if (beta_value != 0.0f) fd = to_f32(c, lc);
+    if (k > 0) {
+      cblas_sgemm(CblasColMajor, transa == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
+                  transb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, alpha_value,
+                  fa.data(), static_cast<int>(la.rows), fb.data(), static_cast<int>(lb.rows),
+                  beta_value, fd.data(), m);
+    } else {
+      for (float& value : fd) value *= beta_value;
+    }
+    for (int j = 0; j < n; ++j) {
+      for (int i = 0; i < m; ++i) {
+        const std::size_t at = static_cast<std::size_t>(j) * ld.ld + i;
+        const float value = fd[static_cast<std::size_t>(j) * m + i];
+        if (ld.type == CUDA_R_32F) {
+          static_cast<float*>(d)[at] = value;
+        } else {
+          static_cast<__nv_bfloat16*>(d)[at] = __float2bfloat16_rn(value);
+        }
       }
     }
-  }
+  });
   return CUBLAS_STATUS_SUCCESS;
 }

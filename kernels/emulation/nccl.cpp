@@ -18,6 +18,7 @@
 
 #include "device_heap.hpp"
 #include "runtime_state.hpp"
+#include "streams.hpp"
 
 struct ncclComm {
   MPI_Comm mpi = MPI_COMM_NULL;
@@ -97,6 +98,9 @@ ncclResult_t check_call(ncclComm_t comm, ncclDataType_t type, cudaStream_t strea
   if (!stream_is_valid(stream)) {
     return fail(ncclInvalidArgument, std::string(call) + ": invalid CUDA stream");
   }
+  // The transfer runs now, after the work its stream was ordered behind (streams.hpp): without
+  // an event on the producing stream it reads the buffer before that work has written it.
+  dyncp::emulation::drain(stream);
   return ncclSuccess;
 }
 

@@ -1,12 +1,13 @@
-// The emulated CUDA runtime API. Work runs when it is enqueued, in stream order; what the host
-// can observe of a stream is made as late as the hardware allows: an asynchronous copy to host
-// memory lands only when the host synchronises with its stream (stream, event or device
-// synchronisation), so code that reads the destination before synchronising sees stale bytes
-// here as it may on a GPU.
+// The emulated CUDA runtime API. Work runs when it is enqueued, in stream order, or in one of
+// the deferred orders of streams.hpp; what the host can observe of a stream is made as late as
+// the hardware allows: an asynchronous copy to host memory lands only when the host
+// synchronises with its stream (stream, event or device synchronisation), so code that reads
+// the destination before synchronising sees stale bytes here as it may on a GPU.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -15,26 +16,9 @@
 
 #include "cuda_runtime_api.h"
 #include "device_heap.hpp"
+#include "emulation_counters.h"
 #include "runtime_state.hpp"
-
-struct CUstream_st {
-  unsigned flags = 0;
-  std::uint64_t enqueued = 0;  // operations so far, for events
-  struct PendingCopy {
-    std::uint64_t sequence;
-    void* destination;
-    std::vector<unsigned char> bytes;
-  };
-  std::vector<PendingCopy> pending;
-};
-
-struct CUevent_st {
-  unsigned flags = 0;
-  cudaStream_t stream = nullptr;
-  std::uint64_t sequence = 0;
-  bool recorded = false;
-  std::chrono::steady_clock::time_point time{};
-};
+#include "streams.hpp"
 
 namespace dyncp::emulation {
 namespace {
@@ -45,10 +29,14 @@ thread_local std::string last_detail;
 thread_local cudaError_t last_detail_error = cudaSuccess;
 CUstream_st default_stream;
 std::set<cudaStream_t> streams;
+std::vector<CUstream_st*> stream_list{&default_stream};  // creation order
+int streams_created = 0;
 std::set<cudaEvent_t> events;
 std::set<void*> pinned;
 int current_device = 0;
 unsigned long long launches = 0;
+RuntimeCounters counters;  // device-to-host traffic
+std::map<std::string, unsigned long long, std::less<>> launches_by_name;
 
 int device_count() {
   if (const char* value = std::getenv("DYNCP_EMULATED_GPUS"); value && *value) {
@@ -120,9 +108,27 @@ cudaError_t copy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind k
     return cudaErrorInvalidValue;
   }
   if (!stream_is_valid(stream)) return record_error(cudaErrorInvalidResourceHandle);
+  if (src_device && !dst_device) {
+    std::lock_guard lock(state_mutex);
+    ++counters.device_to_host_copies;
+    counters.device_to_host_bytes += bytes;
+  }
+  if (deferred_order()) {
+    // A host source is read now (staged, as pageable memory is); device memory when it runs.
+    std::vector<unsigned char> staged;
+    if (!src_device)
+      staged.assign(static_cast<const unsigned char*>(src),
+                    static_cast<const unsigned char*>(src) + bytes);
+    const std::uint64_t sequence = submit(stream, [dst, src, bytes, staged = std::move(staged)] {
+      DeviceAccess access;
+      std::memmove(dst, staged.empty() ? src : staged.data(), bytes);
+    });
+    if (!asynchronous) drain(stream, sequence);
+    return cudaSuccess;
+  }
+  submit(stream, nullptr);
   std::lock_guard lock(state_mutex);
   CUstream_st& s = resolve(stream);
-  ++s.enqueued;
   DeviceAccess access;
   if (asynchronous && !dst_device) {
     CUstream_st::PendingCopy pending{s.enqueued, dst, std::vector<unsigned char>(bytes)};
@@ -136,18 +142,19 @@ cudaError_t copy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind k
 }
 
 cudaError_t set(void* dst, std::size_t pitch, int value, std::size_t width, std::size_t height,
-                cudaStream_t stream, const char* call) {
+                cudaStream_t stream, const char* call, bool synchronous) {
   if (width == 0 || height == 0) return cudaSuccess;
   if (!check_side(dst, pitch * (height - 1) + width, true, call, "destination")) {
     return cudaErrorInvalidValue;
   }
   if (!stream_is_valid(stream)) return record_error(cudaErrorInvalidResourceHandle);
-  std::lock_guard lock(state_mutex);
-  ++resolve(stream).enqueued;
-  DeviceAccess access;
-  for (std::size_t row = 0; row < height; ++row) {
-    std::memset(static_cast<unsigned char*>(dst) + row * pitch, value, width);
-  }
+  const std::uint64_t sequence = submit(stream, [=] {
+    DeviceAccess access;
+    for (std::size_t row = 0; row < height; ++row) {
+      std::memset(static_cast<unsigned char*>(dst) + row * pitch, value, width);
+    }
+  });
+  if (synchronous) drain(stream, sequence);
   return cudaSuccess;
 }
 
@@ -166,15 +173,44 @@ bool stream_is_valid(cudaStream_t stream) {
   return streams.count(stream) != 0;
 }
 
-void note_launch() {
+void note_launch(const char* name) {
   std::lock_guard lock(state_mutex);
   ++launches;
-  ++default_stream.enqueued;
+  ++launches_by_name[name];
+}
+
+CUstream_st& resolve_stream(cudaStream_t stream) {
+  return resolve(stream);
+}
+
+int stream_index(CUstream_st* stream) {
+  return resolve(stream).index;
+}
+
+std::vector<CUstream_st*> all_streams() {
+  std::lock_guard lock(state_mutex);
+  return stream_list;
 }
 
 unsigned long long launch_count() {
   std::lock_guard lock(state_mutex);
   return launches;
+}
+
+RuntimeCounters runtime_counters() {
+  std::lock_guard lock(state_mutex);
+  RuntimeCounters out = counters;
+  out.launches = launches;
+  return out;
+}
+
+unsigned long long launches_named(std::string_view prefix) {
+  std::lock_guard lock(state_mutex);
+  unsigned long long total = 0;
+  for (auto it = launches_by_name.lower_bound(prefix);
+       it != launches_by_name.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it)
+    total += it->second;
+  return total;
 }
 
 }  // namespace dyncp::emulation
@@ -213,6 +249,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
 }
 
 cudaError_t cudaDeviceSynchronize() {
+  drain_all();
   std::lock_guard lock(state_mutex);
   deliver_all(default_stream);
   for (cudaStream_t stream : streams) deliver_all(*stream);
@@ -239,6 +276,7 @@ cudaError_t cudaMalloc(void** pointer, std::size_t bytes) {
 
 cudaError_t cudaFree(void* pointer) {
   if (pointer == nullptr) return cudaSuccess;
+  drain_all();  // cudaFree waits for the device, as on a GPU
   if (!DeviceHeap::instance().release(pointer)) {
     return record_error(cudaErrorInvalidDevicePointer,
                         "cudaFree: " + hex(pointer) + " is not a live device allocation");
@@ -297,31 +335,35 @@ cudaError_t cudaMemcpy2D(void* dst, std::size_t dst_pitch, const void* src, std:
       !check_side(src, src_pitch * (height - 1) + width, src_device, "cudaMemcpy2D", "source")) {
     return cudaErrorInvalidValue;
   }
-  std::lock_guard lock(state_mutex);
-  CUstream_st& s = resolve(nullptr);
-  ++s.enqueued;
-  {
+  if (src_device && !dst_device) {
+    std::lock_guard lock(state_mutex);
+    ++counters.device_to_host_copies;
+    counters.device_to_host_bytes += width * height;
+  }
+  const std::uint64_t sequence = submit(nullptr, [=] {
     DeviceAccess access;
     for (std::size_t row = 0; row < height; ++row) {
       std::memmove(static_cast<unsigned char*>(dst) + row * dst_pitch,
                    static_cast<const unsigned char*>(src) + row * src_pitch, width);
     }
-  }
-  deliver_all(s);
+  });
+  drain(nullptr, sequence);  // synchronous: the host waits for the default stream
+  std::lock_guard lock(state_mutex);
+  deliver_all(resolve(nullptr));
   return cudaSuccess;
 }
 
 cudaError_t cudaMemset(void* dst, int value, std::size_t bytes) {
-  return set(dst, bytes, value, bytes, 1, nullptr, "cudaMemset");
+  return set(dst, bytes, value, bytes, 1, nullptr, "cudaMemset", true);
 }
 
 cudaError_t cudaMemsetAsync(void* dst, int value, std::size_t bytes, cudaStream_t stream) {
-  return set(dst, bytes, value, bytes, 1, stream, "cudaMemsetAsync");
+  return set(dst, bytes, value, bytes, 1, stream, "cudaMemsetAsync", false);
 }
 
 cudaError_t cudaMemset2DAsync(void* dst, std::size_t pitch, int value, std::size_t width,
                               std::size_t height, cudaStream_t stream) {
-  return set(dst, pitch, value, width, height, stream, "cudaMemset2DAsync");
+  return set(dst, pitch, value, width, height, stream, "cudaMemset2DAsync", false);
 }
 
 cudaError_t cudaStreamCreate(cudaStream_t* stream) {
@@ -332,15 +374,19 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
   std::lock_guard lock(state_mutex);
   *stream = new CUstream_st;
   (*stream)->flags = flags;
+  (*stream)->index = ++streams_created;
   streams.insert(*stream);
+  stream_list.push_back(*stream);
   return cudaSuccess;
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  std::lock_guard lock(state_mutex);
-  if (stream == nullptr || streams.erase(stream) == 0) {
+  if (!stream_is_valid(stream) || stream == nullptr)
     return record_error(cudaErrorInvalidResourceHandle);
-  }
+  drain_all();  // its work, and any other stream's waits on it, run first
+  std::lock_guard lock(state_mutex);
+  streams.erase(stream);
+  std::erase(stream_list, stream);
   deliver_all(*stream);
   delete stream;
   return cudaSuccess;
@@ -348,6 +394,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (!stream_is_valid(stream)) return record_error(cudaErrorInvalidResourceHandle);
+  drain(stream);
   std::lock_guard lock(state_mutex);
   deliver_all(resolve(stream));
   return cudaSuccess;
@@ -360,9 +407,17 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned) {
   if (!stream_is_valid(stream)) return record_error(cudaErrorInvalidResourceHandle);
-  std::lock_guard lock(state_mutex);
-  if (events.count(event) == 0) return record_error(cudaErrorInvalidResourceHandle);
-  ++resolve(stream).enqueued;
+  CUstream_st* producer = nullptr;
+  std::uint64_t until = 0;
+  {
+    std::lock_guard lock(state_mutex);
+    if (events.count(event) == 0) return record_error(cudaErrorInvalidResourceHandle);
+    if (event->recorded) {  // waiting for an event never recorded waits for nothing
+      producer = &resolve(event->stream);
+      until = event->sequence;
+    }
+  }
+  submit(stream, nullptr, producer, until);
   return cudaSuccess;
 }
 
@@ -387,21 +442,30 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (!stream_is_valid(stream)) return record_error(cudaErrorInvalidResourceHandle);
-  std::lock_guard lock(state_mutex);
+  std::unique_lock lock(state_mutex);
   if (events.count(event) == 0) return record_error(cudaErrorInvalidResourceHandle);
-  CUstream_st& s = resolve(stream);
   event->stream = stream;
-  event->sequence = ++s.enqueued;
   event->recorded = true;
-  event->time = std::chrono::steady_clock::now();
+  event->sequence = 0;
+  lock.unlock();
+  // The time is taken when the stream reaches the record, as on a GPU.
+  const std::uint64_t sequence =
+      submit(stream, [event] { event->time = std::chrono::steady_clock::now(); });
+  lock.lock();
+  event->sequence = sequence;
   return cudaSuccess;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  std::lock_guard lock(state_mutex);
+  std::unique_lock lock(state_mutex);
   if (events.count(event) == 0) return record_error(cudaErrorInvalidResourceHandle);
   if (event->recorded && (event->stream == nullptr || streams.count(event->stream) != 0)) {
-    deliver(resolve(event->stream), event->sequence);
+    const cudaStream_t stream = event->stream;
+    const std::uint64_t sequence = event->sequence;
+    lock.unlock();
+    drain(stream, sequence);
+    lock.lock();
+    deliver(resolve(stream), sequence);
   }
   return cudaSuccess;
 }

@@ -11,8 +11,8 @@ namespace dyncp::emulation {
 // cudaGetErrorString reports for it until the next error.
 cudaError_t record_error(cudaError_t error, std::string detail = {});
 bool stream_is_valid(cudaStream_t stream);
-// Counts kernel launches (tests read it to show that work ran on the emulated device).
-void note_launch();
+// Counts kernel launches, in total and by kernel name (emulation_counters.h).
+void note_launch(const char* name);
 unsigned long long launch_count();
 
 }  // namespace dyncp::emulation

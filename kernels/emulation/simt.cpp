@@ -15,6 +15,7 @@
 #include "cuda_pipeline_primitives.h"
 #include "device_heap.hpp"
 #include "runtime_state.hpp"
+#include "streams.hpp"
 
 namespace dyncp::emulation {
 namespace {
@@ -231,9 +232,14 @@ void check_kernel_pointer(const char* name, int argument, const void* pointer) {
        "a host pointer; kernels can only read device memory (cudaMalloc)");
 }
 
+namespace {
+void execute_grid(const char* name, dim3 grid, dim3 block, std::size_t dynamic_shared_bytes,
+                  const std::function<void()>& body);
+}  // namespace
+
 cudaError_t run_grid(const void* kernel, const char* name, dim3 grid, dim3 block,
                      std::size_t dynamic_shared_bytes, cudaStream_t stream,
-                     const std::function<void()>& body) {
+                     std::function<void()> body) {
   const unsigned threads = block.x * block.y * block.z;
   if (threads == 0 || threads > 1024 || block.z > 64 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
       grid.y > 65535 || grid.z > 65535) {
@@ -250,8 +256,18 @@ cudaError_t run_grid(const void* kernel, const char* name, dim3 grid, dim3 block
     return record_error(cudaErrorInvalidValue);
   }
   if (!stream_is_valid(stream)) return record_error(cudaErrorInvalidResourceHandle);
-  note_launch();
+  note_launch(name);
+  submit(stream, [name, grid, block, dynamic_shared_bytes, body = std::move(body)] {
+    execute_grid(name, grid, block, dynamic_shared_bytes, body);
+  });
+  return cudaSuccess;
+}
 
+namespace {
+
+void execute_grid(const char* name, dim3 grid, dim3 block, std::size_t dynamic_shared_bytes,
+                  const std::function<void()>& body) {
+  const unsigned threads = block.x * block.y * block.z;
   DeviceAccess access;
   std::vector<unsigned char> shared(dynamic_shared_bytes + 128);
   std::vector<Lane> lanes(threads);
@@ -301,7 +317,8 @@ cudaError_t run_grid(const void* kernel, const char* name, dim3 grid, dim3 block
   }
   run.lanes = nullptr;
   run.dynamic_shared = nullptr;
-  return cudaSuccess;
 }
+
+}  // namespace
 
 }  // namespace dyncp::emulation

@@ -51,11 +51,12 @@ T shfl_xor(T value, int offset) {
   return result;
 }
 
-// Runs `body` for every thread of the grid; `name` identifies the kernel in reports. Host
-// code's access to device memory is opened for the duration (device_heap.hpp).
+// Runs `body` for every thread of the grid, on `stream` in the runtime's stream order
+// (streams.hpp); `name` identifies the kernel in reports. Host code's access to device memory
+// is opened while it runs (device_heap.hpp). The launch is checked when it is enqueued.
 cudaError_t run_grid(const void* kernel, const char* name, dim3 grid, dim3 block,
                      std::size_t dynamic_shared_bytes, cudaStream_t stream,
-                     const std::function<void()>& body);
+                     std::function<void()> body);
 
 // Aborts, naming the kernel and argument, when a pointer argument is not device memory: on a
 // GPU a host pointer handed to a kernel faults.
@@ -77,11 +78,11 @@ class Launch {
 
   template <typename... Args>
   void operator()(Args&&... args) const {
-    // Arguments are copied at launch, as the hardware does.
+    // Arguments are copied at launch, as the hardware does, and kept until the kernel runs.
     std::tuple<std::decay_t<Params>...> copied(std::forward<Args>(args)...);
     check_all(copied, std::index_sequence_for<Params...>{});
     run_grid(reinterpret_cast<const void*>(kernel_), name_, grid_, block_, smem_, stream_,
-             [&] { std::apply(kernel_, copied); });
+             [kernel = kernel_, copied] { std::apply(kernel, copied); });
   }
 
  private:

@@ -228,11 +228,12 @@ I model.moe_flex_dispatcher_* : token dispatcher backend
 I model.moe_enable_deepep : token dispatcher backend
 I model.moe_deepep_num_sms : token dispatcher backend
 I model.moe_hybridep_* : token dispatcher backend
-I model.moe_permute_fusion* : fused permutation
+H model.moe_permute_fusion -> model.moe_permute_fusion
+I model.moe_permute_fusion* : fused permutation into the HybridEP dispatcher
 I model.moe_ncclep_* : token dispatcher backend
 I model.moe_router_fusion : fused router
 I model.moe_router_padding_for_* : routing-map padding for quantized GEMMs
-I model.moe_grouped_gemm : experts run as one grouped GEMM here
+H model.moe_grouped_gemm -> model.moe_grouped_gemm
 I model.moe_single_grouped_* : grouped-GEMM weight storage
 I model.use_grouped_gemm_for_* : grouped GEMMs
 I model.dense_grouped_gemm : grouped GEMMs

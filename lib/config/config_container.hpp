@@ -41,6 +41,12 @@ struct ModelConfig {
   bool calculate_per_token_loss = true;
   LoadBalancingType moe_router_load_balancing_type = LoadBalancingType::aux_loss;
 
+  // The MoE layer's GPU kernels (docs/model.md "MoE dispatch"): one grouped launch per expert
+  // projection with the expert offsets left in device memory, and routing, plan and permuted
+  // rows in one fused op. Neither changes a number; the CPU path runs the same ops either way.
+  bool moe_grouped_gemm = true;
+  bool moe_permute_fusion = true;
+
   // Activation recomputation.
   std::optional<RecomputeGranularity> recompute_granularity;
   std::optional<RecomputeMethod> recompute_method;

@@ -18,7 +18,6 @@ std::vector<InertKey> build_inert_keys() {
        {"alltoall"},
        "tokens reach their experts by all-to-all over the EP group",
        "the allgather or flex token dispatcher"},
-      {"model.moe_grouped_gemm", {"true"}, "experts run as one grouped GEMM", "per-expert GEMMs"},
       {"model.cross_entropy_loss_fusion",
        {"true"},
        "the loss is a fused, chunked cross-entropy",

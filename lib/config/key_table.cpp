@@ -91,6 +91,18 @@ void append_parallel_keys(std::vector<KeySpec>& keys) {
   keys.push_back(make_key("model.moe_router_load_balancing_type",
                           DYNCP_FIELD(model.moe_router_load_balancing_type),
                           "MoE load-balancing loss (coefficient: model.router_aux_loss_coef)"));
+  keys.push_back(make_key(
+      "model.moe_grouped_gemm", DYNCP_FIELD(model.moe_grouped_gemm),
+      "GPU path: each expert projection (gate/up, down; forward, data and weight gradients) is "
+      "one grouped launch over all local experts reading the expert offsets in device memory; "
+      "false: one product per expert, the offsets copied to the host in every MoE layer",
+      {.rules = "no effect on the CPU path (the same products either way)"}));
+  keys.push_back(make_key(
+      "model.moe_permute_fusion", DYNCP_FIELD(model.moe_permute_fusion),
+      "GPU path: router top-k, the dispatch order and the permuted rows in one fused op (three "
+      "launches, no host read); false: router, permutation plan and permutation as separate ops",
+      {.rules = "no effect on the CPU path (the same numbers either way); on the GPU true takes "
+                "top-k up to 32, false up to 1024 experts"}));
   keys.push_back(make_key("model.recompute_granularity", DYNCP_FIELD(model.recompute_granularity),
                           "Activation recomputation; unset: none",
                           {.rules = "full and selective are built"}));

@@ -118,6 +118,20 @@ void check_model_architecture(ConfigContainer& config, ProblemList& problems) {
     problems.add("model.num_experts_per_tok", str(arch.num_experts_per_tok),
                  "must be <= model.num_experts " + str(arch.num_experts));
   }
+  // The GPU path's MoE dispatch kernels (docs/cuda.md 7.2) hold per-block expert counts and a
+  // block's assignments in shared memory; the unfused plan kernel is one block of 1024 threads.
+  if (arch.num_experts > 0 && config.dist.device != Device::cpu) {
+    if (config.model.moe_permute_fusion && arch.num_experts_per_tok > 32) {
+      problems.add("model.moe_permute_fusion", "true",
+                   "the GPU's fused dispatch takes top-k up to 32 (model.num_experts_per_tok " +
+                       str(arch.num_experts_per_tok) +
+                       "); set it to false (up to 1024 experts) or dist.device: cpu");
+    } else if (!config.model.moe_permute_fusion && arch.num_experts > 1024) {
+      problems.add("model.moe_permute_fusion", "false",
+                   "the GPU's unfused permutation plan takes up to 1024 experts (model has " +
+                       str(arch.num_experts) + "); set it to true or dist.device: cpu");
+    }
+  }
   if (arch.hidden_act != "silu") {
     problems.add("model.hidden_act", arch.hidden_act,
                  "only silu (SwiGLU experts) is implemented; set it to silu");

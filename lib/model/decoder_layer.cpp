@@ -211,12 +211,31 @@ double moe_forward(const LayerRunContext& run, int layer, const DecoderLayerPara
   saved.router.probs = keep.allocate({n.tokens, n.experts}, dtype);
   saved.expert_ids = keep.allocate({n.tokens, n.top_k}, DType::i32);
   saved.routing_weights = keep.allocate({n.tokens, n.top_k}, dtype);
+  const std::int64_t assignments = n.tokens * n.top_k;
+  saved.plan.expert_order = keep.allocate({assignments}, DType::i32);
+  saved.plan.assignment_row = keep.allocate({assignments}, DType::i32);
+  // Grouped products read the offsets where the plan leaves them (device memory on the GPU);
+  // per-expert products size their calls from host offsets, which cost a synchronisation.
+  core::Arena& host = run.seam.host != nullptr ? *run.seam.host : keep;
+  saved.plan.expert_offsets =
+      (run.moe_grouped_gemm ? keep : host).allocate({n.experts + 1}, DType::i64);
+  saved.plan.tokens_per_expert = Tensor{};
+  // x_perm is only an input of the expert computation; the dispatcher keeps what it needs.
+  const Tensor x_perm = keep.allocate({assignments, n.hidden}, dtype);
   {
     core::ArenaScope temporaries(scratch);
     const Tensor logits = scratch.allocate({n.tokens, n.experts}, dtype);
     ops::linear_forward(router_context(ctx), saved.normed_mid, params.moe.router.value, logits);
-    ops::router_forward(ctx, logits, top_k, a.norm_topk_prob, saved.expert_ids,
-                        saved.routing_weights, saved.router);
+    if (run.moe_permute_fusion) {
+      ops::route_and_permute(ctx, logits, top_k, a.norm_topk_prob, saved.normed_mid,
+                             saved.expert_ids, saved.routing_weights, saved.router, saved.plan,
+                             x_perm);
+    } else {
+      ops::router_forward(ctx, logits, top_k, a.norm_topk_prob, saved.expert_ids,
+                          saved.routing_weights, saved.router);
+      ops::build_permute_plan(ctx, saved.expert_ids, static_cast<int>(n.experts), saved.plan);
+      ops::permute_forward(ctx, saved.normed_mid, saved.plan, x_perm);
+    }
   }
 
   double aux_loss = 0.0;
@@ -226,24 +245,21 @@ double moe_forward(const LayerRunContext& run, int layer, const DecoderLayerPara
     core::ArenaScope temporaries(scratch);
     const Tensor counts = scratch.allocate({sequences, n.experts}, dtype);
     const Tensor prob_sums = scratch.allocate({sequences, n.experts}, dtype);
+    // The ids are the router's own: nothing to verify (and no synchronisation for it).
     ops::moe_aux_loss_statistics(ctx, saved.router.probs, saved.expert_ids, run.cu_seqlens,
-                                 run.token_is_real, counts, prob_sums);
+                                 run.token_is_real, counts, prob_sums,
+                                 /*verify_expert_ids=*/false);
     run.seams.statistics->reduce(run.seam, counts, prob_sums);
-    aux_loss = ops::moe_aux_loss_finish(ctx, counts, prob_sums, top_k, a.router_aux_loss_coef,
-                                        run.aux_num_sequences_global, saved.aux_grad_coeff);
+    if (run.aux_losses.defined()) {
+      ops::moe_aux_loss_finish(ctx, counts, prob_sums, top_k, a.router_aux_loss_coef,
+                               run.aux_num_sequences_global, saved.aux_grad_coeff,
+                               run.aux_losses.select(layer));
+    } else {
+      aux_loss = ops::moe_aux_loss_finish(ctx, counts, prob_sums, top_k, a.router_aux_loss_coef,
+                                          run.aux_num_sequences_global, saved.aux_grad_coeff);
+    }
   }
 
-  const std::int64_t assignments = n.tokens * n.top_k;
-  saved.plan.expert_order = keep.allocate({assignments}, DType::i32);
-  saved.plan.assignment_row = keep.allocate({assignments}, DType::i32);
-  core::Arena& host = run.seam.host != nullptr ? *run.seam.host : keep;
-  saved.plan.expert_offsets = host.allocate({n.experts + 1}, DType::i64);
-  saved.plan.tokens_per_expert = host.allocate({n.experts}, DType::i64);
-  ops::build_permute_plan(ctx, saved.expert_ids, static_cast<int>(n.experts), saved.plan);
-
-  // x_perm is only an input of the expert computation; the dispatcher keeps what it needs.
-  const Tensor x_perm = keep.allocate({assignments, n.hidden}, dtype);
-  ops::permute_forward(ctx, saved.normed_mid, saved.plan, x_perm);
   saved.y_perm = keep.allocate({assignments, n.hidden}, dtype);
   saved.experts.recompute_hidden = run.recompute.moe_act;
   run.seams.experts->forward(run.seam, layer, x_perm, saved.plan.expert_offsets, params.moe.experts,

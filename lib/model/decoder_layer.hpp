@@ -85,6 +85,10 @@ struct LayerRunContext {
   ops::MoeAuxLossType aux_loss = ops::MoeAuxLossType::none;
   std::int64_t aux_num_sequences_global = 1;
   double aux_loss_grad_scale = 1.0;
+  // f64 [layers, 1] in device memory, or undefined: each MoE layer writes its aux loss to its row
+  // (decoder_layer_forward then returns 0 for it) instead of copying it to the host; the model
+  // reads all rows back in one copy per bin.
+  Tensor aux_losses;
   // Selective recomputation (Megatron's recompute_modules). moe_act: the routed and shared
   // experts' SwiGLU outputs (the down projections' inputs) are not kept; backward recomputes
   // them from the kept gate_up. layernorm: the outputs of the input and post-attention norms
@@ -93,6 +97,13 @@ struct LayerRunContext {
   // recomputes gate_up and the SwiGLU output from it. All re-run the same ops on the same
   // inputs, so the gradients are bitwise those of a run that keeps them.
   config::SelectiveRecompute recompute;
+  // The MoE layer's GPU kernels (docs/model.md "MoE dispatch"): moe_grouped_gemm keeps the
+  // expert offsets in device memory and runs each expert projection as one grouped launch
+  // (false: host offsets, one product per expert, a synchronisation per layer);
+  // moe_permute_fusion routes, plans and permutes in one op (ops::route_and_permute).
+  // Neither changes a number: the CPU runs the same ops either way.
+  bool moe_grouped_gemm = true;
+  bool moe_permute_fusion = true;
 };
 
 // output [T, h] = layer(input). Saved tensors are allocated from run.seam.activations,

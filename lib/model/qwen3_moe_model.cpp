@@ -170,6 +170,8 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
   run.aux_num_sequences_global = options.aux_num_sequences_global;
   run.aux_loss_grad_scale = options.aux_loss_grad_scale;
   run.recompute = options_.selective;
+  run.moe_grouped_gemm = options_.moe_grouped_gemm;
+  run.moe_permute_fusion = options_.moe_permute_fusion;
 
   SeamContext bin_context = run.seam;
   bin_context.activations = &activations_;
@@ -180,6 +182,12 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
   if (has_linear_attention) seams.linear_attention->begin_bin(bin_context, layout);
 
   BinResult result;
+  // On the GPU the layers leave their aux losses in device memory; one copy brings them back.
+  if (run.aux_loss != ops::MoeAuxLossType::none && options_.device == core::Device::cuda) {
+    run.aux_losses =
+        activations_.allocate({static_cast<std::int64_t>(per_layer.size()), 1}, DType::f64);
+    run.aux_losses.fill_zero();
+  }
   inputs[0] = activations_.allocate({tokens, hidden}, dtype);
   ops::embedding_forward(run.seam.ops, bin.token_ids, parameters_.embed_tokens.value, inputs[0]);
   for (std::size_t layer = 0; layer < per_layer.size(); ++layer) {
@@ -190,6 +198,13 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
                               inputs[layer], per_layer[layer], inputs[layer + 1]);
     // A recomputed layer keeps only its input; backward rebuilds the rest.
     if (recomputed(layer)) layer_saves_->release(saved_from[layer]);
+  }
+  if (run.aux_losses.defined()) {
+    // Summed in layer order, as the returned values are (dense layers' rows stay 0).
+    const Tensor host_aux = host_saves_.allocate(run.aux_losses.shape(), DType::f64);
+    host_aux.copy_from(run.aux_losses);
+    const double* values = host_aux.data<double>();
+    for (std::int64_t l = 0; l < host_aux.numel(); ++l) result.aux_loss += values[l];
   }
 
   ops::RmsNormSaved final_norm_saved{activations_.allocate({tokens}, dtype)};

@@ -80,6 +80,9 @@ struct ModelOptions {
   ops::MoeAuxLossType aux_loss = ops::MoeAuxLossType::none;
   std::int64_t cross_entropy_token_chunk = 256;
   std::int64_t cross_entropy_vocab_chunk = 32768;
+  // model.moe_grouped_gemm / model.moe_permute_fusion (LayerRunContext).
+  bool moe_grouped_gemm = true;
+  bool moe_permute_fusion = true;
 };
 
 struct BinOptions {

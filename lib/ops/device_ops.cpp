@@ -83,6 +83,15 @@ void DeviceOps::router_backward(const OpContext&, const Tensor&, const Tensor&, 
 void DeviceOps::build_permute_plan(const OpContext&, const Tensor&, int, PermutePlan&) {
   unsupported("build_permute_plan");
 }
+void DeviceOps::moe_aux_loss_finish_to_device(const OpContext&, const Tensor&, const Tensor&, int,
+                                              double, std::int64_t, const Tensor&, const Tensor&) {
+  unsupported("moe_aux_loss_finish");
+}
+void DeviceOps::route_and_permute(const OpContext&, const Tensor&, int, bool, const Tensor&,
+                                  const Tensor&, const Tensor&, RouterSaved&, PermutePlan&,
+                                  const Tensor&) {
+  unsupported("route_and_permute");
+}
 void DeviceOps::permute_forward(const OpContext&, const Tensor&, const PermutePlan&,
                                 const Tensor&) {
   unsupported("permute_forward");

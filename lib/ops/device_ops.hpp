@@ -66,6 +66,10 @@ class DeviceOps {
                                const Tensor& dlogits);
   virtual void build_permute_plan(const OpContext& ctx, const Tensor& expert_ids, int num_experts,
                                   PermutePlan& plan);
+  virtual void route_and_permute(const OpContext& ctx, const Tensor& logits, int top_k,
+                                 bool normalize_top_k, const Tensor& x, const Tensor& expert_ids,
+                                 const Tensor& weights, RouterSaved& saved, PermutePlan& plan,
+                                 const Tensor& x_perm);
   virtual void permute_forward(const OpContext& ctx, const Tensor& x, const PermutePlan& plan,
                                const Tensor& x_perm);
   virtual void permute_backward(const OpContext& ctx, const Tensor& dx_perm,
@@ -111,7 +115,11 @@ class DeviceOps {
   virtual void moe_aux_loss_statistics(const OpContext& ctx, const Tensor& probs,
                                        const Tensor& expert_ids, const Tensor& seq_cu_seqlens,
                                        const Tensor& token_is_real, const Tensor& counts,
-                                       const Tensor& prob_sums);
+                                       const Tensor& prob_sums, bool verify_expert_ids);
+  virtual void moe_aux_loss_finish_to_device(const OpContext& ctx, const Tensor& counts,
+                                             const Tensor& prob_sums, int top_k, double coef,
+                                             std::int64_t num_sequences_global,
+                                             const Tensor& grad_coeff, const Tensor& loss_out);
   virtual double moe_aux_loss_finish(const OpContext& ctx, const Tensor& counts,
                                      const Tensor& prob_sums, int top_k, double coef,
                                      std::int64_t num_sequences_global, const Tensor& grad_coeff);

@@ -5,8 +5,8 @@
 namespace dyncp::ops {
 
 void DeviceOps::moe_aux_loss_statistics(const OpContext&, const Tensor&, const Tensor&,
-                                        const Tensor&, const Tensor&, const Tensor&,
-                                        const Tensor&) {
+                                        const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                        bool) {
   unsupported("moe_aux_loss_statistics");
 }
 double DeviceOps::moe_aux_loss_finish(const OpContext&, const Tensor&, const Tensor&, int, double,

@@ -32,10 +32,13 @@ void linear_backward(const OpContext& ctx, const Tensor& dy, const Tensor& x, co
                      GradMode dx_mode = GradMode::overwrite);
 
 // Grouped linear for experts. Rows of x are grouped by expert: rows
-// [group_offsets[e], group_offsets[e+1]) use weight[e] (group_offsets: i64 [E+1] on the host,
+// [group_offsets[e], group_offsets[e+1]) use weight[e] (group_offsets: i64 [E+1],
 // group_offsets[0] = 0, non-decreasing, group_offsets[E] = rows).
 // x: [rows, in], weight: [E, out, in], y: [rows, out];  y_r = x_r · weight[e(r)]ᵀ.
-// Empty groups are skipped.
+// Empty groups are skipped. Where the offsets live picks the CUDA path (model.moe_grouped_gemm):
+// host offsets (checked here) run one product per non-empty group; offsets in device memory
+// run every group in ONE launch that reads them there (kernels/grouped_gemm.hpp), so the host
+// never waits for them. On the CPU they must be host offsets.
 void grouped_linear_forward(const OpContext& ctx, const Tensor& x, const Tensor& weight,
                             const Tensor& group_offsets, const Tensor& y);
 // dx = dy_r · weight[e]  (overwrite, or accumulate per dx_mode; undefined dx skips it)

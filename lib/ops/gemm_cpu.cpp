@@ -133,11 +133,12 @@ void linear_backward(const OpContext& ctx, const Tensor& dy, const Tensor& x, co
 
 namespace {
 
-void check_grouped(std::string_view op, const Tensor& x, const Tensor& weight,
+void check_grouped(std::string_view op, const OpContext& ctx, const Tensor& x, const Tensor& weight,
                    const Tensor& group_offsets, const Tensor& y) {
   detail::require_rank(op, "weight", weight, 3);
   detail::require_dtype(op, "group_offsets", group_offsets, DType::i64);
-  if (group_offsets.device() != Device::cpu) fail(op, "group_offsets must be on the host");
+  if (group_offsets.device() != Device::cpu && group_offsets.device() != ctx.device)
+    fail(op, "group_offsets must be on the host or on the op's device");
   const std::int64_t experts = weight.size(0);
   detail::require_shape(op, "group_offsets", group_offsets, Shape{experts + 1});
   const Tensor xm = x.as_matrix();
@@ -147,6 +148,8 @@ void check_grouped(std::string_view op, const Tensor& x, const Tensor& weight,
     fail(op, "x " + x.describe() + ", weight " + weight.describe() + " and y/dy " + y.describe() +
                  " do not fit [rows, in] · [E, out, in]ᵀ = [rows, out]");
   }
+  // Device offsets stay there (the point of them: no synchronisation); the kernels clamp them.
+  if (group_offsets.device() != Device::cpu) return;
   const auto* offsets = group_offsets.data<std::int64_t>();
   if (offsets[0] != 0 || offsets[experts] != xm.size(0)) {
     fail(op, "group_offsets must start at 0 and end at rows = " + std::to_string(xm.size(0)) +
@@ -166,7 +169,7 @@ void grouped_linear_forward(const OpContext& ctx, const Tensor& x, const Tensor&
   constexpr std::string_view op = "grouped_linear_forward";
   detail::require_float_operands_on_any_device(op, ctx,
                                                {{"x", &x}, {"weight", &weight}, {"y", &y}});
-  check_grouped(op, x, weight, group_offsets, y);
+  check_grouped(op, ctx, x, weight, group_offsets, y);
   if (ctx.device == Device::cuda)
     return detail::device_ops(op).grouped_linear_forward(ctx, x, weight, group_offsets, y);
   if (detail::bf16_products(op, ctx, x)) {
@@ -199,7 +202,7 @@ void grouped_linear_backward(const OpContext& ctx, const Tensor& dy, const Tenso
   constexpr std::string_view op = "grouped_linear_backward";
   detail::require_float_operands_on_any_device(
       op, ctx, {{"dy", &dy}, {"x", &x}, {"weight", &weight}, {"dx", &dx}, {"dweight", &dweight}});
-  check_grouped(op, x, weight, group_offsets, dy);
+  check_grouped(op, ctx, x, weight, group_offsets, dy);
   if (dx.defined() && dx.shape() != x.shape())
     fail(op, "dx " + dx.describe() + " must match x " + x.describe());
   if (dweight.defined()) detail::require_shape(op, "dweight", dweight, weight.shape());

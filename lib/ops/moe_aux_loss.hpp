@@ -44,9 +44,13 @@ enum class MoeAuxLossType { none, seq_aux_loss };
 // the local rows (sequence s = rows [cu[s], cu[s+1])); token_is_real: u8 [T] (1 = real token,
 // 0 = padding) or undefined (every row real).
 // counts, prob_sums: [S, E], same float dtype as probs, OVERWRITTEN with local sums.
+// verify_expert_ids false: the ids come from router_forward / route_and_permute, which cannot
+// produce one out of range, so the GPU skips reading its id check back (a synchronisation in
+// every MoE layer); out-of-range ids are then ignored by the kernel, never written out of bounds.
 void moe_aux_loss_statistics(const OpContext& ctx, const Tensor& probs, const Tensor& expert_ids,
                              const Tensor& seq_cu_seqlens, const Tensor& token_is_real,
-                             const Tensor& counts, const Tensor& prob_sums);
+                             const Tensor& counts, const Tensor& prob_sums,
+                             bool verify_expert_ids = true);
 
 // counts, prob_sums: [S, E] summed over the ranks holding each sequence. top_k: k; coef:
 // router_aux_loss_coef; num_sequences_global: N_seq (> 0).
@@ -55,6 +59,13 @@ void moe_aux_loss_statistics(const OpContext& ctx, const Tensor& probs, const Te
 double moe_aux_loss_finish(const OpContext& ctx, const Tensor& counts, const Tensor& prob_sums,
                            int top_k, double coef, std::int64_t num_sequences_global,
                            const Tensor& grad_coeff);
+
+// The same, with the value written to loss_out (f64 [1] on the op's device) instead of
+// returned: on the GPU it then stays in device memory, and the model reads every layer's value
+// back in one copy per bin instead of one per MoE layer.
+void moe_aux_loss_finish(const OpContext& ctx, const Tensor& counts, const Tensor& prob_sums,
+                         int top_k, double coef, std::int64_t num_sequences_global,
+                         const Tensor& grad_coeff, const Tensor& loss_out);
 
 // dlogits[t] += p_t ⊙ (g_s − p_t·g_s) for real tokens t of sequence s, g_s = grad_coeff[s]
 // (ACCUMULATES into the router's dlogits; loss_scale multiplies the gradient).

@@ -31,7 +31,8 @@ void check_sequences(std::string_view op, const Tensor& cu, const Tensor& token_
 
 void moe_aux_loss_statistics(const OpContext& ctx, const Tensor& probs, const Tensor& expert_ids,
                              const Tensor& seq_cu_seqlens, const Tensor& token_is_real,
-                             const Tensor& counts, const Tensor& prob_sums) {
+                             const Tensor& counts, const Tensor& prob_sums,
+                             bool verify_expert_ids) {
   constexpr std::string_view op = "moe_aux_loss_statistics";
   detail::require_float_operands_on_any_device(
       op, ctx, {{"probs", &probs}, {"counts", &counts}, {"prob_sums", &prob_sums}});
@@ -50,7 +51,8 @@ void moe_aux_loss_statistics(const OpContext& ctx, const Tensor& probs, const Te
   const std::int64_t top_k = expert_ids.size(1);
   if (ctx.device == Device::cuda)
     return detail::device_ops(op).moe_aux_loss_statistics(ctx, probs, expert_ids, seq_cu_seqlens,
-                                                          token_is_real, counts, prob_sums);
+                                                          token_is_real, counts, prob_sums,
+                                                          verify_expert_ids);
   detail::dispatch_float(op, probs.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* p = probs.data<T>();
@@ -77,6 +79,29 @@ void moe_aux_loss_statistics(const OpContext& ctx, const Tensor& probs, const Te
       }
     }
   });
+}
+
+void moe_aux_loss_finish(const OpContext& ctx, const Tensor& counts, const Tensor& prob_sums,
+                         int top_k, double coef, std::int64_t num_sequences_global,
+                         const Tensor& grad_coeff, const Tensor& loss_out) {
+  constexpr std::string_view op = "moe_aux_loss_finish";
+  detail::require_dtype(op, "loss_out", loss_out, DType::f64);
+  detail::require_shape(op, "loss_out", loss_out, Shape{1});
+  detail::require_device(op, ctx, "loss_out", loss_out);
+  if (ctx.device == Device::cuda) {
+    // The returning form checks the rest; the device form only skips the copy back.
+    detail::require_float_operands_on_any_device(
+        op, ctx, {{"counts", &counts}, {"prob_sums", &prob_sums}, {"grad_coeff", &grad_coeff}});
+    detail::require_rank(op, "counts", counts, 2);
+    detail::require_shape(op, "prob_sums", prob_sums, counts.shape());
+    detail::require_shape(op, "grad_coeff", grad_coeff, counts.shape());
+    if (top_k < 1 || num_sequences_global < 1)
+      detail::fail(op, "top_k and num_sequences_global must be >= 1");
+    return detail::device_ops(op).moe_aux_loss_finish_to_device(
+        ctx, counts, prob_sums, top_k, coef, num_sequences_global, grad_coeff, loss_out);
+  }
+  loss_out.data<double>()[0] =
+      moe_aux_loss_finish(ctx, counts, prob_sums, top_k, coef, num_sequences_global, grad_coeff);
 }
 
 double moe_aux_loss_finish(const OpContext& ctx, const Tensor& counts, const Tensor& prob_sums,

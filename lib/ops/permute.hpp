@@ -19,20 +19,32 @@
 // All sums run in slot order: deterministic, no atomics.
 
 #include "ops/context.hpp"
+#include "ops/router.hpp"
 
 namespace dyncp::ops {
 
 struct PermutePlan {
-  Tensor expert_order;       // i32 [T·k]
-  Tensor assignment_row;     // i32 [T·k]
-  Tensor expert_offsets;     // i64 [E + 1] (host), the grouped_linear group offsets
-  Tensor tokens_per_expert;  // i64 [E] (host)
+  Tensor expert_order;    // i32 [T·k]
+  Tensor assignment_row;  // i32 [T·k]
+  // i64 [E + 1], the grouped_linear group offsets: on the host, or on the op's device, where
+  // the grouped products read them without a synchronisation (ops/gemm.hpp).
+  Tensor expert_offsets;
+  Tensor tokens_per_expert;  // i64 [E] (host; optional: undefined is not filled)
 };
 
 // expert_ids: i32 [T, k], every id in [0, num_experts) (else a runtime error naming the token).
-// Fills all four plan tensors (caller-provided views of the shapes above).
+// Fills the plan tensors (caller-provided views of the shapes above).
 void build_permute_plan(const OpContext& ctx, const Tensor& expert_ids, int num_experts,
                         PermutePlan& plan);
+
+// model.moe_permute_fusion: router_forward (logits [T, E] -> expert_ids, weights, saved.probs),
+// build_permute_plan and permute_forward (x [T, h] -> x_perm [T·k, h]) as one op, with the same
+// results bit for bit. On CUDA: three launches (kernels/moe_dispatch.hpp) and no host read,
+// unless plan.expert_offsets is a host tensor (then it comes down once). Ids come from the
+// routing, so they cannot be out of range.
+void route_and_permute(const OpContext& ctx, const Tensor& logits, int top_k, bool normalize_top_k,
+                       const Tensor& x, const Tensor& expert_ids, const Tensor& weights,
+                       RouterSaved& saved, PermutePlan& plan, const Tensor& x_perm);
 
 // x: [T, h]; x_perm: [T·k, h].
 void permute_forward(const OpContext& ctx, const Tensor& x, const PermutePlan& plan,

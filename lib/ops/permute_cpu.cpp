@@ -43,42 +43,99 @@ void build_permute_plan(const OpContext& ctx, const Tensor& expert_ids, int num_
   detail::require_shape(op, "plan.assignment_row", plan.assignment_row, Shape{assignments});
   detail::require_dtype(op, "plan.expert_offsets", plan.expert_offsets, DType::i64);
   detail::require_shape(op, "plan.expert_offsets", plan.expert_offsets, Shape{num_experts + 1});
-  detail::require_dtype(op, "plan.tokens_per_expert", plan.tokens_per_expert, DType::i64);
-  detail::require_shape(op, "plan.tokens_per_expert", plan.tokens_per_expert, Shape{num_experts});
+  if (plan.tokens_per_expert.defined()) {
+    detail::require_dtype(op, "plan.tokens_per_expert", plan.tokens_per_expert, DType::i64);
+    detail::require_shape(op, "plan.tokens_per_expert", plan.tokens_per_expert, Shape{num_experts});
+  }
   detail::require_device(op, ctx, "expert_ids", expert_ids);
   detail::require_device(op, ctx, "plan.expert_order", plan.expert_order);
   detail::require_device(op, ctx, "plan.assignment_row", plan.assignment_row);
-  // The group offsets and counts are host data on either device: the grouped products and the
-  // expert dispatch size their work from them.
-  if (plan.expert_offsets.device() != Device::cpu || plan.tokens_per_expert.device() != Device::cpu)
-    detail::fail(op, "plan.expert_offsets and plan.tokens_per_expert must be host tensors");
+  // Host offsets (and counts) are what per-expert products and the expert exchange size their
+  // work from; device offsets feed the grouped products without a synchronisation.
+  const Device where = plan.expert_offsets.device();
+  if (where != Device::cpu && where != ctx.device)
+    detail::fail(op, "plan.expert_offsets must be on the host or on the op's device");
+  if (plan.tokens_per_expert.defined() &&
+      (plan.tokens_per_expert.device() != Device::cpu || where != Device::cpu))
+    detail::fail(op, "plan.tokens_per_expert is filled only beside host expert_offsets");
   if (ctx.device == Device::cuda)
     return detail::device_ops(op).build_permute_plan(ctx, expert_ids, num_experts, plan);
   const std::int32_t* ids = expert_ids.data<std::int32_t>();
-  std::int64_t* counts = plan.tokens_per_expert.data<std::int64_t>();
   std::int64_t* offsets = plan.expert_offsets.data<std::int64_t>();
   std::int32_t* order = plan.expert_order.data<std::int32_t>();
   std::int32_t* row_of = plan.assignment_row.data<std::int32_t>();
-  // Counting sort: stable in assignment order (token, then slot).
-  std::fill(counts, counts + num_experts, std::int64_t{0});
+  // Counting sort, stable in assignment order (token, then slot): counts into offsets[e + 1],
+  // a prefix sum, the offsets as fill cursors (each ends at the next group's start), then
+  // shifted back by one.
+  std::fill(offsets, offsets + num_experts + 1, std::int64_t{0});
   for (std::int64_t a = 0; a < assignments; ++a) {
     if (ids[a] < 0 || ids[a] >= num_experts) {
       detail::fail(op, "expert id " + std::to_string(ids[a]) + " of token " +
                            std::to_string(a / top_k) + " is outside [0, " +
                            std::to_string(num_experts) + ")");
     }
-    ++counts[ids[a]];
+    ++offsets[ids[a] + 1];
   }
-  offsets[0] = 0;
-  for (int e = 0; e < num_experts; ++e) offsets[e + 1] = offsets[e] + counts[e];
-  // Reuse counts as per-expert fill cursors, then restore them.
-  for (int e = 0; e < num_experts; ++e) counts[e] = offsets[e];
+  for (int e = 0; e < num_experts; ++e) offsets[e + 1] += offsets[e];
   for (std::int64_t a = 0; a < assignments; ++a) {
-    const std::int64_t row = counts[ids[a]]++;
+    const std::int64_t row = offsets[ids[a]]++;
     order[row] = static_cast<std::int32_t>(a);
     row_of[a] = static_cast<std::int32_t>(row);
   }
-  for (int e = 0; e < num_experts; ++e) counts[e] = offsets[e + 1] - offsets[e];
+  for (int e = num_experts; e > 0; --e) offsets[e] = offsets[e - 1];
+  offsets[0] = 0;
+  if (plan.tokens_per_expert.defined()) {
+    std::int64_t* tokens_per_expert = plan.tokens_per_expert.data<std::int64_t>();
+    for (int e = 0; e < num_experts; ++e) tokens_per_expert[e] = offsets[e + 1] - offsets[e];
+  }
+}
+
+void route_and_permute(const OpContext& ctx, const Tensor& logits, int top_k, bool normalize_top_k,
+                       const Tensor& x, const Tensor& expert_ids, const Tensor& weights,
+                       RouterSaved& saved, PermutePlan& plan, const Tensor& x_perm) {
+  constexpr std::string_view op = "route_and_permute";
+  if (ctx.device != Device::cuda) {
+    // The CPU runs the three ops: the same numbers, each checking its arguments.
+    router_forward(ctx, logits, top_k, normalize_top_k, expert_ids, weights, saved);
+    build_permute_plan(ctx, expert_ids, static_cast<int>(logits.size(1)), plan);
+    return permute_forward(ctx, x, plan, x_perm);
+  }
+  detail::require_float_operands_on_any_device(op, ctx,
+                                               {{"logits", &logits},
+                                                {"x", &x},
+                                                {"weights", &weights},
+                                                {"saved.probs", &saved.probs},
+                                                {"x_perm", &x_perm}});
+  detail::require_rank(op, "logits", logits, 2);
+  detail::require_rank(op, "x", x, 2);
+  const std::int64_t tokens = logits.size(0), experts = logits.size(1);
+  if (top_k < 1 || top_k > experts) {
+    detail::fail(op, "top_k " + std::to_string(top_k) + " must be in [1, " +
+                         std::to_string(experts) + "] for logits " + logits.describe());
+  }
+  const std::int64_t assignments = tokens * top_k;
+  detail::require_shape(op, "x", x, Shape{tokens, x.size(1)});
+  detail::require_dtype(op, "expert_ids", expert_ids, DType::i32);
+  detail::require_shape(op, "expert_ids", expert_ids, Shape{tokens, top_k});
+  detail::require_device(op, ctx, "expert_ids", expert_ids);
+  detail::require_shape(op, "weights", weights, Shape{tokens, top_k});
+  detail::require_shape(op, "saved.probs", saved.probs, logits.shape());
+  detail::require_shape(op, "x_perm", x_perm, Shape{assignments, x.size(1)});
+  for (const auto& [name, t] : {std::pair{"plan.expert_order", &plan.expert_order},
+                                std::pair{"plan.assignment_row", &plan.assignment_row}}) {
+    detail::require_dtype(op, name, *t, DType::i32);
+    detail::require_shape(op, name, *t, Shape{assignments});
+    detail::require_device(op, ctx, name, *t);
+  }
+  detail::require_dtype(op, "plan.expert_offsets", plan.expert_offsets, DType::i64);
+  detail::require_shape(op, "plan.expert_offsets", plan.expert_offsets, Shape{experts + 1});
+  if (plan.tokens_per_expert.defined() && (plan.tokens_per_expert.device() != Device::cpu ||
+                                           plan.expert_offsets.device() != Device::cpu ||
+                                           plan.tokens_per_expert.shape() != Shape{experts} ||
+                                           plan.tokens_per_expert.dtype() != DType::i64))
+    detail::fail(op, "plan.tokens_per_expert must be host i64 [E] beside host expert_offsets");
+  detail::device_ops(op).route_and_permute(ctx, logits, top_k, normalize_top_k, x, expert_ids,
+                                           weights, saved, plan, x_perm);
 }
 
 void permute_forward(const OpContext& ctx, const Tensor& x, const PermutePlan& plan,

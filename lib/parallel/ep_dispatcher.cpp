@@ -22,7 +22,8 @@ EpExpertDispatcher::EpExpertDispatcher(dist::Comm& expert_parallel_group, std::i
       send_counts_(static_cast<std::size_t>(expert_parallel_group.size())),
       recv_counts_(static_cast<std::size_t>(expert_parallel_group.size())),
       source_cursor_(static_cast<std::size_t>(expert_parallel_group.size())),
-      received_expert_rows_(static_cast<std::size_t>(num_layers)) {
+      received_expert_rows_(static_cast<std::size_t>(num_layers)),
+      sent_offsets_(static_cast<std::size_t>(num_layers)) {
   if (num_experts % expert_parallel_group.size() != 0) {
     core::throw_config_error("model.expert_model_parallel_size",
                              std::to_string(expert_parallel_group.size()) +
@@ -105,7 +106,16 @@ void EpExpertDispatcher::forward(const model::SeamContext& context, int layer, c
   core::Arena& host = context.host_arena();  // counts and offsets: the host plans with them
   core::Arena& scratch = *context.scratch;
   const std::int64_t hidden = x_perm.size(1);
-  const std::int64_t* offsets = expert_offsets.data<std::int64_t>();
+  // Device offsets (grouped products) come down once, here: the exchange sizes its messages on
+  // the host. The backward reuses this copy.
+  const bool device_offsets = expert_offsets.device() != core::Device::cpu;
+  Tensor& sent_offsets = sent_offsets_.at(static_cast<std::size_t>(layer));
+  sent_offsets = expert_offsets;
+  if (device_offsets) {
+    sent_offsets = host.allocate(expert_offsets.shape(), DType::i64);
+    sent_offsets.copy_from(expert_offsets);
+  }
+  const std::int64_t* offsets = sent_offsets.data<std::int64_t>();
 
   // 1. Per-(destination, expert) row counts are the global expert histogram, destination-major.
   Tensor& received = received_expert_rows_.at(static_cast<std::size_t>(layer));
@@ -118,7 +128,7 @@ void EpExpertDispatcher::forward(const model::SeamContext& context, int layer, c
     group_.all_to_all(sent_rows_.data(), received.raw_data(),
                       static_cast<std::size_t>(num_local_experts_), DType::i64);
   }
-  fill_send_counts(expert_offsets, hidden);
+  fill_send_counts(sent_offsets, hidden);
   fill_recv_counts(received, hidden);
   std::int64_t received_rows = 0;
   for (const std::size_t count : recv_counts_)
@@ -127,7 +137,7 @@ void EpExpertDispatcher::forward(const model::SeamContext& context, int layer, c
 
   // 2-3. Rows to their experts' owners; regroup by local expert; run the experts.
   const Tensor rows = keep.allocate({received_rows, hidden}, x_perm.dtype());
-  const Tensor group_offsets = host.allocate({num_local_experts_ + 1}, DType::i64);
+  Tensor group_offsets = host.allocate({num_local_experts_ + 1}, DType::i64);
   {
     std::int64_t* group = group_offsets.data<std::int64_t>();
     const std::int64_t* counts = received.data<std::int64_t>();
@@ -137,6 +147,12 @@ void EpExpertDispatcher::forward(const model::SeamContext& context, int layer, c
       for (std::int64_t s = 0; s < group_.size(); ++s)
         group[e + 1] += counts[s * num_local_experts_ + e];
     }
+  }
+  if (device_offsets) {
+    // The local experts' offsets go up for the grouped products (an upload: no wait).
+    const Tensor on_device = keep.allocate(group_offsets.shape(), DType::i64);
+    on_device.copy_from(group_offsets);
+    group_offsets = on_device;
   }
   core::ArenaScope scope(scratch);
   const Tensor arrived = scratch.allocate({received_rows, hidden}, x_perm.dtype());
@@ -157,7 +173,7 @@ void EpExpertDispatcher::forward(const model::SeamContext& context, int layer, c
 }
 
 void EpExpertDispatcher::backward(const model::SeamContext& context, int layer,
-                                  const Tensor& dy_perm, const Tensor& expert_offsets,
+                                  const Tensor& dy_perm, const Tensor&,
                                   const model::ExpertWeights& weights,
                                   const model::ExpertSaved& saved, const Tensor& dx_perm) {
   check_local(weights);
@@ -170,7 +186,7 @@ void EpExpertDispatcher::backward(const model::SeamContext& context, int layer,
   core::ArenaScope scope(scratch);
   const std::int64_t hidden = dy_perm.size(1);
   const Tensor& received = received_expert_rows_.at(static_cast<std::size_t>(layer));
-  fill_send_counts(expert_offsets, hidden);
+  fill_send_counts(sent_offsets_.at(static_cast<std::size_t>(layer)), hidden);
   fill_recv_counts(received, hidden);
   const std::int64_t received_rows = saved.rows.size(0);
 

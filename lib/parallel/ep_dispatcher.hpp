@@ -13,7 +13,9 @@
 // Backward mirrors it: dY goes to the experts' owners, dX comes back; expert weight gradients
 // stay on the owning rank and are later summed over the expert-data-parallel group. The model
 // holds only the owned experts (parallel::local_expert_range).
-// A one-rank EP group runs the experts locally without communication.
+// A one-rank EP group runs the experts locally without communication. Expert offsets in device
+// memory (model.moe_grouped_gemm) come down to the host once per layer's forward, the one
+// synchronisation of an EP MoE layer: the all-to-all sizes its messages from them.
 
 #include <vector>
 
@@ -61,6 +63,7 @@ class EpExpertDispatcher final : public model::ExpertDispatcher {
   std::vector<std::size_t> recv_counts_;
   std::vector<std::int64_t> source_cursor_;
   std::vector<core::Tensor> received_expert_rows_;  // per layer: i64 [ep, E/ep]
+  std::vector<core::Tensor> sent_offsets_;          // per layer: host i64 [E + 1]
 };
 
 }  // namespace dyncp::parallel

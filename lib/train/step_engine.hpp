@@ -69,8 +69,8 @@ struct StepOutcome {
   std::int64_t real_tokens = 0;    // Σ original lengths
   std::int64_t padded_tokens = 0;  // Σ lengths padded for the groups the schedule chose
   double model_flops = 0;          // Megatron's formula on those padded lengths, whole batch
-  // Bytes this rank copied between host and device in the step (0 on the CPU): the bins up,
-  // the expert offsets, losses and norms down.
+  // Bytes this rank copied between host and device in the step (0 on the CPU): the bins up;
+  // losses, norms and id checks down, and the expert offsets under EP or per-expert products.
   std::int64_t host_device_bytes = 0;
   StepTimeBreakdown time;
 };

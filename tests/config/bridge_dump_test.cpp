@@ -266,6 +266,11 @@ TEST_CASE("honoured Bridge fields change what they map to", "[config][bridge]") 
        [](const auto& c) { return c.model.context_parallel_size == 4; }},
       {"max_seqlen_per_dp_cp_rank", "1024", "2048",
        [](const auto& c) { return c.model.max_seqlen_per_dp_cp_rank == 2048; }},
+      // The recipes set both true (the defaults); false selects the per-expert / unfused path.
+      {"moe_grouped_gemm", "true", "false",
+       [](const auto& c) { return !c.model.moe_grouped_gemm; }},
+      {"moe_permute_fusion", "true", "false",
+       [](const auto& c) { return !c.model.moe_permute_fusion; }},
   };
   for (const auto& test_case : cases) {
     INFO(test_case.key);

@@ -234,6 +234,16 @@ TEST_CASE("rule: model dimensions are consistent", "[config]") {
   REQUIRE_THROWS_WITH(resolved({"model.layer_types=[full_attention]"}),
                       Contains("model.layer_types: 1 entries"));
   REQUIRE_THROWS_WITH(resolved({"model.hidden_act=gelu"}), Contains("model.hidden_act: gelu"));
+  // The GPU's MoE dispatch kernels have expert and top-k limits; the CPU path has none.
+  REQUIRE_THROWS_WITH(resolved({"model.num_experts=64", "model.num_experts_per_tok=40"}),
+                      Contains("model.moe_permute_fusion: true: the GPU's fused dispatch"));
+  REQUIRE_NOTHROW(resolved(
+      {"model.num_experts=64", "model.num_experts_per_tok=40", "model.moe_permute_fusion=false"}));
+  REQUIRE_THROWS_WITH(resolved({"model.num_experts=2048", "model.moe_permute_fusion=false"}),
+                      Contains("model.moe_permute_fusion: false: the GPU's unfused permutation"));
+  REQUIRE_NOTHROW(resolved({"model.num_experts=2048"}));
+  REQUIRE_NOTHROW(
+      resolved({"model.num_experts=2048", "model.moe_permute_fusion=false", "dist.device=cpu"}));
   REQUIRE_THROWS_WITH(resolved({"model.mlp_only_layers=[5]"}),
                       Contains("model.mlp_only_layers: 5"));
   REQUIRE_THROWS_WITH(resolved({"model.model_type=qwen3_next", "model.linear_num_key_heads=2",

@@ -157,6 +157,9 @@ struct Options {
   // --selective 1: the layout under test (not the reference) recomputes moe_act and layernorm
   // (selective recomputation): the CP / EP seams see the experts' and norms' recomputation.
   bool selective = false;
+  // --moe-kernels 0: the layout under test sets model.moe_grouped_gemm and moe_permute_fusion
+  // false (host expert offsets, per-expert products, the unfused dispatch).
+  bool moe_kernels = true;
   int optimizer_steps = 3;
   bool distributed_optimizer = false;
   bool hybrid = false;  // --model qwen3_5_moe: the Gated DeltaNet hybrid
@@ -191,6 +194,8 @@ Options parse(int argc, char** argv) {
       options.recompute = value == "1";
     else if (key == "--selective")
       options.selective = value == "1";
+    else if (key == "--moe-kernels")
+      options.moe_kernels = value == "1";
     else if (key == "--optimizer-steps")
       options.optimizer_steps = std::stoi(value);
     else if (key == "--distributed-optimizer")
@@ -489,6 +494,8 @@ int main(int argc, char** argv) {
     sliced_options.device = options.device;
     const bool s = options.selective;
     sliced_options.selective = {.moe_act = s, .layernorm = s, .mlp = s, .shared_experts = s};
+    sliced_options.moe_grouped_gemm = options.moe_kernels;
+    sliced_options.moe_permute_fusion = options.moe_kernels;
     model::Qwen3MoeModel model(architecture, sliced_options);
     model.parameters().init_random(7);
     {

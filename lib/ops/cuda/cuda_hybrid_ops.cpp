@@ -112,14 +112,15 @@ kernels::SegmentWalks walks_of(core::Arena& scratch, const Tensor& segments, con
 void CudaHybridOps::moe_aux_loss_statistics(const OpContext& ctx, const Tensor& probs,
                                             const Tensor& expert_ids, const Tensor& seq_cu_seqlens,
                                             const Tensor& token_is_real, const Tensor& counts,
-                                            const Tensor& prob_sums) {
+                                            const Tensor& prob_sums, bool verify_expert_ids) {
   core::Arena& scratch = scratch_of(ctx, "moe_aux_loss_statistics");
   core::ArenaScope temporaries(scratch);
-  std::int32_t* bad = device_scalar<std::int32_t>(scratch, INT32_MAX);
+  std::int32_t* bad = verify_expert_ids ? device_scalar<std::int32_t>(scratch, INT32_MAX) : nullptr;
   kernels::moe_aux_loss_statistics(f32(probs), expert_ids.data<std::int32_t>(),
                                    upload_i32(scratch, seq_cu_seqlens), u8(token_is_real),
                                    f32(counts), f32(prob_sums), seq_cu_seqlens.numel() - 1,
                                    probs.size(1), expert_ids.size(1), bad, stream_of(ctx));
+  if (!verify_expert_ids) return;
   const std::int32_t first_bad = read_back(bad);
   if (first_bad != INT32_MAX) {
     core::throw_runtime_error("moe_aux_loss_statistics: an expert id of token " +

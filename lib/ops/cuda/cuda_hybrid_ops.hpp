@@ -10,7 +10,8 @@ class CudaHybridOps : public DeviceOps {
  public:
   void moe_aux_loss_statistics(const OpContext& ctx, const Tensor& probs, const Tensor& expert_ids,
                                const Tensor& seq_cu_seqlens, const Tensor& token_is_real,
-                               const Tensor& counts, const Tensor& prob_sums) override;
+                               const Tensor& counts, const Tensor& prob_sums,
+                               bool verify_expert_ids) override;
   double moe_aux_loss_finish(const OpContext& ctx, const Tensor& counts, const Tensor& prob_sums,
                              int top_k, double coef, std::int64_t num_sequences_global,
                              const Tensor& grad_coeff) override;

@@ -16,6 +16,9 @@
 #include "cuda_check.hpp"
 #include "device_info.hpp"
 #include "gemm.hpp"
+#include "grouped_gemm.hpp"
+#include "hybrid.hpp"
+#include "moe_dispatch.hpp"
 #include "ops.hpp"
 #include "ops/attention_backend.hpp"
 #include "ops/cuda/cuda_backend.hpp"
@@ -177,13 +180,15 @@ class CudaOps final : public CudaHybridOps {
                              stream_of(ctx));
   }
 
-  // The offsets come back to the host (the one synchronisation of an expert layer: the grouped
-  // products and the expert dispatch size their work from them).
+  // Host offsets come back to the host (a synchronisation: per-expert products and the expert
+  // dispatch size their work from them); device offsets stay for the grouped products.
   void build_permute_plan(const OpContext& ctx, const Tensor& expert_ids, int num_experts,
                           PermutePlan& plan) override {
     core::Arena& scratch = scratch_of(ctx, "build_permute_plan");
     core::ArenaScope temporaries(scratch);
-    const Tensor offsets = scratch.allocate({num_experts + 1}, DType::i64);
+    const bool on_device = plan.expert_offsets.device() == Device::cuda;
+    const Tensor offsets =
+        on_device ? plan.expert_offsets : scratch.allocate({num_experts + 1}, DType::i64);
     std::int32_t* bad = device_scalar<std::int32_t>(scratch, INT32_MAX);
     kernels::build_permute_plan(i32(expert_ids), expert_ids.numel(), num_experts,
                                 i32(plan.expert_order), i32(plan.assignment_row),
@@ -194,10 +199,55 @@ class CudaOps final : public CudaHybridOps {
                                 std::to_string(first_bad) + " is outside [0, " +
                                 std::to_string(num_experts) + ")");
     }
+    if (on_device) return;
     plan.expert_offsets.copy_from(offsets);
+    if (!plan.tokens_per_expert.defined()) return;
     const std::int64_t* host = plan.expert_offsets.data<std::int64_t>();
     std::int64_t* counts = plan.tokens_per_expert.data<std::int64_t>();
     for (int e = 0; e < num_experts; ++e) counts[e] = host[e + 1] - host[e];
+  }
+
+  void route_and_permute(const OpContext& ctx, const Tensor& logits, int top_k,
+                         bool normalize_top_k, const Tensor& x, const Tensor& expert_ids,
+                         const Tensor& weights, RouterSaved& saved, PermutePlan& plan,
+                         const Tensor& x_perm) override {
+    core::Arena& scratch = scratch_of(ctx, "route_and_permute");
+    core::ArenaScope temporaries(scratch);
+    kernels::DispatchShape shape;
+    shape.tokens = logits.size(0);
+    shape.experts = static_cast<int>(logits.size(1));
+    shape.top_k = top_k;
+    shape.normalize_top_k = normalize_top_k;
+    shape.hidden = x.size(1);
+    const bool on_device = plan.expert_offsets.device() == Device::cuda;
+    const Tensor offsets =
+        on_device ? plan.expert_offsets : scratch.allocate({shape.experts + 1}, DType::i64);
+    const Tensor counts = scratch.allocate({kernels::route_and_permute_scratch(shape)}, DType::i64);
+    kernels::route_and_permute(shape, f32(logits), f32(x), i32(expert_ids), f32(weights),
+                               f32(saved.probs), i32(plan.expert_order), i32(plan.assignment_row),
+                               offsets.data<std::int64_t>(), f32(x_perm),
+                               counts.data<std::int64_t>(), stream_of(ctx));
+    if (on_device) return;
+    plan.expert_offsets.copy_from(offsets);  // host offsets asked for: one copy down
+    if (!plan.tokens_per_expert.defined()) return;
+    const std::int64_t* host = plan.expert_offsets.data<std::int64_t>();
+    std::int64_t* per_expert = plan.tokens_per_expert.data<std::int64_t>();
+    for (int e = 0; e < shape.experts; ++e) per_expert[e] = host[e + 1] - host[e];
+  }
+
+  void moe_aux_loss_finish_to_device(const OpContext& ctx, const Tensor& counts,
+                                     const Tensor& prob_sums, int top_k, double coef,
+                                     std::int64_t num_sequences_global, const Tensor& grad_coeff,
+                                     const Tensor& loss_out) override {
+    core::Arena& scratch = scratch_of(ctx, "moe_aux_loss_finish");
+    core::ArenaScope temporaries(scratch);
+    const std::int64_t sequences = counts.size(0);
+    const Tensor per_sequence =
+        scratch.allocate({std::max<std::int64_t>(sequences, 1)}, DType::f64);
+    kernels::moe_aux_loss_finish(f32(counts), f32(prob_sums), sequences, counts.size(1), top_k,
+                                 coef / static_cast<double>(num_sequences_global), f32(grad_coeff),
+                                 per_sequence.data<double>(), loss_out.data<double>(),
+                                 stream_of(ctx));
   }
 
   void permute_forward(const OpContext& ctx, const Tensor& x, const PermutePlan& plan,
@@ -255,6 +305,11 @@ class CudaOps final : public CudaHybridOps {
 
   void grouped_linear_forward(const OpContext& ctx, const Tensor& x, const Tensor& weight,
                               const Tensor& host_offsets, const Tensor& y) override {
+    if (host_offsets.device() == Device::cuda) {
+      kernels::grouped_gemm_forward(grouped_shape(ctx, x, weight, host_offsets), f32(x),
+                                    f32(weight), f32(y), stream_of(ctx));
+      return;
+    }
     if (bf16_products(ctx)) {
       core::Arena& scratch = scratch_of(ctx, "grouped_linear_forward");
       core::ArenaScope temporaries(scratch);
@@ -273,6 +328,17 @@ class CudaOps final : public CudaHybridOps {
   void grouped_linear_backward(const OpContext& ctx, const Tensor& dy, const Tensor& x,
                                const Tensor& weight, const Tensor& host_offsets, const Tensor& dx,
                                const Tensor& dweight, GradMode dx_mode) override {
+    if (host_offsets.device() == Device::cuda) {
+      // One launch for the data gradient, one for the weight gradient, over every expert.
+      const kernels::GroupedGemmShape shape = grouped_shape(ctx, x, weight, host_offsets);
+      if (dx.defined()) {
+        kernels::grouped_gemm_data_grad(shape, f32(dy), f32(weight), f32(dx),
+                                        dx_mode == GradMode::accumulate, stream_of(ctx));
+      }
+      if (dweight.defined())
+        kernels::grouped_gemm_weight_grad(shape, f32(dy), f32(x), f32(dweight), stream_of(ctx));
+      return;
+    }
     if (bf16_products(ctx)) {
       // dweight accumulates in fp32 from the bf16 products (main_grad).
       core::Arena& scratch = scratch_of(ctx, "grouped_linear_backward");
@@ -446,6 +512,18 @@ class CudaOps final : public CudaHybridOps {
   }
 
  private:
+  static kernels::GroupedGemmShape grouped_shape(const OpContext& ctx, const Tensor& x,
+                                                 const Tensor& weight, const Tensor& offsets) {
+    kernels::GroupedGemmShape shape;
+    shape.offsets = offsets.data<std::int64_t>();
+    shape.experts = static_cast<int>(weight.size(0));
+    shape.rows = x.as_matrix().size(0);
+    shape.out = weight.size(1);
+    shape.in = weight.size(2);
+    shape.bf16_products = bf16_products(ctx);
+    return shape;
+  }
+
   static int top_k_of(const PermutePlan& plan, std::int64_t tokens) {
     return tokens == 0 ? 0 : static_cast<int>(plan.expert_order.size(0) / tokens);
   }
