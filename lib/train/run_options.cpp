@@ -30,6 +30,9 @@ model::ModelOptions model_options_for(const config::ConfigContainer& config,
   // Under EP this rank holds only its experts' weights, gradients and moments.
   options.experts = plan.experts;
   options.device = device;
+  // The GPU path's grouped expert products and fused dispatch (the CPU ops ignore both).
+  options.moe_grouped_gemm = model.moe_grouped_gemm;
+  options.moe_permute_fusion = model.moe_permute_fusion;
   options.precision = config.mixed_precision == config::MixedPrecision::bf16_mixed
                           ? ops::ComputePrecision::bf16
                           : ops::ComputePrecision::fp32;

@@ -18,7 +18,8 @@ namespace dyncp::train {
 
 // Recompute (full: every layer or the first recompute_num_layers; selective: the built
 // modules, a config error naming model.recompute_modules for one that is not), the aux loss,
-// this rank's experts, the device and the compute precision.
+// this rank's experts, the device, the compute precision and the MoE kernels (grouped GEMM,
+// fused permutation).
 model::ModelOptions model_options_for(const config::ConfigContainer& config,
                                       const parallel::ParallelPlan& plan, core::Device device);
 

@@ -34,6 +34,8 @@ TEST_CASE("model_options_for: recompute, aux loss, experts, device and precision
     CHECK(options.experts.count == 4);
     CHECK(options.precision == ops::ComputePrecision::fp32);
     CHECK(options.device == core::Device::cpu);
+    CHECK(options.moe_grouped_gemm);  // Bridge's defaults
+    CHECK(options.moe_permute_fusion);
   }
   {
     const auto config = smoke_config(
@@ -47,6 +49,14 @@ TEST_CASE("model_options_for: recompute, aux loss, experts, device and precision
     CHECK(options.aux_loss == ops::MoeAuxLossType::seq_aux_loss);
     CHECK(options.precision == ops::ComputePrecision::bf16);
     CHECK(options.device == core::Device::cuda);
+  }
+  {
+    const auto config =
+        smoke_config(4, {"model.moe_grouped_gemm=false", "model.moe_permute_fusion=false"});
+    const model::ModelOptions options =
+        train::model_options_for(config, plan_of(config), core::Device::cuda);
+    CHECK_FALSE(options.moe_grouped_gemm);
+    CHECK_FALSE(options.moe_permute_fusion);
   }
   {
     const auto config = smoke_config(4, {"model.recompute_granularity=selective",
