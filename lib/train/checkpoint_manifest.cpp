@@ -75,7 +75,12 @@ bool safe_relative_path(const std::string& text) {
 
 }  // namespace
 
-void write_checkpoint_manifest(const fs::path& folder, std::int64_t iteration) {
+std::string xxh3_hex(std::uint64_t value) {
+  return hex64(value);
+}
+
+void write_checkpoint_manifest(const fs::path& folder, std::int64_t iteration,
+                               const std::vector<ManifestEntry>& known) {
   std::vector<std::string> files;
   for (const auto& entry : fs::recursive_directory_iterator(folder)) {
     if (!entry.is_regular_file()) continue;
@@ -85,6 +90,13 @@ void write_checkpoint_manifest(const fs::path& folder, std::int64_t iteration) {
   std::sort(files.begin(), files.end());
   nlohmann::json listed = nlohmann::json::array();
   for (const std::string& relative : files) {
+    const auto given = std::find_if(known.begin(), known.end(), [&](const ManifestEntry& entry) {
+      return entry.path == relative;
+    });
+    if (given != known.end()) {
+      listed.push_back({{"path", relative}, {"bytes", given->bytes}, {"xxh3_64", given->xxh3_64}});
+      continue;
+    }
     const FileDigest digest = digest_file(folder / relative);
     listed.push_back(
         {{"path", relative}, {"bytes", digest.bytes}, {"xxh3_64", hex64(digest.xxh3)}});

@@ -101,8 +101,8 @@ std::string CheckpointStore::folder_name(std::int64_t iteration) {
   return name;
 }
 
-fs::path CheckpointStore::temporary_folder(std::int64_t iteration) const {
-  return save_dir_ / (".tmp_" + folder_name(iteration));
+fs::path CheckpointStore::temporary_folder(const fs::path& save_dir, std::int64_t iteration) {
+  return save_dir / (".tmp_" + folder_name(iteration));
 }
 
 fs::path CheckpointStore::begin(std::int64_t iteration) {
@@ -116,14 +116,14 @@ fs::path CheckpointStore::begin(std::int64_t iteration) {
   return folder;
 }
 
-fs::path CheckpointStore::commit(std::int64_t iteration) {
+fs::path CheckpointStore::commit(std::int64_t iteration, const std::vector<ManifestEntry>& known) {
   const fs::path folder = temporary_folder(iteration);
   const fs::path final_folder = save_dir_ / folder_name(iteration);
   for (const auto& entry : fs::recursive_directory_iterator(folder)) {
     if (entry.is_directory()) fsync_path(entry.path());
   }
   // Last, so a folder with a manifest is complete; the rename below publishes both at once.
-  write_checkpoint_manifest(folder, iteration);
+  write_checkpoint_manifest(folder, iteration, known);
   fsync_path(folder);
   std::error_code error;
   fs::remove_all(final_folder, error);  // re-saving the same iteration replaces it

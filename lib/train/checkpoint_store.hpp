@@ -29,6 +29,8 @@
 #include <string>
 #include <vector>
 
+#include "train/checkpoint_manifest.hpp"
+
 namespace dyncp::train {
 
 // A verified checkpoint folder and its iteration.
@@ -45,8 +47,10 @@ class CheckpointStore {
 
   // Begin a save: returns the temporary folder to write into.
   std::filesystem::path begin(std::int64_t iteration);
-  // Publish the folder returned by begin(): rename into place, update `latest`, prune.
-  std::filesystem::path commit(std::int64_t iteration);
+  // Publish the folder returned by begin(): write its manifest (files in `known` listed as
+  // given, the others hashed), rename into place, update `latest`, prune.
+  std::filesystem::path commit(std::int64_t iteration,
+                               const std::vector<ManifestEntry>& known = {});
   // Drop a failed save's temporary folder (never touches published checkpoints).
   void abandon(std::int64_t iteration) noexcept;
 
@@ -59,9 +63,15 @@ class CheckpointStore {
   // Iterations of the iter_* folders under `dir`, ascending.
   static std::vector<std::int64_t> saved_iterations(const std::filesystem::path& dir);
   static std::string folder_name(std::int64_t iteration);
+  // The hidden folder begin() makes for `iteration` under `save_dir` (ranks that write into
+  // it without owning the store find it here).
+  static std::filesystem::path temporary_folder(const std::filesystem::path& save_dir,
+                                                std::int64_t iteration);
 
  private:
-  std::filesystem::path temporary_folder(std::int64_t iteration) const;
+  std::filesystem::path temporary_folder(std::int64_t iteration) const {
+    return temporary_folder(save_dir_, iteration);
+  }
   void prune(std::int64_t written_iteration) const;
 
   std::filesystem::path save_dir_;

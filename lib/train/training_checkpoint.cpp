@@ -17,6 +17,7 @@
 #include "model/safetensors.hpp"
 #include "train/checkpoint_store.hpp"
 #include "train/format1_checkpoint.hpp"
+#include "train/sharded_checkpoint.hpp"
 
 namespace dyncp::train {
 
@@ -74,6 +75,11 @@ void write_training_checkpoint(const fs::path& folder, const model::Qwen3MoePara
 LoopState read_training_checkpoint(const fs::path& folder, std::int64_t iteration,
                                    const model::Qwen3MoeParameters& parameters,
                                    const core::Tensor& exp_avg, const core::Tensor& exp_avg_sq) {
+  if (is_sharded_checkpoint(folder)) {  // format 3: every rank's file and an index
+    const parallel::ParameterRange everything{0, parameters.all_values().numel(), false, true};
+    return read_sharded_checkpoint(folder, iteration, parameters, exp_avg, exp_avg_sq,
+                                   std::span<const parallel::ParameterRange>(&everything, 1));
+  }
   const fs::path state_path = folder / "state.json";
   std::error_code error;
   if (!fs::is_regular_file(state_path, error))
@@ -86,6 +92,9 @@ LoopState read_training_checkpoint(const fs::path& folder, std::int64_t iteratio
   const LoopState state = is_format1_checkpoint(folder)
                               ? parse_format1_loop_state(text, state_path.string(), iteration)
                               : parse_loop_state(text, state_path.string(), iteration);
+  if (state.format == 3)
+    core::throw_data_error(state_path.string(),
+                           "format 3 (sharded) but the folder has no index.json");
 
   // Only the tensors these parameters hold: under EP, this rank's experts.
   model::load_hf_weights((folder / "model").string(), parameters);
