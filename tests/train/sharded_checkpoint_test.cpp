@@ -25,8 +25,10 @@
 #include "mpi_test_world.hpp"
 #include "parallel/expert_gather.hpp"
 #include "parallel/parameter_partition.hpp"
+#include "parallel/sharded_state_sync.hpp"
 #include "train/async_sharded_save.hpp"
 #include "train/checkpoint_manifest.hpp"
+#include "train/sharded_checkpoint_saver.hpp"
 #include "train/training_checkpoint.hpp"
 
 using namespace dyncp;
@@ -407,6 +409,92 @@ TEST_CASE("a failed background write fails the save on every rank and keeps the 
   world.barrier();
   CHECK(file_bytes(dir / "latest") == "iter_0000001\n");
   CHECK_FALSE(fs::exists(train::CheckpointStore::temporary_folder(dir, 2)));
+  CHECK(train::CheckpointStore::select(dir)->iteration == 1);
+  world.barrier();
+  if (world.rank() == 0) fs::remove_all(dir);
+}
+
+TEST_CASE("the saver writes the same shards from a replicated and a distributed optimizer",
+          "[mpi][checkpoint]") {
+  dist::Comm& world = dist::testing::test_world();
+  RankState rank(world, 2);
+  dist::Comm& pool = rank.parallel_state.pool();
+  dist::Comm& expert_dp = rank.parallel_state.expert_data_parallel();
+  const train::AdamWOptimizer::FullSizeMoments full{rank.exp_avg, rank.exp_avg_sq};
+  train::AdamWOptimizer replicated(rank.parameters, parallel::partition_parameters(rank.parameters),
+                                   {});
+  replicated.load_full_size_moments(full);
+  parallel::ShardedStateSync sync(rank.shards, pool, expert_dp);
+  train::AdamWOptimizer distributed(rank.parameters, sync, {});
+  distributed.load_full_size_moments(full);
+  REQUIRE(distributed.host_moments().packed);
+  REQUIRE_FALSE(replicated.host_moments().packed);
+
+  const fs::path dirs[3] = {shared_dir(world, "saver_replicated"),
+                            shared_dir(world, "saver_distributed"),
+                            shared_dir(world, "saver_async")};
+  {
+    train::ShardedCheckpointSaver saver(world, dirs[0], -1, rank.parameters,
+                                        train::checkpoint_shards(rank.parameters, pool, expert_dp),
+                                        rank.layout, false);
+    CHECK(saver.save(rank.parameters, replicated.host_moments(), loop_state(6)));
+    CHECK_FALSE(saver.in_flight());
+  }
+  {
+    train::ShardedCheckpointSaver saver(world, dirs[1], -1, rank.parameters, sync.shards(),
+                                        rank.layout, false);
+    CHECK(saver.save(rank.parameters, distributed.host_moments(), loop_state(6)));
+  }
+  {
+    train::ShardedCheckpointSaver saver(world, dirs[2], -1, rank.parameters, sync.shards(),
+                                        rank.layout, true);
+    CHECK(saver.save(rank.parameters, distributed.host_moments(), loop_state(6)));
+    CHECK(saver.in_flight());
+    while (saver.in_flight()) saver.poll();
+    saver.wait();  // nothing left: a no-op
+  }
+  const std::string relative = train::rank_shard_path(world.rank());
+  const std::string name = train::CheckpointStore::folder_name(6);
+  CHECK(file_bytes(dirs[0] / name / relative) == file_bytes(dirs[1] / name / relative));
+  CHECK(file_bytes(dirs[1] / name / relative) == file_bytes(dirs[2] / name / relative));
+  CHECK(file_bytes(dirs[1] / name / "manifest.json") ==
+        file_bytes(dirs[2] / name / "manifest.json"));
+
+  // The distributed optimizer resumes reading only its own moments.
+  train::AdamWOptimizer resumed(rank.parameters, sync, {});
+  const train::AdamWOptimizer::FullSizeMoments read = resumed.full_size_moments();
+  train::read_sharded_checkpoint(dirs[1] / name, 6, rank.parameters, read.exp_avg, read.exp_avg_sq,
+                                 resumed.moment_ranges());
+  resumed.load_full_size_moments(read);
+  const auto a = resumed.host_moments();
+  const auto b = distributed.host_moments();
+  CHECK(same(a.exp_avg.data<float>(), b.exp_avg.data<float>(), a.exp_avg.numel()));
+  CHECK(same(a.exp_avg_sq.data<float>(), b.exp_avg_sq.data<float>(), a.exp_avg_sq.numel()));
+  world.barrier();
+  if (world.rank() == 0)
+    for (const fs::path& dir : dirs) fs::remove_all(dir);
+}
+
+TEST_CASE("a failed asynchronous save ends the run on every rank", "[mpi][checkpoint]") {
+  dist::Comm& world = dist::testing::test_world();
+  const RankState rank(world, 2);
+  const fs::path dir = shared_dir(world, "saver_fails");
+  train::ShardedCheckpointSaver saver(world, dir, -1, rank.parameters, rank.shards, rank.layout,
+                                      true);
+  train::AdamWOptimizer::HostMoments moments{rank.exp_avg, rank.exp_avg_sq, false};
+  REQUIRE(saver.save(rank.parameters, moments, loop_state(1)));
+  saver.wait();
+  if (world.rank() == 3) {
+    ::setenv("DYNCP_FAULT_ENOSPC_AFTER_BYTES", "0", 1);
+    ::setenv("DYNCP_FAULT_ENOSPC_FILE", "rank_00003.bin", 1);
+  }
+  REQUIRE(saver.save(rank.parameters, moments, loop_state(2)));
+  CHECK_THROWS_WITH(saver.wait(), Catch::Contains("asynchronous checkpoint of iteration 2") &&
+                                      Catch::Contains("previous checkpoint is kept"));
+  ::unsetenv("DYNCP_FAULT_ENOSPC_AFTER_BYTES");
+  ::unsetenv("DYNCP_FAULT_ENOSPC_FILE");
+  CHECK_FALSE(saver.in_flight());
+  world.barrier();
   CHECK(train::CheckpointStore::select(dir)->iteration == 1);
   world.barrier();
   if (world.rank() == 0) fs::remove_all(dir);
