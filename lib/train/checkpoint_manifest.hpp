@@ -44,7 +44,15 @@ struct Manifest {
 Manifest parse_checkpoint_manifest(const std::string& text, const std::string& where);
 
 // Verifies `folder` against its manifest; returns the manifest's iteration. Throws a data error
-// naming the first file that does not match.
-std::int64_t verify_checkpoint_manifest(const std::filesystem::path& folder);
+// naming the first file that does not match. With `deferred`, the files of a sharded
+// checkpoint's shards/ folder are checked for presence and size only and their entries are
+// appended to *deferred: the loading ranks hash them in parallel (train/checkpoint_resume.hpp).
+std::int64_t verify_checkpoint_manifest(const std::filesystem::path& folder,
+                                        std::vector<ManifestEntry>* deferred = nullptr);
+
+// One listed file: present, of the listed size and (with `checksum`) hash; throws a data error
+// naming it.
+void verify_manifest_file(const std::filesystem::path& folder, const ManifestEntry& file,
+                          bool checksum = true);
 
 }  // namespace dyncp::train

@@ -41,6 +41,15 @@ struct CheckpointChoice {
   bool format1 = false;
 };
 
+// How select() verifies, for a caller that shares the work over ranks.
+struct SelectOptions {
+  // Set: the shards of a sharded checkpoint are checked for size only; the chosen folder's
+  // shard entries are left here for the caller to hash (checkpoint_manifest.hpp).
+  std::vector<ManifestEntry>* deferred = nullptr;
+  // Folders found damaged by such a check, with the reason: never chosen.
+  std::vector<std::pair<std::filesystem::path, std::string>> rejected;
+};
+
 class CheckpointStore {
  public:
   CheckpointStore(std::filesystem::path save_dir, int keep_last);
@@ -57,7 +66,8 @@ class CheckpointStore {
   // The checkpoint to resume from under `dir` by the rules above, or exactly iteration `step`
   // when given (which must exist and verify); nullopt when `dir` holds no checkpoint at all.
   static std::optional<CheckpointChoice> select(const std::filesystem::path& dir,
-                                                std::optional<std::int64_t> step = std::nullopt);
+                                                std::optional<std::int64_t> step = std::nullopt,
+                                                const SelectOptions& options = {});
   // Whether `dir` holds anything a run could resume from or overwrite: `latest` or iter_*.
   static bool holds_checkpoints(const std::filesystem::path& dir);
   // Iterations of the iter_* folders under `dir`, ascending.

@@ -28,6 +28,7 @@
 #include "parallel/sharded_state_sync.hpp"
 #include "train/async_sharded_save.hpp"
 #include "train/checkpoint_manifest.hpp"
+#include "train/checkpoint_resume.hpp"
 #include "train/sharded_checkpoint_saver.hpp"
 #include "train/training_checkpoint.hpp"
 
@@ -496,6 +497,44 @@ TEST_CASE("a failed asynchronous save ends the run on every rank", "[mpi][checkp
   CHECK_FALSE(saver.in_flight());
   world.barrier();
   CHECK(train::CheckpointStore::select(dir)->iteration == 1);
+  world.barrier();
+  if (world.rank() == 0) fs::remove_all(dir);
+}
+
+TEST_CASE("the loading ranks hash the shards in parallel and reject a damaged one",
+          "[mpi][checkpoint]") {
+  dist::Comm& world = dist::testing::test_world();
+  const RankState rank(world, 2);
+  const fs::path dir = shared_dir(world, "verify");
+  REQUIRE(save(world, rank, dir, 1, rank.flat_sources()));
+  REQUIRE(save(world, rank, dir, 2, rank.flat_sources()));
+  config::CheckpointConfig checkpoint;
+  checkpoint.load = dir.string();
+  auto chosen = train::agree_on_resume_checkpoint(checkpoint, world);
+  REQUIRE(chosen);
+  CHECK(chosen->iteration == 2);
+  world.barrier();
+  const fs::path newest = dir / train::CheckpointStore::folder_name(2);
+  if (world.rank() == 0) {
+    // Flip a bit of rank 2's shard (hashed by rank 2 on loading, not by rank 0).
+    const fs::path shard = newest / train::rank_shard_path(2);
+    std::string bytes = file_bytes(shard);
+    bytes[200] = static_cast<char>(bytes[200] ^ 0x01);
+    std::ofstream(shard, std::ios::binary | std::ios::trunc) << bytes;
+    // Rank 0's own check leaves the shards' checksums to the ranks.
+    std::vector<train::ManifestEntry> deferred;
+    train::SelectOptions options;
+    options.deferred = &deferred;
+    const auto unhashed = train::CheckpointStore::select(dir, std::nullopt, options);
+    REQUIRE(unhashed);
+    CHECK(unhashed->iteration == 2);
+    CHECK(deferred.size() == 4);
+  }
+  world.barrier();
+  chosen = train::agree_on_resume_checkpoint(checkpoint, world);
+  REQUIRE(chosen);
+  CHECK(chosen->iteration == 1);
+  CHECK(chosen->folder == dir / train::CheckpointStore::folder_name(1));
   world.barrier();
   if (world.rank() == 0) fs::remove_all(dir);
 }
