@@ -66,9 +66,12 @@ void write_training_checkpoint(const fs::path& folder, const model::Qwen3MoePara
   if (failure) std::rethrow_exception(failure);
   if (!write) return;
 
-  // Written last: the loop state says the files before it are complete.
+  // Written last: the loop state says the files before it are complete. Always format 2,
+  // whatever format the run resumed from.
+  LoopState saved = state;
+  saved.format = 2;
   core::OutputFile file(folder / "state.json");
-  file.write(loop_state_json(state));
+  file.write(loop_state_json(saved));
   file.close();
 }
 
