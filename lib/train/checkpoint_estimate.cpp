@@ -42,19 +42,28 @@ CheckpointEstimate estimate_checkpoint(const config::ConfigContainer& config) {
   return estimate;
 }
 
-std::string format_checkpoint_estimate(const CheckpointEstimate& estimate) {
+std::string format_checkpoint_estimate(const CheckpointEstimate& estimate, bool sharded) {
   const double single_writer_seconds =
       estimate.total_bytes / assumed_write_bytes_per_second_per_rank;
   char ratio[32];
   std::snprintf(ratio, sizeof ratio, "%.1fx", single_writer_seconds / estimate.modelled_seconds());
+  const std::string rate =
+      std::to_string(static_cast<int>(assumed_write_bytes_per_second_per_rank / 1e9)) +
+      " GB/s per rank";
+  if (!sharded) {
+    return "checkpoint save:           rank 0 writes all " + mib(estimate.total_bytes) +
+           " (fp32 weights and both Adam moments; checkpoint.sharded=true: " +
+           mib(estimate.largest_rank_bytes) + " per rank)\n" +
+           "modelled save time:        " + seconds(single_writer_seconds) + " at " + rate +
+           " (sharded: " + seconds(estimate.modelled_seconds()) + ", " + ratio + " shorter)\n";
+  }
   return "checkpoint save per rank: " + mib(estimate.largest_rank_bytes) + " of " +
          mib(estimate.total_bytes) + " (fp32 weights and both Adam moments; the dense state over " +
          std::to_string(estimate.pool) + " ranks, each EP rank's experts over " +
          std::to_string(estimate.expert_data_parallel) + ")\n" +
-         "modelled save time:        " + seconds(estimate.modelled_seconds()) + " at " +
-         std::to_string(static_cast<int>(assumed_write_bytes_per_second_per_rank / 1e9)) +
-         " GB/s per rank, every rank writing in parallel (one writer: " +
-         seconds(single_writer_seconds) + ", " + ratio + " longer)\n";
+         "modelled save time:        " + seconds(estimate.modelled_seconds()) + " at " + rate +
+         ", every rank writing in parallel (one writer: " + seconds(single_writer_seconds) + ", " +
+         ratio + " longer)\n";
 }
 
 }  // namespace dyncp::train

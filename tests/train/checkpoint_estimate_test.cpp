@@ -58,8 +58,10 @@ TEST_CASE("the estimated bytes per rank are the largest rank's planned shard",
   CHECK(estimate.total_bytes >= 12.0 * static_cast<double>(elements));
   CHECK(estimate.modelled_seconds() ==
         Approx(estimate.largest_rank_bytes / train::assumed_write_bytes_per_second_per_rank));
-  const std::string text = train::format_checkpoint_estimate(estimate);
+  const std::string text = train::format_checkpoint_estimate(estimate, true);
   CHECK_THAT(text, Catch::Contains("checkpoint save per rank: ") &&
                        Catch::Contains("modelled save time:") &&
                        Catch::Contains("over " + std::to_string(world) + " ranks"));
+  CHECK_THAT(train::format_checkpoint_estimate(estimate, false),
+             Catch::Contains("rank 0 writes all") && Catch::Contains("sharded: "));
 }
