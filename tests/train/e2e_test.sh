@@ -580,6 +580,32 @@ for name in ("two", "eight"):
     print(f"sharded: 4 -> {2 if name == 'two' else 8} ranks, steps 4-6 within {worst:.2g} of the uninterrupted run")
 print("sharded: one shard per rank, format 3; 3 + 3 steps on the same layout equal 6 bitwise")
 PY
+    # kill -9 of rank 2 while the run saves every step, as soon as a save's temporary folder
+    # appears: the folder still holds a checkpoint that verifies and the next run resumes it.
+    run train.train_iters=100000 checkpoint.save="$work/killed" checkpoint.sharded=true \
+      checkpoint.save_interval=1 >"$work/k.log" 2>&1 &
+    job=$!
+    victim=
+    for _ in $(seq 1 3000); do
+      if [[ -z $victim ]]; then
+        for p in $(pgrep -f "checkpoint.save=$work/killed" || true); do
+          tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=2 && victim=$p
+        done
+      fi
+      [[ -n $victim && -e $work/killed/latest ]] && compgen -G "$work/killed/.tmp_iter_*" >/dev/null && break
+      sleep 0.005
+    done
+    [[ -n $victim ]] || { echo "rank 2 not found"; exit 1; }
+    during=$(compgen -G "$work/killed/.tmp_iter_*" || true)
+    kill -9 "$victim"
+    wait "$job" || true
+    latest=$(cat "$work/killed/latest")
+    mpirun -np 2 "$train" --config "$recipe" train.train_iters=$((10#${latest#iter_} + 1)) \
+      checkpoint.load="$work/killed" model.dynamic_context_parallel=false \
+      model.sequence_packing_scheduler=dp_balanced model.expert_model_parallel_size=1 >"$work/k3.log" 2>&1 \
+      || { echo "no resume after kill -9 of rank 2"; tail -5 "$work/k3.log"; exit 1; }
+    grep -q "resumed from $work/killed/iter_" "$work/k3.log" || { echo "did not resume after the kill"; exit 1; }
+    echo "sharded: kill -9 of rank 2 (temporary folder then: ${during##*/}) left $latest loading"
     ;;
   async_save)
     # checkpoint.async_save: the checkpoint of step 2 is byte for byte the synchronous one,
