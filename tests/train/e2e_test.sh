@@ -552,6 +552,15 @@ PY
     [[ -s $folder/index.json && ! -e $folder/model/model.safetensors && ! -e $folder/optimizer.safetensors ]] \
       || { echo "not a sharded checkpoint folder"; ls -R "$folder"; exit 1; }
     grep -q '"format": 3' "$folder/state.json" || { echo "state.json is not format 3"; exit 1; }
+    # dyncp-export of the sharded checkpoint: the very HF files of the single writer's.
+    run train.train_iters=3 "${common[@]}" checkpoint.save="$work/single" >"$work/single.log" 2>&1
+    export_tool=${train%/dyncp-train/dyncp-train}/dyncp-export/dyncp-export
+    "$export_tool" --checkpoint "$work/ckpt" --out "$work/hf_sharded" --no-tokenizer >"$work/e1.log" 2>&1
+    "$export_tool" --checkpoint "$work/single" --out "$work/hf_single" --no-tokenizer >"$work/e2.log" 2>&1
+    for f in model.safetensors config.json; do
+      cmp "$work/hf_sharded/$f" "$work/hf_single/$f" || { echo "exports of sharded and single-writer checkpoints differ in $f"; exit 1; }
+    done
+    echo "sharded: dyncp-export of the sharded checkpoint is byte-identical to the single writer's"
     # Same layout, resumed through checkpoint.save alone: bitwise.
     run train.train_iters=6 "${common[@]}" checkpoint.save="$work/ckpt" checkpoint.sharded=true \
       logger.metrics_path="$work/second.jsonl" >"$work/b.log" 2>&1
