@@ -571,6 +571,7 @@ PY
       logger.metrics_path="$work/two.jsonl" >"$work/c.log" 2>&1
     mpirun -np 8 "$train" --config "$recipe" train.train_iters=6 "${common[@]}" \
       checkpoint.load="$work/ckpt" checkpoint.ckpt_step=3 model.expert_model_parallel_size=4 \
+      checkpoint.save="$work/eight" checkpoint.sharded=true \
       logger.metrics_path="$work/eight.jsonl" >"$work/d.log" 2>&1
     python3 - "$work" <<'PY'
 import json, sys
@@ -588,6 +589,15 @@ for name in ("two", "eight"):
     assert worst <= 1e-5, (name, resumed, full)
     print(f"sharded: 4 -> {2 if name == 'two' else 8} ranks, steps 4-6 within {worst:.2g} of the uninterrupted run")
 print("sharded: one shard per rank, format 3; 3 + 3 steps on the same layout equal 6 bitwise")
+# The 8-rank run (dynamic CP, EP 4, distributed optimizer) saved one shard per rank, each
+# within 10% of the state / 8.
+import glob, os
+shards = sorted(glob.glob(f"{work}/eight/iter_0000006/shards/rank_*.bin"))
+sizes = [os.path.getsize(p) for p in shards]
+assert len(sizes) == 8, shards
+mean = sum(sizes) / 8
+assert all(abs(s - mean) <= 0.1 * mean for s in sizes), sizes
+print(f"sharded: 8 ranks wrote {min(sizes)}..{max(sizes)} bytes each ({sum(sizes)} in all)")
 PY
     # kill -9 of rank 2 while the run saves every step, as soon as a save's temporary folder
     # appears: the folder still holds a checkpoint that verifies and the next run resumes it.
