@@ -101,7 +101,7 @@ int run(const Options& options) {
     core::throw_usage_error("--tokenizer " + tokenizer.string() + ": holds no tokenizer.json");
   const auto model = checkpoint_model(folder);
   fs::create_directories(options.out);
-  model::save_hf_checkpoint(options.out, model->parameters(), dtype);
+  model::save_hf_checkpoint(options.out, model->parameters(), dtype, train::hf_export_shard_bytes);
   train::complete_hf_export(options.out, tokenizer, dtype, model->architecture());
   std::cout << "exported " << folder.string() << " to " << options.out << " ("
             << train::torch_dtype_name(dtype) << ", "

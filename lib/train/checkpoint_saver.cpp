@@ -112,11 +112,13 @@ void CheckpointSaver::export_hf(const fs::path& tokenizer_folder) {
   const std::string& folder = config_.checkpoint.export_hf;
   const model::Qwen3MoeParameters& parameters = host_parameters_.download();
   if (writer_group_ && world_.rank() != 0) {
-    model::save_hf_checkpoint(folder, parameters, model::StoredDType::bf16, 0, &expert_gather_,
+    model::save_hf_checkpoint(folder, parameters, model::StoredDType::bf16, hf_export_shard_bytes,
+                              &expert_gather_,
                               /*write=*/false);
   }
   if (world_.rank() == 0) {
-    model::save_hf_checkpoint(folder, parameters, model::StoredDType::bf16, 0, &expert_gather_);
+    model::save_hf_checkpoint(folder, parameters, model::StoredDType::bf16, hf_export_shard_bytes,
+                              &expert_gather_);
     complete_hf_export(folder, tokenizer_folder, model::StoredDType::bf16,
                        config_.model.architecture);
     spdlog::info("HF weights exported to {}", folder);
