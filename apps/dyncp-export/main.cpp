@@ -22,6 +22,7 @@
 #include "model/hf_checkpoint.hpp"
 #include "train/checkpoint_store.hpp"
 #include "train/hf_export.hpp"
+#include "train/sharded_checkpoint.hpp"
 #include "train/training_data.hpp"
 
 namespace {
@@ -45,6 +46,24 @@ fs::path checkpoint_folder(const fs::path& given) {
                    "holds no training checkpoint (neither model/config.json nor a `latest` file "
                    "naming one); pass a checkpoint.save folder or one of its iter_* folders");
   return {};
+}
+
+// The model of a checkpoint folder: model/ is an HF folder, or (a sharded checkpoint) holds
+// only the config and every rank's shard holds its slices of the weights.
+std::unique_ptr<dyncp::model::Qwen3MoeModel> checkpoint_model(const fs::path& folder) {
+  using namespace dyncp;
+  if (!train::is_sharded_checkpoint(folder))
+    return model::load_hf_model((folder / "model").string());
+  auto model = std::make_unique<model::Qwen3MoeModel>(
+      config::load_hf_model_config((folder / "model").string()));
+  const std::string name = folder.filename().string();
+  if (name.rfind("iter_", 0) != 0 || name.size() == 5 ||
+      name.find_first_not_of("0123456789", 5) != std::string::npos)
+    core::throw_data_error(folder.string(), "a sharded checkpoint's folder is named iter_N");
+  const core::Tensor unused = core::Tensor::zeros({1}, core::DType::f32);  // no moments read
+  train::read_sharded_checkpoint(folder, std::stoll(name.substr(5)), model->parameters(), unused,
+                                 unused, {});
+  return model;
 }
 
 // The tokenizer of the run, from the config.yaml saved beside the checkpoints.
@@ -80,9 +99,9 @@ int run(const Options& options) {
                                                           : tokenizer_of_run(folder);
   if (!tokenizer.empty() && !fs::exists(tokenizer / "tokenizer.json"))
     core::throw_usage_error("--tokenizer " + tokenizer.string() + ": holds no tokenizer.json");
-  const auto model = model::load_hf_model((folder / "model").string());
+  const auto model = checkpoint_model(folder);
   fs::create_directories(options.out);
-  model::save_hf_checkpoint(options.out, model->parameters(), dtype);
+  model::save_hf_checkpoint(options.out, model->parameters(), dtype, train::hf_export_shard_bytes);
   train::complete_hf_export(options.out, tokenizer, dtype, model->architecture());
   std::cout << "exported " << folder.string() << " to " << options.out << " ("
             << train::torch_dtype_name(dtype) << ", "

@@ -547,7 +547,7 @@ I checkpoint.ckpt_convert_format : checkpoint format, async saving, parallel I/O
 I checkpoint.ckpt_convert_save : checkpoint format, async saving, parallel I/O and replication settings
 I checkpoint.ckpt_convert_update_legacy_dist_opt_format : checkpoint format, async saving, parallel I/O and replication settings
 I checkpoint.fully_parallel_save : checkpoint format, async saving, parallel I/O and replication settings
-I checkpoint.async_save : checkpoint format, async saving, parallel I/O and replication settings
+H checkpoint.async_save -> checkpoint.async_save : sharded checkpoints written in the background
 I checkpoint.async_ckpt_cpu_priority : checkpoint format, async saving, parallel I/O and replication settings
 I checkpoint.async_ckpt_io_priority : checkpoint format, async saving, parallel I/O and replication settings
 I checkpoint.async_ckpt_use_cpu_shm : checkpoint format, async saving, parallel I/O and replication settings

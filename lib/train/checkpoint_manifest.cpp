@@ -75,7 +75,12 @@ bool safe_relative_path(const std::string& text) {
 
 }  // namespace
 
-void write_checkpoint_manifest(const fs::path& folder, std::int64_t iteration) {
+std::string xxh3_hex(std::uint64_t value) {
+  return hex64(value);
+}
+
+void write_checkpoint_manifest(const fs::path& folder, std::int64_t iteration,
+                               const std::vector<ManifestEntry>& known) {
   std::vector<std::string> files;
   for (const auto& entry : fs::recursive_directory_iterator(folder)) {
     if (!entry.is_regular_file()) continue;
@@ -85,6 +90,13 @@ void write_checkpoint_manifest(const fs::path& folder, std::int64_t iteration) {
   std::sort(files.begin(), files.end());
   nlohmann::json listed = nlohmann::json::array();
   for (const std::string& relative : files) {
+    const auto given = std::find_if(known.begin(), known.end(), [&](const ManifestEntry& entry) {
+      return entry.path == relative;
+    });
+    if (given != known.end()) {
+      listed.push_back({{"path", relative}, {"bytes", given->bytes}, {"xxh3_64", given->xxh3_64}});
+      continue;
+    }
     const FileDigest digest = digest_file(folder / relative);
     listed.push_back(
         {{"path", relative}, {"bytes", digest.bytes}, {"xxh3_64", hex64(digest.xxh3)}});
@@ -97,7 +109,30 @@ void write_checkpoint_manifest(const fs::path& folder, std::int64_t iteration) {
   file.close();
 }
 
-std::int64_t verify_checkpoint_manifest(const fs::path& folder) {
+void verify_manifest_file(const fs::path& folder, const ManifestEntry& file, bool checksum) {
+  const fs::path listed = folder / file.path;
+  std::error_code error;
+  if (!fs::is_regular_file(fs::symlink_status(listed, error))) {
+    core::throw_data_error(listed.string(), "listed in the manifest but missing (or not a file)");
+  }
+  const std::uintmax_t size = fs::file_size(listed, error);
+  if (size != file.bytes) {
+    core::throw_data_error(listed.string(), std::to_string(size) + " bytes, the manifest says " +
+                                                std::to_string(file.bytes) +
+                                                " (truncated or replaced)");
+  }
+  if (!checksum) return;
+  const FileDigest digest = digest_file(listed);
+  if (hex64(digest.xxh3) != file.xxh3_64) {
+    core::throw_data_error(listed.string(), "checksum " + hex64(digest.xxh3) +
+                                                " differs from the manifest's " + file.xxh3_64 +
+                                                " (the file was damaged or changed after the "
+                                                "save)");
+  }
+}
+
+std::int64_t verify_checkpoint_manifest(const fs::path& folder,
+                                        std::vector<ManifestEntry>* deferred) {
   const fs::path path = folder / checkpoint_manifest_name;
   const std::string where = path.string();
   std::error_code error;
@@ -114,23 +149,9 @@ std::int64_t verify_checkpoint_manifest(const fs::path& folder) {
   const std::string text = content.str();
   const Manifest manifest = parse_checkpoint_manifest(text, where);
   for (const ManifestEntry& file : manifest.files) {
-    const fs::path listed = folder / file.path;
-    if (!fs::is_regular_file(fs::symlink_status(listed, error))) {
-      core::throw_data_error(listed.string(), "listed in the manifest but missing (or not a file)");
-    }
-    const std::uintmax_t size = fs::file_size(listed, error);
-    if (size != file.bytes) {
-      core::throw_data_error(listed.string(), std::to_string(size) + " bytes, the manifest says " +
-                                                  std::to_string(file.bytes) +
-                                                  " (truncated or replaced)");
-    }
-    const FileDigest digest = digest_file(listed);
-    if (hex64(digest.xxh3) != file.xxh3_64) {
-      core::throw_data_error(listed.string(), "checksum " + hex64(digest.xxh3) +
-                                                  " differs from the manifest's " + file.xxh3_64 +
-                                                  " (the file was damaged or changed after the "
-                                                  "save)");
-    }
+    const bool defer = deferred != nullptr && file.path.rfind("shards/", 0) == 0;
+    verify_manifest_file(folder, file, !defer);
+    if (defer) deferred->push_back(file);
   }
   return manifest.iteration;
 }

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -30,8 +31,8 @@ std::string iteration_list(const std::string& dir) {
 
 }  // namespace
 
-std::optional<CheckpointChoice> choose_resume_checkpoint(
-    const config::CheckpointConfig& checkpoint) {
+std::optional<CheckpointChoice> choose_resume_checkpoint(const config::CheckpointConfig& checkpoint,
+                                                         const SelectOptions& options) {
   const bool save_holds =
       !checkpoint.save.empty() && CheckpointStore::holds_checkpoints(checkpoint.save);
   const bool resumes_from_save = checkpoint.load.empty()
@@ -67,31 +68,80 @@ std::optional<CheckpointChoice> choose_resume_checkpoint(
     }
     return std::nullopt;
   }
-  auto choice = CheckpointStore::select(source, checkpoint.ckpt_step);
+  auto choice = CheckpointStore::select(source, checkpoint.ckpt_step, options);
   if (!choice) {
     spdlog::warn("checkpoint.load: no checkpoint in '{}' yet; starting from the beginning", source);
   }
   return choice;
 }
 
+namespace {
+
+// Rank 0's bytes to every rank.
+std::string broadcast_text(dist::Comm& world, const std::string& text) {
+  std::int64_t size = static_cast<std::int64_t>(text.size());
+  world.broadcast(std::span<std::int64_t>(&size, 1), 0);
+  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(size));
+  if (world.rank() == 0) bytes.assign(text.begin(), text.end());
+  world.broadcast(std::span<std::uint8_t>(bytes), 0);
+  return {bytes.begin(), bytes.end()};
+}
+
+// "path bytes xxh3\n" per entry (paths are the writer's shards/rank_N.bin: no spaces).
+std::string entries_text(const std::vector<ManifestEntry>& entries) {
+  std::string text;
+  for (const ManifestEntry& entry : entries)
+    text += entry.path + " " + std::to_string(entry.bytes) + " " + entry.xxh3_64 + "\n";
+  return text;
+}
+
+std::vector<ManifestEntry> parse_entries(const std::string& text) {
+  std::vector<ManifestEntry> entries;
+  std::istringstream in(text);
+  ManifestEntry entry;
+  while (in >> entry.path >> entry.bytes >> entry.xxh3_64) entries.push_back(entry);
+  return entries;
+}
+
+}  // namespace
+
 std::optional<CheckpointChoice> agree_on_resume_checkpoint(
     const config::CheckpointConfig& checkpoint, dist::Comm& world) {
-  std::optional<CheckpointChoice> choice;
-  if (world.rank() == 0) choice = choose_resume_checkpoint(checkpoint);
-  if (world.size() == 1) return choice;
-  // [iteration or -1, path length], then the path's bytes.
-  std::vector<std::int64_t> header = {
-      choice ? choice->iteration : -1,
-      choice ? static_cast<std::int64_t>(choice->folder.string().size()) : 0};
-  world.broadcast(std::span<std::int64_t>(header), 0);
-  if (header[0] < 0) return std::nullopt;
-  std::vector<std::uint8_t> path(static_cast<std::size_t>(header[1]));
-  if (world.rank() == 0) {
-    const std::string text = choice->folder.string();
-    path.assign(text.begin(), text.end());
+  if (world.size() == 1) return choose_resume_checkpoint(checkpoint);
+  SelectOptions options;
+  std::vector<ManifestEntry> deferred;
+  options.deferred = &deferred;
+  while (true) {
+    std::optional<CheckpointChoice> choice;
+    if (world.rank() == 0) choice = choose_resume_checkpoint(checkpoint, options);
+    // [iteration or -1], the path, the shards left to hash.
+    std::int64_t iteration = choice ? choice->iteration : -1;
+    world.broadcast(std::span<std::int64_t>(&iteration, 1), 0);
+    if (iteration < 0) return std::nullopt;
+    const fs::path folder = broadcast_text(world, choice ? choice->folder.string() : "");
+    const std::vector<ManifestEntry> shards =
+        parse_entries(broadcast_text(world, choice ? entries_text(deferred) : ""));
+    // shards - (lowest failing shard), or 0: the max over ranks names the first failing shard.
+    std::int64_t failure = 0;
+    for (std::size_t i = static_cast<std::size_t>(world.rank()); i < shards.size();
+         i += static_cast<std::size_t>(world.size())) {
+      try {
+        verify_manifest_file(folder, shards[i]);
+      } catch (const core::Error& error) {
+        if (error.kind() != core::ErrorKind::data) throw;
+        spdlog::warn("rank {}: {}", world.rank(), error.what());
+        failure = static_cast<std::int64_t>(shards.size() - i);
+        break;
+      }
+    }
+    world.all_reduce(&failure, &failure, 1, core::DType::i64, dist::ReduceOp::max);
+    if (failure == 0) return CheckpointChoice{folder, iteration};
+    const std::size_t first = shards.size() - static_cast<std::size_t>(failure);
+    options.rejected.emplace_back(
+        folder, (folder / shards[first].path).string() + " does not verify (rank " +
+                    std::to_string(first % static_cast<std::size_t>(world.size())) +
+                    " logged why)");
   }
-  world.broadcast(std::span<std::uint8_t>(path), 0);
-  return CheckpointChoice{fs::path(std::string(path.begin(), path.end())), header[0]};
 }
 
 }  // namespace dyncp::train

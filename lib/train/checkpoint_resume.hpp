@@ -20,10 +20,13 @@ namespace dyncp::train {
 
 // The decision above, from the filesystem as this process sees it. Throws config errors (the
 // refusal) and data errors (nothing verifies).
-std::optional<CheckpointChoice> choose_resume_checkpoint(
-    const config::CheckpointConfig& checkpoint);
+std::optional<CheckpointChoice> choose_resume_checkpoint(const config::CheckpointConfig& checkpoint,
+                                                         const SelectOptions& options = {});
 
-// Collective: rank 0 decides (and verifies the checksums once), every rank gets its answer.
+// Collective: rank 0 decides, every rank gets its answer. Rank 0 verifies every checksum
+// except a sharded checkpoint's shards, which the ranks hash in parallel (shard i on rank
+// i % world); a shard that fails there is logged by its rank, the folder is rejected and rank
+// 0 chooses again (the newest checkpoint that verifies, as in CheckpointStore::select).
 std::optional<CheckpointChoice> agree_on_resume_checkpoint(
     const config::CheckpointConfig& checkpoint, dist::Comm& world);
 

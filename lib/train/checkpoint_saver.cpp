@@ -11,6 +11,21 @@ namespace dyncp::train {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+SavingLayout saving_layout(const config::ConfigContainer& config, const dist::Comm& world,
+                           const dist::ParallelState& parallel_state) {
+  const dist::ParallelLayout& layout = parallel_state.layout();
+  return SavingLayout{world.size(),
+                      layout.data_parallel_size,
+                      layout.context_parallel_size,
+                      layout.expert_model_parallel_size,
+                      layout.dynamic_context_parallel,
+                      config.ddp.use_distributed_optimizer};
+}
+
+}  // namespace
+
 CheckpointSaver::CheckpointSaver(const config::ConfigContainer& config, dist::Comm& world,
                                  dist::ParallelState& parallel_state,
                                  HostParameters& host_parameters, AdamWOptimizer& optimizer)
@@ -27,9 +42,32 @@ CheckpointSaver::CheckpointSaver(const config::ConfigContainer& config, dist::Co
   parallel_state.expert_parallel().all_reduce(&writer, &writer, 1, core::DType::i32,
                                               dist::ReduceOp::max);
   writer_group_ = writer != 0;
+  if (store_ && (config.checkpoint.sharded || config.checkpoint.async_save)) {
+    // The distributed optimizer's own division (the same plan its step engine made), so its
+    // packed moments are written as they are.
+    const model::Qwen3MoeParameters& parameters = host_parameters_.staging();
+    sharded_ = std::make_unique<ShardedCheckpointSaver>(
+        world, config.checkpoint.save, static_cast<int>(config.checkpoint.most_recent_k),
+        parameters,
+        checkpoint_shards(parameters, parallel_state.pool(), parallel_state.expert_data_parallel()),
+        saving_layout(config, world, parallel_state), config.checkpoint.async_save);
+    store_.reset();  // rank 0's store lives in the sharded saver
+  }
+}
+
+void CheckpointSaver::poll() {
+  if (sharded_) sharded_->poll();
+}
+
+void CheckpointSaver::wait() {
+  if (sharded_) sharded_->wait();
 }
 
 bool CheckpointSaver::save(const LoopState& state) {
+  if (sharded_) {
+    const model::Qwen3MoeParameters& parameters = host_parameters_.download();
+    return sharded_->save(parameters, optimizer_.host_moments(), state);
+  }
   if (!store_) return false;
   // The checkpoint holds every moment whatever the layout: the distributed optimizer's pieces
   // are gathered into temporary buffers the size of this rank's parameters first, and the
@@ -74,11 +112,13 @@ void CheckpointSaver::export_hf(const fs::path& tokenizer_folder) {
   const std::string& folder = config_.checkpoint.export_hf;
   const model::Qwen3MoeParameters& parameters = host_parameters_.download();
   if (writer_group_ && world_.rank() != 0) {
-    model::save_hf_checkpoint(folder, parameters, model::StoredDType::bf16, 0, &expert_gather_,
+    model::save_hf_checkpoint(folder, parameters, model::StoredDType::bf16, hf_export_shard_bytes,
+                              &expert_gather_,
                               /*write=*/false);
   }
   if (world_.rank() == 0) {
-    model::save_hf_checkpoint(folder, parameters, model::StoredDType::bf16, 0, &expert_gather_);
+    model::save_hf_checkpoint(folder, parameters, model::StoredDType::bf16, hf_export_shard_bytes,
+                              &expert_gather_);
     complete_hf_export(folder, tokenizer_folder, model::StoredDType::bf16,
                        config_.model.architecture);
     spdlog::info("HF weights exported to {}", folder);

@@ -3,7 +3,11 @@
 // HF export (checkpoint.export_hf). Rank 0 writes; the other ranks of its EP group send it
 // their experts one MoE layer at a time (parallel::EpExpertGather), and the distributed
 // optimizer's pieces are gathered into full-size moments first, so what is written does not
-// depend on the layout. Every method is collective over the world.
+// depend on the layout. With checkpoint.sharded (or checkpoint.async_save) every rank writes
+// its own pieces instead (train/sharded_checkpoint_saver.hpp), loadable under any layout too;
+// asynchronously, save() returns once the state is copied, poll() publishes at a later step
+// boundary, and wait() ends the save in flight (a failed one throws: exit 1). Every method is
+// collective over the world.
 
 #include <filesystem>
 #include <memory>
@@ -16,6 +20,7 @@
 #include "train/checkpoint_store.hpp"
 #include "train/loop_state.hpp"
 #include "train/optimizer.hpp"
+#include "train/sharded_checkpoint_saver.hpp"
 #include "train/training_device.hpp"
 
 namespace dyncp::train {
@@ -28,11 +33,15 @@ class CheckpointSaver {
                   AdamWOptimizer& optimizer);
 
   // Whether checkpoint.save is set: without it save() saves nothing and returns false.
-  bool saves() const { return store_ != nullptr; }
+  bool saves() const { return store_ != nullptr || sharded_ != nullptr; }
   // Saves `state` with the current parameters and moments. Returns whether the checkpoint was
   // saved (the same answer on every rank); a failure is logged, the previous checkpoint is
   // kept, and the caller decides whether it ends the run.
   bool save(const LoopState& state);
+  // At every step boundary: publishes an asynchronous save every rank has finished writing.
+  void poll();
+  // The asynchronous save in flight, if any, published (or a runtime error when it failed).
+  void wait();
   // The HF folder of checkpoint.export_hf (bf16 weights, config, tokenizer files from
   // `tokenizer_folder` when not empty, generation config).
   void export_hf(const std::filesystem::path& tokenizer_folder);
@@ -44,7 +53,8 @@ class CheckpointSaver {
   AdamWOptimizer& optimizer_;
   std::unique_ptr<CheckpointStore> store_;
   parallel::EpExpertGather expert_gather_;
-  bool writer_group_ = false;  // this rank's EP group holds rank 0
+  bool writer_group_ = false;                        // this rank's EP group holds rank 0
+  std::unique_ptr<ShardedCheckpointSaver> sharded_;  // checkpoint.sharded / async_save
 };
 
 // Ends the run with exit 1 (a runtime error) when the checkpoint that closes it was not saved.

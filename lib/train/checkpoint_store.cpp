@@ -66,12 +66,22 @@ std::optional<std::string> read_latest_name(const fs::path& path, std::string& p
 
 // The iteration `folder` verifies as: by its manifest, or for a format-1 folder by its
 // structure (the folder's own iteration, which the format-1 state.json must match).
-CheckpointChoice verify_folder(const fs::path& folder, std::int64_t folder_iteration) {
+CheckpointChoice verify_folder(const fs::path& folder, std::int64_t folder_iteration,
+                               const SelectOptions& options) {
+  if (options.deferred) options.deferred->clear();
+  for (const auto& [rejected, reason] : options.rejected) {
+    if (rejected == folder) core::throw_data_error(folder.string(), reason);
+  }
   if (is_format1_checkpoint(folder)) {
     verify_format1_checkpoint(folder, folder_iteration);
     return CheckpointChoice{folder, folder_iteration, true};
   }
-  return CheckpointChoice{folder, verify_checkpoint_manifest(folder)};
+  // A folder that fails leaves nothing deferred behind.
+  std::vector<ManifestEntry> deferred;
+  const std::int64_t iteration =
+      verify_checkpoint_manifest(folder, options.deferred ? &deferred : nullptr);
+  if (options.deferred) options.deferred->assign(deferred.begin(), deferred.end());
+  return CheckpointChoice{folder, iteration};
 }
 
 void warn_if_format1(const CheckpointChoice& choice) {
@@ -101,8 +111,8 @@ std::string CheckpointStore::folder_name(std::int64_t iteration) {
   return name;
 }
 
-fs::path CheckpointStore::temporary_folder(std::int64_t iteration) const {
-  return save_dir_ / (".tmp_" + folder_name(iteration));
+fs::path CheckpointStore::temporary_folder(const fs::path& save_dir, std::int64_t iteration) {
+  return save_dir / (".tmp_" + folder_name(iteration));
 }
 
 fs::path CheckpointStore::begin(std::int64_t iteration) {
@@ -116,14 +126,14 @@ fs::path CheckpointStore::begin(std::int64_t iteration) {
   return folder;
 }
 
-fs::path CheckpointStore::commit(std::int64_t iteration) {
+fs::path CheckpointStore::commit(std::int64_t iteration, const std::vector<ManifestEntry>& known) {
   const fs::path folder = temporary_folder(iteration);
   const fs::path final_folder = save_dir_ / folder_name(iteration);
   for (const auto& entry : fs::recursive_directory_iterator(folder)) {
     if (entry.is_directory()) fsync_path(entry.path());
   }
   // Last, so a folder with a manifest is complete; the rename below publishes both at once.
-  write_checkpoint_manifest(folder, iteration);
+  write_checkpoint_manifest(folder, iteration, known);
   fsync_path(folder);
   std::error_code error;
   fs::remove_all(final_folder, error);  // re-saving the same iteration replaces it
@@ -181,14 +191,15 @@ bool CheckpointStore::holds_checkpoints(const fs::path& dir) {
 }
 
 std::optional<CheckpointChoice> CheckpointStore::select(const fs::path& dir,
-                                                        std::optional<std::int64_t> step) {
+                                                        std::optional<std::int64_t> step,
+                                                        const SelectOptions& options) {
   if (step) {
     const fs::path folder = dir / folder_name(*step);
     if (!fs::is_directory(folder)) {
       core::throw_config_error("checkpoint.ckpt_step",
                                std::to_string(*step) + ": no folder '" + folder.string() + "'");
     }
-    const CheckpointChoice choice = verify_folder(folder, *step);
+    const CheckpointChoice choice = verify_folder(folder, *step, options);
     if (choice.iteration != *step) {
       core::throw_data_error((folder / checkpoint_manifest_name).string(),
                              "records iteration " + std::to_string(choice.iteration) + ", not " +
@@ -202,7 +213,7 @@ std::optional<CheckpointChoice> CheckpointStore::select(const fs::path& dir,
   const auto verified = [&](const fs::path& folder,
                             std::int64_t expected) -> std::optional<CheckpointChoice> {
     try {
-      const CheckpointChoice choice = verify_folder(folder, expected);
+      const CheckpointChoice choice = verify_folder(folder, expected, options);
       if (choice.iteration == expected) return choice;
       problems.push_back(folder.string() + ": its manifest records iteration " +
                          std::to_string(choice.iteration));

@@ -29,6 +29,8 @@
 #include <string>
 #include <vector>
 
+#include "train/checkpoint_manifest.hpp"
+
 namespace dyncp::train {
 
 // A verified checkpoint folder and its iteration.
@@ -39,29 +41,47 @@ struct CheckpointChoice {
   bool format1 = false;
 };
 
+// How select() verifies, for a caller that shares the work over ranks.
+struct SelectOptions {
+  // Set: the shards of a sharded checkpoint are checked for size only; the chosen folder's
+  // shard entries are left here for the caller to hash (checkpoint_manifest.hpp).
+  std::vector<ManifestEntry>* deferred = nullptr;
+  // Folders found damaged by such a check, with the reason: never chosen.
+  std::vector<std::pair<std::filesystem::path, std::string>> rejected;
+};
+
 class CheckpointStore {
  public:
   CheckpointStore(std::filesystem::path save_dir, int keep_last);
 
   // Begin a save: returns the temporary folder to write into.
   std::filesystem::path begin(std::int64_t iteration);
-  // Publish the folder returned by begin(): rename into place, update `latest`, prune.
-  std::filesystem::path commit(std::int64_t iteration);
+  // Publish the folder returned by begin(): write its manifest (files in `known` listed as
+  // given, the others hashed), rename into place, update `latest`, prune.
+  std::filesystem::path commit(std::int64_t iteration,
+                               const std::vector<ManifestEntry>& known = {});
   // Drop a failed save's temporary folder (never touches published checkpoints).
   void abandon(std::int64_t iteration) noexcept;
 
   // The checkpoint to resume from under `dir` by the rules above, or exactly iteration `step`
   // when given (which must exist and verify); nullopt when `dir` holds no checkpoint at all.
   static std::optional<CheckpointChoice> select(const std::filesystem::path& dir,
-                                                std::optional<std::int64_t> step = std::nullopt);
+                                                std::optional<std::int64_t> step = std::nullopt,
+                                                const SelectOptions& options = {});
   // Whether `dir` holds anything a run could resume from or overwrite: `latest` or iter_*.
   static bool holds_checkpoints(const std::filesystem::path& dir);
   // Iterations of the iter_* folders under `dir`, ascending.
   static std::vector<std::int64_t> saved_iterations(const std::filesystem::path& dir);
   static std::string folder_name(std::int64_t iteration);
+  // The hidden folder begin() makes for `iteration` under `save_dir` (ranks that write into
+  // it without owning the store find it here).
+  static std::filesystem::path temporary_folder(const std::filesystem::path& save_dir,
+                                                std::int64_t iteration);
 
  private:
-  std::filesystem::path temporary_folder(std::int64_t iteration) const;
+  std::filesystem::path temporary_folder(std::int64_t iteration) const {
+    return temporary_folder(save_dir_, iteration);
+  }
   void prune(std::int64_t written_iteration) const;
 
   std::filesystem::path save_dir_;

@@ -15,6 +15,7 @@
 #include "packing/run_scheduler.hpp"
 #include "packing/schedule.hpp"
 #include "parallel/parallel_plan.hpp"
+#include "train/checkpoint_estimate.hpp"
 #include "train/memory_estimate.hpp"
 #include "train/step_model_report.hpp"
 #include "train/training_data.hpp"
@@ -233,6 +234,8 @@ bool write_dry_run_report(std::ostream& out, const config::ConfigContainer& conf
   }
   out << format_step_model_report(config, data.source ? &preview.schedule : nullptr,
                                   preview.lengths);
+  out << format_checkpoint_estimate(estimate_checkpoint(config),
+                                    config.checkpoint.sharded || config.checkpoint.async_save);
   return valid;
 }
 

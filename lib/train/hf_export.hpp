@@ -9,6 +9,7 @@
 //   generation_config.json   copied from the tokenizer folder when it has one, else written
 //                            from the model's bos / eos token ids
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 
@@ -21,6 +22,10 @@ namespace dyncp::train {
 void complete_hf_export(const std::filesystem::path& out,
                         const std::filesystem::path& tokenizer_dir, model::StoredDType dtype,
                         const config::ModelArchitecture& architecture);
+
+// Weights past this many bytes are split into model-0000k-of-0000n.safetensors files listed by
+// model.safetensors.index.json, as transformers' save_pretrained does (max_shard_size "5GB").
+inline constexpr std::uint64_t hf_export_shard_bytes = 5'000'000'000;
 
 // "bfloat16", "float32", "float16": the torch dtype name of a stored dtype.
 std::string torch_dtype_name(model::StoredDType dtype);

@@ -14,13 +14,17 @@ namespace dyncp::train {
 namespace {
 
 // 2: the LR schedule and the manifest were added; format-1 folders have no manifest.
-constexpr int checkpoint_format = 2;
+// 3: the same state.json beside a sharded checkpoint (train/sharded_checkpoint.hpp).
+constexpr int first_manifest_format = 2;
+constexpr int last_format = 3;
 
 }  // namespace
 
 std::string loop_state_json(const LoopState& state) {
   const LrSchedule& lr = state.lr_schedule;
-  const nlohmann::json json = {{"format", checkpoint_format},
+  DYNCP_CHECK(state.format >= first_manifest_format && state.format <= last_format,
+              "state.json is written in format 2 or 3");
+  const nlohmann::json json = {{"format", state.format},
                                {"iteration", state.iteration},
                                {"consumed_samples", state.consumed_samples},
                                {"epoch", state.epoch},
@@ -96,13 +100,15 @@ LoopState parse_counters(const nlohmann::json& json, const std::string& where,
   return state;
 }
 
-void require_format(const nlohmann::json& json, const std::string& where, int format) {
-  if (!json.contains("format") || json["format"] != format) {
-    core::throw_data_error(where,
-                           "checkpoint format " +
-                               (json.contains("format") ? json["format"].dump() : "missing") +
-                               " is not the supported format " + std::to_string(format));
+// The format, one of [first, last].
+int require_format(const nlohmann::json& json, const std::string& where, int first, int last) {
+  for (int format = first; format <= last; ++format) {
+    if (json.contains("format") && json["format"] == format) return format;
   }
+  core::throw_data_error(where, "checkpoint format " +
+                                    (json.contains("format") ? json["format"].dump() : "missing") +
+                                    " is not a supported format (" + std::to_string(first) +
+                                    (first == last ? "" : " to " + std::to_string(last)) + ")");
 }
 
 }  // namespace
@@ -113,8 +119,9 @@ LoopState parse_loop_state(const std::string& text, const std::string& where,
   require_keys(json, where, "",
                {"format", "iteration", "consumed_samples", "epoch", "index_in_epoch",
                 "skipped_steps", "seed", "lr_scheduler"});
-  require_format(json, where, checkpoint_format);
+  const int format = require_format(json, where, first_manifest_format, last_format);
   LoopState state = parse_counters(json, where, expected_iteration);
+  state.format = format;
   const nlohmann::json& lr = json["lr_scheduler"];
   if (!lr.is_object()) core::throw_data_error(where, "\"lr_scheduler\" is not an object");
   const std::string lr_context = "lr_scheduler: ";
@@ -154,8 +161,9 @@ LoopState parse_format1_loop_state(const std::string& text, const std::string& w
   require_keys(json, where, "",
                {"format", "iteration", "consumed_samples", "epoch", "index_in_epoch",
                 "skipped_steps", "seed"});
-  require_format(json, where, 1);
+  require_format(json, where, 1, 1);
   LoopState state = parse_counters(json, where, expected_iteration);
+  state.format = 1;
   state.lr_schedule_saved = false;
   return state;
 }

@@ -20,6 +20,9 @@ struct LoopState {
   std::int64_t seed = 0;
   LrSchedule lr_schedule;         // the schedule the run that saved was following
   bool lr_schedule_saved = true;  // false for format 1, which did not store the schedule
+  // state.json's format: 1 (no manifest, no schedule), 2 (one writer: model/ and
+  // optimizer.safetensors), 3 (sharded: every rank's file and index.json).
+  int format = 2;
 };
 
 // Parses and schema-checks state.json text (`where` names the file in errors); the iteration
@@ -32,7 +35,7 @@ LoopState parse_loop_state(const std::string& text, const std::string& where,
 LoopState parse_format1_loop_state(const std::string& text, const std::string& where,
                                    std::int64_t expected_iteration);
 
-// state.json text of `state` (format 2).
+// state.json text of `state` (its format: 2 or 3).
 std::string loop_state_json(const LoopState& state);
 
 }  // namespace dyncp::train

@@ -78,6 +78,7 @@ AdamWOptimizer::AdamWOptimizer(const model::Qwen3MoeParameters& parameters,
       owned_elements_(partition.dense_elements + partition.expert_elements) {
   for (const parallel::ParameterRange& range : partition.ranges)
     add_range(parameters, range, range.offset);
+  moment_ranges_ = partition.ranges;
 }
 
 AdamWOptimizer::AdamWOptimizer(const model::Qwen3MoeParameters& parameters,
@@ -98,6 +99,7 @@ AdamWOptimizer::AdamWOptimizer(const model::Qwen3MoeParameters& parameters,
     packed += range.count;
   }
   DYNCP_CHECK(packed == owned_elements_, "owned ranges add up to the owned elements");
+  moment_ranges_ = sync.shards().owned_ranges;
 }
 
 void AdamWOptimizer::add_range(const model::Qwen3MoeParameters& parameters,
@@ -130,6 +132,10 @@ AdamWOptimizer::FullSizeMoments AdamWOptimizer::full_size_moments() const {
   if (sync_ != nullptr)
     return {Tensor::zeros(full_shape_, DType::f32), Tensor::zeros(full_shape_, DType::f32)};
   return {host_f32(exp_avg_), host_f32(exp_avg_sq_)};
+}
+
+AdamWOptimizer::HostMoments AdamWOptimizer::host_moments() const {
+  return {host_f32(exp_avg_), host_f32(exp_avg_sq_), sync_ != nullptr};
 }
 
 void AdamWOptimizer::gather_full_size_moments(const FullSizeMoments& full) {

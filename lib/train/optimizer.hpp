@@ -78,6 +78,19 @@ class AdamWOptimizer {
   // Takes this rank's state from full-size moments (as read from a checkpoint).
   void load_full_size_moments(const FullSizeMoments& full);
 
+  // This rank's moments on the host in fp32 without gathering anything, as the sharded
+  // checkpoint writer reads them (train/sharded_checkpoint.hpp): the distributed optimizer's
+  // pieces packed in owned_ranges order (packed), else full-size. The optimizer's own buffers
+  // when they are host fp32, else copies.
+  struct HostMoments {
+    core::Tensor exp_avg;
+    core::Tensor exp_avg_sq;
+    bool packed = false;
+  };
+  HostMoments host_moments() const;
+  // The flat ranges (of all_values()) whose moments this rank keeps: what a loader must fill.
+  const std::vector<parallel::ParameterRange>& moment_ranges() const { return moment_ranges_; }
+
  private:
   struct RangeViews {
     core::Tensor param, grad, exp_avg, exp_avg_sq;
@@ -95,6 +108,7 @@ class AdamWOptimizer {
   core::Tensor exp_avg_sq_;
   std::int64_t owned_elements_ = 0;
   std::vector<RangeViews> ranges_;
+  std::vector<parallel::ParameterRange> moment_ranges_;
 };
 
 }  // namespace dyncp::train

@@ -34,9 +34,10 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-RunReporting::RunReporting(const config::ConfigContainer& config, dist::Comm& world)
+RunReporting::RunReporting(const config::ConfigContainer& config, dist::Comm& world,
+                           std::string run_id)
     : config_(config),
-      run_id_(world.rank() == 0 ? make_run_id() : std::string()),
+      run_id_(std::move(run_id)),
       progress_(world.rank() == 0, config.train.train_iters) {
   if (world.rank() != 0) return;
   log_run_start(config, run_id_);

@@ -20,8 +20,9 @@ namespace dyncp::train {
 
 class RunReporting {
  public:
-  // Logs the run start and opens the sinks (rank 0).
-  RunReporting(const config::ConfigContainer& config, dist::Comm& world);
+  // Logs the run start and opens the sinks (rank 0). `run_id`: this launch's (rank 0; made at
+  // start-up, when the save folder's lock names it).
+  RunReporting(const config::ConfigContainer& config, dist::Comm& world, std::string run_id);
 
   const std::string& run_id() const { return run_id_; }
   // One finished step: every sink, and the console line when due. `finite` is false for a step

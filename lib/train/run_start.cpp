@@ -12,7 +12,9 @@
 #include "train/checkpoint_resume.hpp"
 #include "train/output_folders.hpp"
 #include "train/run_options.hpp"
+#include "train/sharded_checkpoint.hpp"
 #include "train/signal_flag.hpp"
+#include "train/step_metrics.hpp"
 #include "train/training_checkpoint.hpp"
 #include "train/training_run.hpp"
 
@@ -109,7 +111,15 @@ OpenedRun open_run(const config::ConfigContainer& config, dist::Comm& launch_wor
   spdlog::info("layout: {}", parallel::summarize_parallel_plan(run.plan));
 
   // Before any slow start-up work: an unwritable output folder fails now, not at the first save.
-  if (world.rank() == 0) require_writable_outputs(config);
+  // One live run per save folder: a second one is refused here (exit 2) naming the first.
+  if (world.rank() == 0) {
+    require_writable_outputs(config);
+    run.run_id = make_run_id();
+    if (!config.checkpoint.save.empty()) {
+      run.save_lock =
+          std::make_unique<SaveFolderLock>(config.checkpoint.save, this_process_holder(run.run_id));
+    }
+  }
   world.barrier();
 
   run.training_data = open_training_data(config);
@@ -155,9 +165,14 @@ LoopStart resume_run(const config::ConfigContainer& config, OpenedRun& run, Buil
                                    fs::weakly_canonical(resume->folder.parent_path()) !=
                                        fs::weakly_canonical(fs::path(config.checkpoint.save));
     const AdamWOptimizer::FullSizeMoments moments = built.optimizer->full_size_moments();
-    start.state = read_training_checkpoint(resume->folder, resume->iteration,
-                                           built.host_parameters->staging(), moments.exp_avg,
-                                           moments.exp_avg_sq);
+    // A sharded checkpoint: only the byte ranges of the moments this optimizer keeps.
+    start.state = is_sharded_checkpoint(resume->folder)
+                      ? read_sharded_checkpoint(
+                            resume->folder, resume->iteration, built.host_parameters->staging(),
+                            moments.exp_avg, moments.exp_avg_sq, built.optimizer->moment_ranges())
+                      : read_training_checkpoint(resume->folder, resume->iteration,
+                                                 built.host_parameters->staging(), moments.exp_avg,
+                                                 moments.exp_avg_sq);
     built.host_parameters->upload();
     built.optimizer->load_full_size_moments(moments);
     spdlog::info("resumed from {} at iteration {} ({} samples consumed)", resume->folder.string(),

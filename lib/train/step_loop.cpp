@@ -155,6 +155,8 @@ LoopEnd run_step_loop(const config::ConfigContainer& config, OpenedRun& run, Bui
     report.last_loss = metrics.loss;
     ++report.iterations;
 
+    // An asynchronous save started at an earlier step is published once every rank wrote it.
+    built.checkpoints->poll();
     if (stop_agreed(world)) {
       end.stopped_by_signal = true;
       break;
@@ -181,6 +183,7 @@ void finish_stopped_run(const config::ConfigContainer& config, BuiltRun& built,
   spdlog::warn("stop signal received: saving a checkpoint at iteration {} and exiting",
                state.iteration);
   const bool saved = built.checkpoints->save(state);
+  built.checkpoints->wait();  // the final save of a run is waited for
   reporting.finish();
   require_final_save(saved, state, config.checkpoint.save);
 }
@@ -203,6 +206,7 @@ void finish_run(const config::ConfigContainer& config, OpenedRun& run, BuiltRun&
     // A run whose last periodic save failed saves again: the run's end must be on disk.
     if (!saved_last || !end.last_save_ok) final_save_ok = built.checkpoints->save(state);
   }
+  built.checkpoints->wait();  // the final save of a run is waited for
   if (!config.checkpoint.export_hf.empty()) {
     const TrainingData& data = run.training_data;
     built.checkpoints->export_hf(data.tokenizer && !data.tokenizer->is_null()

@@ -13,7 +13,7 @@ TrainerReport run_training(const config::ConfigContainer& config, dist::Comm& la
     report.stopped_by_signal = true;
     return report;
   }
-  RunReporting reporting(config, *run.world);
+  RunReporting reporting(config, *run.world, run.run_id);
   const LoopEnd end = run_step_loop(config, run, built, start, reporting, report);
   if (end.stopped_by_signal) {
     report.stopped_by_signal = true;

@@ -17,6 +17,7 @@
 #include "model/safetensors.hpp"
 #include "train/checkpoint_store.hpp"
 #include "train/format1_checkpoint.hpp"
+#include "train/sharded_checkpoint.hpp"
 
 namespace dyncp::train {
 
@@ -65,15 +66,23 @@ void write_training_checkpoint(const fs::path& folder, const model::Qwen3MoePara
   if (failure) std::rethrow_exception(failure);
   if (!write) return;
 
-  // Written last: the loop state says the files before it are complete.
+  // Written last: the loop state says the files before it are complete. Always format 2,
+  // whatever format the run resumed from.
+  LoopState saved = state;
+  saved.format = 2;
   core::OutputFile file(folder / "state.json");
-  file.write(loop_state_json(state));
+  file.write(loop_state_json(saved));
   file.close();
 }
 
 LoopState read_training_checkpoint(const fs::path& folder, std::int64_t iteration,
                                    const model::Qwen3MoeParameters& parameters,
                                    const core::Tensor& exp_avg, const core::Tensor& exp_avg_sq) {
+  if (is_sharded_checkpoint(folder)) {  // format 3: every rank's file and an index
+    const parallel::ParameterRange everything{0, parameters.all_values().numel(), false, true};
+    return read_sharded_checkpoint(folder, iteration, parameters, exp_avg, exp_avg_sq,
+                                   std::span<const parallel::ParameterRange>(&everything, 1));
+  }
   const fs::path state_path = folder / "state.json";
   std::error_code error;
   if (!fs::is_regular_file(state_path, error))
@@ -86,6 +95,9 @@ LoopState read_training_checkpoint(const fs::path& folder, std::int64_t iteratio
   const LoopState state = is_format1_checkpoint(folder)
                               ? parse_format1_loop_state(text, state_path.string(), iteration)
                               : parse_loop_state(text, state_path.string(), iteration);
+  if (state.format == 3)
+    core::throw_data_error(state_path.string(),
+                           "format 3 (sharded) but the folder has no index.json");
 
   // Only the tensors these parameters hold: under EP, this rank's experts.
   model::load_hf_weights((folder / "model").string(), parameters);

@@ -41,8 +41,9 @@ void write_training_checkpoint(const std::filesystem::path& folder,
                                bool write = true);
 
 // Reads a verified checkpoint folder (CheckpointStore::select) of `iteration` into the
-// parameters and moments; returns the loop state. Data errors name the file for anything
-// missing or malformed.
+// parameters and moments; returns the loop state. A sharded checkpoint (format 3,
+// train/sharded_checkpoint.hpp) is read the same way, every tensor these parameters hold. Data
+// errors name the file for anything missing or malformed.
 LoopState read_training_checkpoint(const std::filesystem::path& folder, std::int64_t iteration,
                                    const model::Qwen3MoeParameters& parameters,
                                    const core::Tensor& exp_avg, const core::Tensor& exp_avg_sq);

@@ -3,7 +3,8 @@
 // §9). train::run_training (trainer.cpp) is these calls in order:
 //
 //   open_run     device, world (routed over NCCL + MPI on the GPU), parallel plan, parallel
-//                state, output folders checked, training data opened       -> OpenedRun
+//                state, output folders checked, the save folder locked, training data
+//                opened                                                     -> OpenedRun
 //   build_run    model options, model, weights (HF or seeded), step engine, held-out
 //                evaluation, optimizer, LR schedule, checkpoint saver       -> BuiltRun
 //   resume_run   the checkpoint every rank agrees on (or none), loop state, sampler
@@ -30,6 +31,7 @@
 #include "train/lr_schedule.hpp"
 #include "train/optimizer.hpp"
 #include "train/run_reporting.hpp"
+#include "train/save_folder_lock.hpp"
 #include "train/step_engine.hpp"
 #include "train/trainer.hpp"
 #include "train/training_data.hpp"
@@ -44,6 +46,9 @@ struct OpenedRun {
   parallel::ParallelPlan plan;
   std::unique_ptr<dist::ParallelState> parallel_state;
   TrainingData training_data;
+  std::string run_id;  // rank 0: this launch's (metrics, the save folder's lock)
+  // Rank 0, with checkpoint.save: held until the run ends (train/save_folder_lock.hpp).
+  std::unique_ptr<SaveFolderLock> save_lock;
 };
 
 struct BuiltRun {

@@ -283,6 +283,9 @@ TEST_CASE("honoured Bridge fields change what they map to", "[config][bridge]") 
   CHECK(adam.optimizer.lr == 0.001);
   const auto seed = load_text(edit(text, "rng", "seed", "1234", "99"));
   CHECK(seed.rng.seed == 99);
+  CHECK_FALSE(base.checkpoint.async_save);
+  const auto async = load_text(edit(text, "checkpoint", "async_save", "false", "true"));
+  CHECK(async.checkpoint.async_save);
   // The logger's TensorBoard folder and W&B settings, as a Bridge launch line sets them.
   CHECK(base.logger.tensorboard_dir == "nemo_experiments/default/tb_logs");
   CHECK(base.logger.wandb_project.empty());

@@ -130,6 +130,8 @@ const std::vector<std::string> frozen_keys = {
     "checkpoint.save_interval",
     "checkpoint.most_recent_k",
     "checkpoint.export_hf",
+    "checkpoint.sharded",
+    "checkpoint.async_save",
     "logger.log_interval",
     "logger.metrics_path",
     "logger.tensorboard_dir",

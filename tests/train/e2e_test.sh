@@ -3,7 +3,7 @@
 #   e2e_test.sh DYNCP_TRAIN SOURCE_DIR CASE
 # CASE: smoke | resume | relayout | relayout_distopt | relayout_ep | sigterm | sigusr1 | enospc |
 # nan | learns | learns_hybrid | ring | hybrid | bf16_moments | auto_resume | lr_resume |
-# sigusr1_nosave | sigterm_early | selective. Each prints what it compares and exits non-zero on any mismatch.
+# sigusr1_nosave | sigterm_early | selective | save_lock | sharded | async_save. Each prints what it compares and exits non-zero on any mismatch.
 set -euo pipefail
 train=$1
 source_dir=$2
@@ -504,6 +504,158 @@ print("exchanges: 4 losses match all_gather:", [(r["loss"], g["loss"]) for g, r 
       "bytes per step all_gather/p2p", [r["comm_bytes"] for r in ring],
       "a2a", [r["comm_bytes"] for r in a2a], "a2a+p2p", [r["comm_bytes"] for r in hierarchical])
 PY
+    ;;
+  save_lock)
+    # A live run holds checkpoint.save (train/save_folder_lock.hpp): a second run into the
+    # folder is refused at start-up with exit 2 naming the first; the lock a run killed with
+    # SIGKILL leaves behind (same host, pid gone) is taken over with a warning, and so is one
+    # of another host that stopped refreshing it.
+    lock=$work/ckpt/.dyncp.lock
+    run train.train_iters=100000 checkpoint.save="$work/ckpt" >"$work/first.log" 2>&1 &
+    first=$!
+    for _ in $(seq 1 600); do [[ -s $lock ]] && break; sleep 0.1; done
+    [[ -s $lock ]] || { echo "the first run holds no lock"; exit 1; }
+    holder=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$lock")
+    status=0
+    run train.train_iters=2 checkpoint.save="$work/ckpt" >"$work/second.log" 2>&1 || status=$?
+    [[ $status -eq 2 ]] || { echo "the second run exited $status, not 2"; exit 1; }
+    grep -q "is in use by a live run: host $(hostname), pid $holder" "$work/second.log" \
+      || { echo "the refusal does not name the holder"; exit 1; }
+    kill -0 "$first" || { echo "the first run did not survive the second"; exit 1; }
+    kill -9 "$holder"
+    wait "$first" || true
+    [[ -s $lock ]] || { echo "no lock left behind by the killed run"; exit 1; }
+    run train.train_iters=1 checkpoint.save="$work/ckpt" >"$work/third.log" 2>&1 \
+      || { echo "the run after the killed one failed"; exit 1; }
+    grep -q "taking over the lock left by host $(hostname), pid $holder" "$work/third.log" \
+      || { echo "no take-over warning naming the dead holder"; exit 1; }
+    [[ ! -e $lock ]] || { echo "the lock outlived its run"; exit 1; }
+    # A lock of another host, not refreshed for ten minutes.
+    echo '{"host": "other-node", "pid": 1, "run_id": "old", "started": "2026-01-01T00:00:00Z"}' >"$lock"
+    touch -d '10 minutes ago' "$lock"
+    run train.train_iters=2 checkpoint.save="$work/ckpt" >"$work/fourth.log" 2>&1 \
+      || { echo "a stale lock of another host was not taken over"; exit 1; }
+    grep -q "taking over the lock left by host other-node, pid 1, run id old.*not refreshed" \
+      "$work/fourth.log" || { echo "no take-over warning for the stale lock"; exit 1; }
+    echo "save_lock: a second live run exits 2 naming pid $holder; a killed run's and a stale lock are taken over"
+    ;;
+  sharded)
+    # checkpoint.sharded: every rank writes its own shard; the same layout resumes bit for bit;
+    # 4 ranks (dynamic CP, EP 2, distributed optimizer) resume on 2 ranks with static CP and no
+    # EP, and on 8 ranks with EP 4, with the uninterrupted run's losses to fp32 round-off.
+    common=(scheduler.lr_decay_iters=6 ddp.use_distributed_optimizer=true)
+    run train.train_iters=6 "${common[@]}" logger.metrics_path="$work/full.jsonl" >"$work/full.log" 2>&1
+    run train.train_iters=3 "${common[@]}" checkpoint.save="$work/ckpt" checkpoint.sharded=true \
+      logger.metrics_path="$work/first.jsonl" >"$work/a.log" 2>&1
+    folder=$work/ckpt/iter_0000003
+    for r in 0 1 2 3; do [[ -s $folder/shards/rank_0000$r.bin ]] || { echo "no shard of rank $r"; exit 1; }; done
+    [[ -s $folder/index.json && ! -e $folder/model/model.safetensors && ! -e $folder/optimizer.safetensors ]] \
+      || { echo "not a sharded checkpoint folder"; ls -R "$folder"; exit 1; }
+    grep -q '"format": 3' "$folder/state.json" || { echo "state.json is not format 3"; exit 1; }
+    # dyncp-export of the sharded checkpoint: the very HF files of the single writer's.
+    run train.train_iters=3 "${common[@]}" checkpoint.save="$work/single" >"$work/single.log" 2>&1
+    export_tool=${train%/dyncp-train/dyncp-train}/dyncp-export/dyncp-export
+    "$export_tool" --checkpoint "$work/ckpt" --out "$work/hf_sharded" --no-tokenizer >"$work/e1.log" 2>&1
+    "$export_tool" --checkpoint "$work/single" --out "$work/hf_single" --no-tokenizer >"$work/e2.log" 2>&1
+    for f in model.safetensors config.json; do
+      cmp "$work/hf_sharded/$f" "$work/hf_single/$f" || { echo "exports of sharded and single-writer checkpoints differ in $f"; exit 1; }
+    done
+    echo "sharded: dyncp-export of the sharded checkpoint is byte-identical to the single writer's"
+    # Same layout, resumed through checkpoint.save alone: bitwise.
+    run train.train_iters=6 "${common[@]}" checkpoint.save="$work/ckpt" checkpoint.sharded=true \
+      logger.metrics_path="$work/second.jsonl" >"$work/b.log" 2>&1
+    grep -q "resumed from $folder" "$work/b.log" || { echo "did not resume iter 3"; exit 1; }
+    mpirun -np 2 "$train" --config "$recipe" train.train_iters=6 "${common[@]}" \
+      checkpoint.load="$work/ckpt" checkpoint.ckpt_step=3 model.dynamic_context_parallel=false \
+      model.sequence_packing_scheduler=dp_balanced model.expert_model_parallel_size=1 \
+      logger.metrics_path="$work/two.jsonl" >"$work/c.log" 2>&1
+    mpirun -np 8 "$train" --config "$recipe" train.train_iters=6 "${common[@]}" \
+      checkpoint.load="$work/ckpt" checkpoint.ckpt_step=3 model.expert_model_parallel_size=4 \
+      checkpoint.save="$work/eight" checkpoint.sharded=true \
+      logger.metrics_path="$work/eight.jsonl" >"$work/d.log" 2>&1
+    python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+def losses(name):
+    return {r["iteration"]: r["loss"] for r in map(json.loads, open(f"{work}/{name}.jsonl"))}
+full, first, second = losses("full"), losses("first"), losses("second")
+joined = {**first, **second}
+assert sorted(joined) == [1, 2, 3, 4, 5, 6], joined
+assert all(joined[i] == full[i] for i in full), {i: (joined[i], full[i]) for i in full}
+for name in ("two", "eight"):
+    resumed = losses(name)
+    assert sorted(resumed) == [4, 5, 6], resumed
+    worst = max(abs(resumed[i] - full[i]) / abs(full[i]) for i in resumed)
+    assert worst <= 1e-5, (name, resumed, full)
+    print(f"sharded: 4 -> {2 if name == 'two' else 8} ranks, steps 4-6 within {worst:.2g} of the uninterrupted run")
+print("sharded: one shard per rank, format 3; 3 + 3 steps on the same layout equal 6 bitwise")
+# The 8-rank run (dynamic CP, EP 4, distributed optimizer) saved one shard per rank, each
+# within 10% of the state / 8.
+import glob, os
+shards = sorted(glob.glob(f"{work}/eight/iter_0000006/shards/rank_*.bin"))
+sizes = [os.path.getsize(p) for p in shards]
+assert len(sizes) == 8, shards
+mean = sum(sizes) / 8
+assert all(abs(s - mean) <= 0.1 * mean for s in sizes), sizes
+print(f"sharded: 8 ranks wrote {min(sizes)}..{max(sizes)} bytes each ({sum(sizes)} in all)")
+PY
+    # kill -9 of rank 2 while the run saves every step, as soon as a save's temporary folder
+    # appears: the folder still holds a checkpoint that verifies and the next run resumes it.
+    run train.train_iters=100000 checkpoint.save="$work/killed" checkpoint.sharded=true \
+      checkpoint.save_interval=1 >"$work/k.log" 2>&1 &
+    job=$!
+    victim=
+    for _ in $(seq 1 3000); do
+      if [[ -z $victim ]]; then
+        for p in $(pgrep -f "checkpoint.save=$work/killed" || true); do
+          tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=2 && victim=$p
+        done
+      fi
+      [[ -n $victim && -e $work/killed/latest ]] && compgen -G "$work/killed/.tmp_iter_*" >/dev/null && break
+      sleep 0.005
+    done
+    [[ -n $victim ]] || { echo "rank 2 not found"; exit 1; }
+    during=$(compgen -G "$work/killed/.tmp_iter_*" || true)
+    kill -9 "$victim"
+    wait "$job" || true
+    latest=$(cat "$work/killed/latest")
+    mpirun -np 2 "$train" --config "$recipe" train.train_iters=$((10#${latest#iter_} + 1)) \
+      checkpoint.load="$work/killed" model.dynamic_context_parallel=false \
+      model.sequence_packing_scheduler=dp_balanced model.expert_model_parallel_size=1 >"$work/k3.log" 2>&1 \
+      || { echo "no resume after kill -9 of rank 2"; tail -5 "$work/k3.log"; exit 1; }
+    grep -q "resumed from $work/killed/iter_" "$work/k3.log" || { echo "did not resume after the kill"; exit 1; }
+    echo "sharded: kill -9 of rank 2 (temporary folder then: ${during##*/}) left $latest loading"
+    ;;
+  async_save)
+    # checkpoint.async_save: the checkpoint of step 2 is byte for byte the synchronous one,
+    # published only after step 3 ran (the step log shows training went on); a failed write of
+    # one rank in the background ends the run with exit 1 naming the file, and the previous
+    # checkpoint loads.
+    common=(train.train_iters=4 checkpoint.save_interval=2 checkpoint.sharded=true)
+    run "${common[@]}" checkpoint.save="$work/sync" >"$work/sync.log" 2>&1
+    run "${common[@]}" checkpoint.save="$work/async" checkpoint.async_save=true >"$work/async.log" 2>&1
+    for f in index.json state.json manifest.json model/config.json shards/rank_00000.bin shards/rank_00003.bin; do
+      cmp "$work/sync/iter_0000002/$f" "$work/async/iter_0000002/$f" || { echo "async and sync $f differ"; exit 1; }
+    done
+    python3 - "$work/async.log" <<'PY'
+import re, sys
+log = open(sys.argv[1]).read()
+saved = log.index("checkpoint saved: ")
+step3 = re.search(r"iteration +3/ +4 \|", log)
+assert step3 and step3.start() < saved, "the step-2 checkpoint was published before step 3 ran"
+print("async_save: the step-2 checkpoint was published after step 3 ran")
+PY
+    status=0
+    DYNCP_FAULT_ENOSPC_FILE=rank_00001.bin DYNCP_FAULT_ENOSPC_AFTER_BYTES=0 run train.train_iters=6 \
+      checkpoint.save_interval=2 checkpoint.async_save=true checkpoint.save="$work/async" \
+      >"$work/fail.log" 2>&1 || status=$?
+    [[ $status -eq 1 ]] || { echo "a failed background save exited $status, not 1"; exit 1; }
+    grep -q "rank 1: writing '.*shards/rank_00001.bin' failed: No space left on device" "$work/fail.log" \
+      || { echo "the failure does not name rank 1's file"; exit 1; }
+    [[ "$(cat "$work/async/latest")" == iter_0000004 ]] || { echo "latest moved to a failed save"; exit 1; }
+    run train.train_iters=5 checkpoint.load="$work/async" >"$work/resume.log" 2>&1
+    grep -q "resumed from $work/async/iter_0000004" "$work/resume.log" || { echo "did not resume iter 4"; exit 1; }
+    echo "async_save: byte-identical to the synchronous save; a failed background write exits 1 naming the file, iter_0000004 loads"
     ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac

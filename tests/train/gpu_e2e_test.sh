@@ -35,6 +35,9 @@
 #                 the CPU's to 1e-5; a GPU checkpoint resumed on the GPU is bitwise the
 #                 uninterrupted run; one saved by the GPU resumes on the CPU and one saved by
 #                 the CPU on the GPU, each resumed step equal to the saving device's own run
+#   sharded_checkpoints
+#                 the same with checkpoint.sharded and checkpoint.async_save: every emulated
+#                 GPU writes its own shard in the background, with the same resume checks
 #                 to 1e-5 (the devices' round-off)
 #   hybrid_two_ranks  mpirun -np 2, the tiny hybrid recipe (Gated DeltaNet, gated attention)
 #                 with dynamic CP over cp 2, the ring exchange, EP 2 and the MoE aux loss: the
@@ -198,6 +201,47 @@ case $case_name in
       grep -q "resumed from" "$work/$resumed_on-resumed-$saved_on.log"
       compare "$work/$resumed_on-resumed-$saved_on.jsonl" "$work/$saved_on-full.jsonl" 3
       echo "distopt_checkpoints: saved on $saved_on, resumed on $resumed_on"
+    done
+    ;;
+  sharded_checkpoints)
+    # The same with checkpoint.sharded and checkpoint.async_save: each emulated GPU writes its
+    # own shard from a host snapshot in the background; the GPU resumes its own checkpoint bit
+    # for bit, and each device resumes the other's.
+    mpiexec=${DYNCP_MPIEXEC:-mpirun}
+    state=(ddp.use_distributed_optimizer=true optimizer.use_precision_aware_optimizer=true
+           optimizer.exp_avg_dtype=bfloat16 optimizer.exp_avg_sq_dtype=bfloat16
+           scheduler.lr_decay_iters=3 checkpoint.sharded=true checkpoint.async_save=true)
+    run2() {  # run2 NAME DEVICE ARGS...: 2 ranks, metrics in $work/NAME.jsonl
+      local name=$1 device=$2 binary=$cpu_train
+      shift 2
+      [[ $device == cuda ]] && binary=$gpu_train
+      OPENBLAS_NUM_THREADS=1 "$mpiexec" -np 2 "$binary" --config "$recipe" "${one_rank[@]}" \
+        "${state[@]}" dist.device="$device" logger.metrics_path="$work/$name.jsonl" "$@" \
+        >"$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
+    }
+    # Each device's uninterrupted run saves at iteration 2 on its way to 3; the resumes load
+    # that checkpoint (checkpoint.ckpt_step) and run step 3 again.
+    for device in cpu cuda; do
+      run2 "$device-full" "$device" train.train_iters=3 checkpoint.save="$work/ckpt-$device" \
+        checkpoint.save_interval=2
+    done
+    compare "$work/cuda-full.jsonl" "$work/cpu-full.jsonl" 1
+    for f in shards/rank_00000.bin shards/rank_00001.bin index.json; do
+      [[ -s $work/ckpt-cuda/iter_0000002/$f ]] || { echo "sharded_checkpoints: no $f"; exit 1; }
+    done
+    grep -q '"format": 3' "$work/ckpt-cuda/iter_0000002/state.json"
+    echo "sharded_checkpoints: each emulated GPU wrote its own shard in the background"
+    run2 cuda-resumed-cuda cuda train.train_iters=3 checkpoint.load="$work/ckpt-cuda" \
+      checkpoint.ckpt_step=2
+    compare "$work/cuda-resumed-cuda.jsonl" "$work/cuda-full.jsonl" 3 0
+    echo "sharded_checkpoints: resumed on the GPU, bitwise the uninterrupted GPU run"
+    for pair in "cuda cpu" "cpu cuda"; do
+      read -r saved_on resumed_on <<<"$pair"
+      run2 "$resumed_on-resumed-$saved_on" "$resumed_on" train.train_iters=3 \
+        checkpoint.load="$work/ckpt-$saved_on" checkpoint.ckpt_step=2
+      grep -q "resumed from" "$work/$resumed_on-resumed-$saved_on.log"
+      compare "$work/$resumed_on-resumed-$saved_on.jsonl" "$work/$saved_on-full.jsonl" 3
+      echo "sharded_checkpoints: saved on $saved_on, resumed on $resumed_on"
     done
     ;;
   hybrid_two_ranks)

@@ -88,6 +88,8 @@ TEST_CASE("training checkpoints written from EP slices are the whole model's",
   train::LoopState state;
   state.iteration = 7;
   state.consumed_samples = 112;
+  // A run resumed from a format-1 (or sharded, format-3) checkpoint still writes format 2.
+  state.format = GENERATE(1, 2, 3);
 
   const model::Qwen3MoeParameters whole(architecture);
   whole.init_random(3);
@@ -129,6 +131,7 @@ TEST_CASE("training checkpoints written from EP slices are the whole model's",
       train::read_training_checkpoint(written, 7, reread, exp_avg, exp_avg_sq);
   CHECK(loaded.iteration == 7);
   CHECK(loaded.consumed_samples == 112);
+  CHECK(loaded.format == 2);
   const auto same = [](const core::Tensor& a, const core::Tensor& b) {
     return a.numel() == b.numel() &&
            std::equal(a.data<float>(), a.data<float>() + a.numel(), b.data<float>());
