@@ -41,7 +41,12 @@ with tempfile.TemporaryDirectory() as work:
                                         "Gated DeltaNet", "LM head + CE", "element-wise"))
     results = os.path.join(work, "results.jsonl")
     with open(results, "w") as out:
+        # gpu_step.sh writes a refused backend first (fused without cuDNN): it has no timings
+        # and must not stand in for the measured run.
+        out.write(json.dumps({"impl": "dyncp", "bin_tokens": 256, "attention_backend": "fused",
+                              "refused": "model.attention_backend: fused: no cuDNN"}) + "\n")
         out.write(json.dumps({"impl": "dyncp", "bin_tokens": 256, "step_ms": 2 * step,
+                              "attention_backend": "flash",
                               "time_ms": {"compute": 2 * kernels,
                                           "cp_comm": 2 * modelled["CP exchange"],
                                           "ep_comm": 2 * modelled["EP all-to-all"],
@@ -62,6 +67,7 @@ with tempfile.TemporaryDirectory() as work:
     dense = next((l for l in run.stdout.splitlines() if l.startswith("  dense GEMMs")), "")
     check("2.0 TF/s" in dense, f"dense GEMMs measured at 2 TFLOP/s: {dense!r}")
     check("efficiency 0.00 of 790 TFLOP/s" in dense, f"efficiency against the peak: {dense!r}")
+    check("attention_backend=fused: refused" in run.stdout, "the refused backend is named")
 
     # A missing measurement fails; so does a dry run without the table.
     rows = [json.loads(l) for l in open(results)]

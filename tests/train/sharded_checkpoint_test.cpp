@@ -16,6 +16,7 @@
 #include <iterator>
 #include <memory>
 
+#include "checkpoint_test_moments.hpp"
 #include "config/config_loader.hpp"
 #include "config/resolve.hpp"
 #include "core/error.hpp"
@@ -60,23 +61,7 @@ fs::path shared_dir(dist::Comm& world, const std::string& name) {
   return dir;
 }
 
-// A moment buffer laid out like `parameters`, each HF tensor's values a function of its name
-// and element, so any expert slice and the whole model agree on shared tensors.
-core::Tensor moments_for(const model::Qwen3MoeParameters& parameters, std::uint64_t salt) {
-  core::Tensor flat = core::Tensor::zeros(parameters.all_values().shape(), core::DType::f32);
-  const float* base = parameters.all_values().data<float>();
-  for (const auto& tensor : parameters.hf_tensors()) {
-    std::uint64_t key = salt;
-    for (const char c : tensor.name) key = key * 131 + static_cast<unsigned char>(c);
-    float* out = flat.data<float>() + (tensor.value.data<float>() - base);
-    for (std::int64_t i = 0; i < tensor.value.numel(); ++i)
-      out[i] = static_cast<float>(core::random_bits(key, core::RngPurpose::test, 0,
-                                                    static_cast<std::uint64_t>(i)) >>
-                                  40) *
-               0x1.0p-24f;
-  }
-  return flat;
-}
+using test::moments_for;
 
 bool same(const float* a, const float* b, std::int64_t count) {
   return std::equal(a, a + count, b);

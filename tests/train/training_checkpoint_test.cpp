@@ -11,6 +11,7 @@
 #include <iterator>
 #include <memory>
 
+#include "checkpoint_test_moments.hpp"
 #include "config/config_loader.hpp"
 #include "config/resolve.hpp"
 #include "core/rng.hpp"
@@ -58,23 +59,7 @@ class InProcessGather final : public model::ExpertGather {
   int rank_;
 };
 
-// A moment buffer laid out like `parameters`, each HF tensor's values a function of its name
-// and element (so a slice and the whole model agree on shared tensors).
-core::Tensor moments_for(const model::Qwen3MoeParameters& parameters, std::uint64_t salt) {
-  core::Tensor flat = core::Tensor::zeros(parameters.all_values().shape(), core::DType::f32);
-  const float* base = parameters.all_values().data<float>();
-  for (const auto& tensor : parameters.hf_tensors()) {
-    std::uint64_t key = salt;
-    for (const char c : tensor.name) key = key * 131 + static_cast<unsigned char>(c);
-    float* out = flat.data<float>() + (tensor.value.data<float>() - base);
-    for (std::int64_t i = 0; i < tensor.value.numel(); ++i)
-      out[i] = static_cast<float>(core::random_bits(key, core::RngPurpose::test, 0,
-                                                    static_cast<std::uint64_t>(i)) >>
-                                  40) *
-               0x1.0p-24f;
-  }
-  return flat;
-}
+using test::moments_for;
 
 }  // namespace
 

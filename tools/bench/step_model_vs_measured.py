@@ -97,8 +97,13 @@ def main():
             print(f"step model: {error}")
             ok = False
             continue
-        ours = next((r for r in results if r.get("impl") == "dyncp"
-                     and r.get("bin_tokens") == bin_tokens), None)
+        # One trainer run per attention backend (tools/bench/gpu_step.sh); a refused backend
+        # (fused without cuDNN) has no timings and is only named.
+        runs = [r for r in results if r.get("impl") == "dyncp" and r.get("bin_tokens") == bin_tokens]
+        for refused in (r for r in runs if "refused" in r):
+            print(f"  attention_backend={refused.get('attention_backend')}: refused "
+                  f"({refused['refused']})")
+        measured_runs = [r for r in runs if "refused" not in r] or [None]
         gemms = {r["name"]: r for r in results if r.get("impl") == "gemm-anchor"
                  and r.get("bin_tokens") == bin_tokens}
         print(f"modelled vs measured, {bin_tokens}-token bins (modelled: the dry run's table; "
@@ -117,19 +122,22 @@ def main():
             print(f"  {name:30} {modelled:10.1f} TF/s {measured:10.1f} TF/s "
                   f"{ratio(measured, modelled):>18}   (efficiency {measured / peak:.2f} of "
                   f"{peak:.0f} TFLOP/s)")
-        phases = (ours or {}).get("time_ms") or {}
-        for name, classes, key in PHASES:
-            modelled = sum(rows[c]["ms"] for c in classes)
-            measured = phases.get(key)
+        for ours in measured_runs:
+            if ours is not None and ours.get("attention_backend"):
+                print(f"  measured with attention_backend={ours['attention_backend']}:")
+            phases = (ours or {}).get("time_ms") or {}
+            for name, classes, key in PHASES:
+                modelled = sum(rows[c]["ms"] for c in classes)
+                measured = phases.get(key)
+                if measured is None:
+                    ok = False
+                shown = f"{measured:13.2f} ms" if measured is not None else f"{'not measured':>16}"
+                print(f"  {name:30} {modelled:13.2f} ms {shown} {ratio(measured, modelled):>18}")
+            measured = ours.get("step_ms") if ours else None
             if measured is None:
                 ok = False
             shown = f"{measured:13.2f} ms" if measured is not None else f"{'not measured':>16}"
-            print(f"  {name:30} {modelled:13.2f} ms {shown} {ratio(measured, modelled):>18}")
-        measured = ours.get("step_ms") if ours else None
-        if measured is None:
-            ok = False
-        shown = f"{measured:13.2f} ms" if measured is not None else f"{'not measured':>16}"
-        print(f"  {'step':30} {step_ms:13.2f} ms {shown} {ratio(measured, step_ms):>18}")
+            print(f"  {'step':30} {step_ms:13.2f} ms {shown} {ratio(measured, step_ms):>18}")
     return 0 if ok else 1
 
 
