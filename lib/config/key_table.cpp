@@ -22,7 +22,37 @@ void append_parallel_keys(std::vector<KeySpec>& keys) {
                "Tensor-parallel size (TP)", {.rules = "must be 1 (TP is not supported)"}));
   keys.push_back(make_key(
       "model.pipeline_model_parallel_size", DYNCP_FIELD(model.pipeline_model_parallel_size),
-      "Pipeline-parallel size (PP)", {.rules = "must be 1 (PP is not supported)"}));
+      "Pipeline-parallel size (pp): the layers are split over pp stages, world = pp x dp x cp",
+      {.rules = ">= 1, divides the world; training runs pp = 1 only (a dry run lays out and "
+                "estimates pp > 1)",
+       .feature =
+           "pipeline-parallel training (built: pp 1; a dry run lays out and estimates pp > 1)"}));
+  keys.push_back(make_key(
+      "model.virtual_pipeline_model_parallel_size",
+      DYNCP_FIELD(model.virtual_pipeline_model_parallel_size),
+      "Virtual pipeline chunks per stage (interleaved 1F1B); unset: one chunk per stage",
+      {.rules = "needs pp > 1; every stage's layers divide into it; a step's microbatches must "
+                "be a multiple of pp"}));
+  keys.push_back(
+      make_key("model.num_layers_in_first_pipeline_stage",
+               DYNCP_FIELD(model.num_layers_in_first_pipeline_stage),
+               "Layers of the first pipeline stage (uneven split); unset: an even share",
+               {.rules = ">= 1; the layers left divide evenly over the middle stages; not with "
+                         "account_for_*_in_pipeline_split"}));
+  keys.push_back(make_key("model.num_layers_in_last_pipeline_stage",
+                          DYNCP_FIELD(model.num_layers_in_last_pipeline_stage),
+                          "Layers of the last pipeline stage (uneven split); unset: an even share",
+                          {.rules = ">= 1; as num_layers_in_first_pipeline_stage"}));
+  keys.push_back(
+      make_key("model.account_for_embedding_in_pipeline_split",
+               DYNCP_FIELD(model.account_for_embedding_in_pipeline_split),
+               "The embedding counts as one layer of the first stage in the pipeline split",
+               {.rules = "num_hidden_layers + 1 (+ 1 with the loss) divisible by pp x vpp"}));
+  keys.push_back(
+      make_key("model.account_for_loss_in_pipeline_split",
+               DYNCP_FIELD(model.account_for_loss_in_pipeline_split),
+               "The loss counts as one layer of the last stage in the pipeline split",
+               {.rules = "num_hidden_layers + 1 (+ 1 with the embedding) divisible by pp x vpp"}));
   keys.push_back(make_key("model.context_parallel_size", DYNCP_FIELD(model.context_parallel_size),
                           "Static context-parallel size (cp); dp = world size / cp",
                           {.rules = "must divide the world size"}));
@@ -91,6 +121,14 @@ void append_parallel_keys(std::vector<KeySpec>& keys) {
   keys.push_back(make_key("model.moe_router_load_balancing_type",
                           DYNCP_FIELD(model.moe_router_load_balancing_type),
                           "MoE load-balancing loss (coefficient: model.router_aux_loss_coef)"));
+  keys.push_back(make_key(
+      "model.moe_router_force_load_balancing", DYNCP_FIELD(model.moe_router_force_load_balancing),
+      "Uniform routing: each token's top-k experts follow from its position in its sequence "
+      "(experts (position x k + j + layer) mod E), not from the router logits; the weights are "
+      "still the router's probabilities of those experts, so the router still trains",
+      {.rules = "a benchmarking switch (every expert gets the same load); routes through the "
+                "unfused router and permutation on the GPU",
+       .feature = "uniform routing (built: false)"}));
   keys.push_back(make_key(
       "model.moe_grouped_gemm", DYNCP_FIELD(model.moe_grouped_gemm),
       "GPU path: each expert projection (gate/up, down; forward, data and weight gradients) is "

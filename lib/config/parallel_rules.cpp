@@ -1,12 +1,14 @@
 // Rules for the parallel layout and global-batch packing, after Megatron-Bridge's
 // ConfigContainer.validate and MCore's dynamic-CP checks, plus this program's own limits
-// (TP = PP = 1). Every rule names the key, the value, the rule and the fix.
+// (TP = 1; training runs PP = 1, train/pipeline_support.hpp). Every rule names the key, the
+// value, the rule and the fix.
 
 #include <algorithm>
 #include <string>
 #include <vector>
 
 #include "config/head_sharding.hpp"
+#include "config/pipeline_split.hpp"
 #include "config/validation_rules.hpp"
 
 namespace dyncp::config::detail {
@@ -26,11 +28,6 @@ void check_unsupported_parallelism(const ModelConfig& model, ProblemList& proble
     problems.add("model.tensor_model_parallel_size", str(model.tensor_model_parallel_size),
                  "only 1 is supported (tensor parallelism is not implemented; scale with "
                  "context and expert parallelism instead); set it to 1");
-  }
-  if (model.pipeline_model_parallel_size != 1) {
-    problems.add("model.pipeline_model_parallel_size", str(model.pipeline_model_parallel_size),
-                 "only 1 is supported (pipeline parallelism is not implemented, and packed "
-                 "dynamic-CP microbatches need PP = 1); set it to 1");
   }
   if (model.sequence_parallel) {
     problems.add("model.sequence_parallel", "true",
@@ -187,12 +184,58 @@ void resolve_scheduler(ModelConfig& model, ProblemList& problems) {
 
 }  // namespace
 
+// The pipeline's split of the layers, the world's pp factor, and the interleaved schedule's
+// microbatch rule. Returns the ranks of one stage (world / pp; the world when pp does not
+// divide it, so the later rules still run).
+std::int64_t check_pipeline(const ConfigContainer& config, std::int64_t world_size,
+                            ProblemList& problems) {
+  const auto& model = config.model;
+  for (const auto& problem : pipeline_split_problems(pipeline_split_input(model)))
+    problems.add(problem.key, problem.value, problem.rule);
+  const std::int64_t pp = model.pipeline_model_parallel_size;
+  if (pp < 1) return world_size;
+  if (world_size % pp != 0) {
+    problems.add("model.pipeline_model_parallel_size", str(pp),
+                 "must divide the world size " + str(world_size) +
+                     " (world = pp x dp x cp); launch a multiple of " + str(pp) + " ranks");
+    return world_size;
+  }
+  return world_size / pp;
+}
+
+// Interleaved 1F1B runs a step's microbatches in groups of pp (packing/pipeline_schedule.hpp);
+// the scheduler can give a step at most global_batch_size microbatches under dynamic CP (one
+// sample on the whole pool each) and global_batch_size / dp with static CP.
+void check_pipeline_microbatches(const ConfigContainer& config, std::int64_t dp,
+                                 ProblemList& problems) {
+  const auto& model = config.model;
+  const std::int64_t pp = model.pipeline_model_parallel_size;
+  const std::int64_t vpp = model.virtual_pipeline_model_parallel_size.value_or(1);
+  if (pp <= 1 || vpp <= 1 || dp < 1) return;
+  const std::int64_t gbs = config.train.global_batch_size;
+  const std::int64_t most = model.dynamic_context_parallel ? gbs : gbs / dp;
+  if (most < pp) {
+    problems.add(
+        "train.global_batch_size", str(gbs),
+        "interleaved 1F1B (model.virtual_pipeline_model_parallel_size " + str(vpp) +
+            ") needs at least pp = " + str(pp) +
+            " microbatches per step, and this batch can form at most " + str(most) +
+            (model.dynamic_context_parallel ? " (one sample each)"
+                                            : " (global_batch_size / dp " + str(dp) + ")") +
+            "; raise it to at least " + str(model.dynamic_context_parallel ? pp : pp * dp) +
+            " or unset the virtual pipeline");
+  }
+}
+
 void check_parallel_and_packing(ConfigContainer& config, std::int64_t world_size,
                                 ProblemList& problems) {
   auto& model = config.model;
   check_unsupported_parallelism(model, problems);
   check_packing_switches(config, problems);
   resolve_scheduler(model, problems);
+  const std::int64_t full_world = world_size;
+  // Every rule below is about one stage's dp x cp pool (each stage has its own).
+  world_size = check_pipeline(config, full_world, problems);
 
   const bool dynamic = model.dynamic_context_parallel;
   const std::int64_t cp = model.context_parallel_size;
@@ -200,14 +243,18 @@ void check_parallel_and_packing(ConfigContainer& config, std::int64_t world_size
   const bool layout_known = world_size % cp == 0;
   if (!layout_known) {
     problems.add("model.context_parallel_size", str(cp),
-                 "must divide the world size " + str(world_size) +
-                     " (dp = world / cp); use a divisor of " + str(world_size) +
-                     " or launch a multiple of " + str(cp) + " ranks");
+                 (world_size == full_world
+                      ? "must divide the world size " + str(world_size) + " (dp = world / cp)"
+                      : "must divide the " + str(world_size) +
+                            " ranks of one pipeline stage (dp = world / (pp x cp))") +
+                     "; use a divisor of " + str(world_size) + " or launch a multiple of " +
+                     str(cp) + " ranks");
   }
   const std::int64_t dp = layout_known ? world_size / cp : 0;
   const std::int64_t pool = dp * cp;
   const std::string pool_text = "dp " + str(dp) + " x cp " + str(cp) + " = " + str(pool);
 
+  check_pipeline_microbatches(config, dp, problems);
   if (layout_known && config.train.global_batch_size % dp != 0) {
     const auto gbs = config.train.global_batch_size;
     problems.add("train.global_batch_size", str(gbs),
@@ -307,7 +354,11 @@ void check_parallel_and_packing(ConfigContainer& config, std::int64_t world_size
 
   auto& layout = config.layout;
   layout = ParallelLayout{};
-  layout.world_size = world_size;
+  layout.world_size = full_world;
+  layout.pipeline_model_parallel_size =
+      std::max<std::int64_t>(model.pipeline_model_parallel_size, 1);
+  layout.virtual_pipeline_model_parallel_size =
+      std::max<std::int64_t>(model.virtual_pipeline_model_parallel_size.value_or(1), 1);
   layout.data_parallel_size = dp;
   layout.context_parallel_size = cp;
   layout.pool_size = pool;

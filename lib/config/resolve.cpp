@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "config/key_table.hpp"
+#include "config/pipeline_split.hpp"
 #include "config/problem_list.hpp"
 #include "config/recompute_modules.hpp"
 #include "config/validation_rules.hpp"
@@ -120,6 +121,12 @@ std::string describe_layout(const ConfigContainer& config) {
   std::ostringstream out;
   out << "parallel layout:\n";
   out << "  world size:              " << layout.world_size << "\n";
+  if (layout.pipeline_model_parallel_size > 1) {
+    out << "  pipeline parallel (pp):  " << layout.pipeline_model_parallel_size
+        << " stages (each with its own dp x cp pool), "
+        << layout.virtual_pipeline_model_parallel_size << " virtual chunk(s) per stage\n";
+    out << "  layer split:\n" << split_layers(pipeline_split_input(config.model)).describe();
+  }
   out << "  data parallel (dp):      " << layout.data_parallel_size << "\n";
   out << "  context parallel (cp):   " << layout.context_parallel_size
       << (dynamic ? " (static size; dynamic CP draws groups from the pool)" : " (static)") << "\n";

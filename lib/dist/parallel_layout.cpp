@@ -13,11 +13,24 @@ bool is_power_of_two(int value) {
 }
 
 void check_rank(const ParallelLayout& layout, int rank) {
-  if (rank < 0 || rank >= layout.pool_size()) {
-    core::throw_runtime_error(fmt::format("rank {} is outside the pool of {} ranks (dp {} x cp {})",
-                                          rank, layout.pool_size(), layout.data_parallel_size,
-                                          layout.context_parallel_size));
+  if (rank < 0 || rank >= layout.world_size()) {
+    if (layout.pipeline_model_parallel_size == 1) {
+      core::throw_runtime_error(
+          fmt::format("rank {} is outside the pool of {} ranks (dp {} x cp {})", rank,
+                      layout.pool_size(), layout.data_parallel_size, layout.context_parallel_size));
+    }
+    core::throw_runtime_error(
+        fmt::format("rank {} is outside the world of {} ranks (pp {} x dp {} x cp {})", rank,
+                    layout.world_size(), layout.pipeline_model_parallel_size,
+                    layout.data_parallel_size, layout.context_parallel_size));
   }
+}
+
+// A group of stage 0's pool moved to `stage`: its ranks and its color shift by whole pools.
+RankGroup on_stage(const ParallelLayout& layout, RankGroup group, int stage, int groups_per_stage) {
+  group.first_rank += stage * layout.pool_size();
+  group.index += stage * groups_per_stage;
+  return group;
 }
 
 }  // namespace
@@ -31,6 +44,17 @@ std::vector<std::string> layout_problems(const ParallelLayout& layout) {
   if (cp < 1) problems.push_back(fmt::format("model.context_parallel_size: {}: must be >= 1", cp));
   if (ep < 1) {
     problems.push_back(fmt::format("model.expert_model_parallel_size: {}: must be >= 1", ep));
+  }
+  const int pp = layout.pipeline_model_parallel_size;
+  const int vpp = layout.virtual_pipeline_model_parallel_size;
+  if (pp < 1) {
+    problems.push_back(fmt::format("model.pipeline_model_parallel_size: {}: must be >= 1", pp));
+  }
+  if (vpp < 1 || (vpp > 1 && pp == 1)) {
+    problems.push_back(fmt::format(
+        "model.virtual_pipeline_model_parallel_size: {}: must be >= 1, and > 1 only with "
+        "model.pipeline_model_parallel_size > 1",
+        vpp));
   }
   if (!problems.empty()) return problems;
   const int pool = layout.pool_size();
@@ -69,16 +93,31 @@ void validate_layout(const ParallelLayout& layout) {
 
 ParallelLayout layout_for_world(int world_size, int context_parallel_size,
                                 int expert_model_parallel_size, bool dynamic_context_parallel,
-                                int min_dynamic_context_parallel_size) {
-  if (context_parallel_size < 1 || world_size % context_parallel_size != 0) {
+                                int min_dynamic_context_parallel_size, PipelineSizes pipeline) {
+  if (pipeline.stages < 1 || world_size % pipeline.stages != 0) {
+    core::throw_config_error(
+        "model.pipeline_model_parallel_size",
+        fmt::format("{}: must be >= 1 and divide the world of {} ranks (world = "
+                    "pipeline_model_parallel_size x data_parallel_size x context_parallel_size)",
+                    pipeline.stages, world_size));
+  }
+  const int stage_ranks = world_size / pipeline.stages;
+  if (context_parallel_size < 1 || stage_ranks % context_parallel_size != 0) {
     core::throw_config_error(
         "model.context_parallel_size",
-        fmt::format("{}: must be >= 1 and divide the world of {} ranks (TP = PP = 1, so world = "
-                    "data_parallel_size x context_parallel_size)",
-                    context_parallel_size, world_size));
+        pipeline.stages == 1
+            ? fmt::format("{}: must be >= 1 and divide the world of {} ranks (TP = PP = 1, so "
+                          "world = data_parallel_size x context_parallel_size)",
+                          context_parallel_size, world_size)
+            : fmt::format("{}: must be >= 1 and divide the {} ranks of a pipeline stage (TP = 1, "
+                          "so world = pipeline_model_parallel_size ({}) x data_parallel_size x "
+                          "context_parallel_size)",
+                          context_parallel_size, stage_ranks, pipeline.stages));
   }
   ParallelLayout layout;
-  layout.data_parallel_size = world_size / context_parallel_size;
+  layout.pipeline_model_parallel_size = pipeline.stages;
+  layout.virtual_pipeline_model_parallel_size = pipeline.virtual_chunks;
+  layout.data_parallel_size = stage_ranks / context_parallel_size;
   layout.context_parallel_size = context_parallel_size;
   layout.expert_model_parallel_size = expert_model_parallel_size;
   layout.dynamic_context_parallel = dynamic_context_parallel;
@@ -130,11 +169,21 @@ RankCoordinates coordinates_of(const ParallelLayout& layout, int rank) {
   check_rank(layout, rank);
   const int cp = layout.context_parallel_size;
   const int ep = layout.expert_model_parallel_size;
-  return RankCoordinates{rank / cp, rank % cp, rank % ep, rank / ep};
+  const int pool = layout.pool_size();
+  const int r = rank % pool;
+  return RankCoordinates{r / cp, r % cp, r % ep, r / ep, rank / pool, r};
 }
 
-RankGroup group_of(const ParallelLayout& layout, GroupAxis axis, int rank) {
+RankGroup pipeline_group_of(const ParallelLayout& layout, int rank) {
   const RankCoordinates where = coordinates_of(layout, rank);
+  return RankGroup{where.pool_rank, layout.pool_size(), layout.pipeline_model_parallel_size,
+                   where.pool_rank};
+}
+
+namespace {
+
+RankGroup group_in_stage(const ParallelLayout& layout, GroupAxis axis,
+                         const RankCoordinates& where) {
   const int dp = layout.data_parallel_size;
   const int cp = layout.context_parallel_size;
   const int ep = layout.expert_model_parallel_size;
@@ -153,6 +202,14 @@ RankGroup group_of(const ParallelLayout& layout, GroupAxis axis, int rank) {
       return RankGroup{where.expert_parallel_index, ep, pool / ep, where.expert_parallel_index};
   }
   core::throw_runtime_error("unknown group axis");
+}
+
+}  // namespace
+
+RankGroup group_of(const ParallelLayout& layout, GroupAxis axis, int rank) {
+  const RankCoordinates where = coordinates_of(layout, rank);
+  return on_stage(layout, group_in_stage(layout, axis, where), where.pipeline_parallel_index,
+                  num_groups(layout, axis));
 }
 
 int num_groups(const ParallelLayout& layout, GroupAxis axis) {
@@ -194,7 +251,10 @@ RankGroup dynamic_cp_group_of(const ParallelLayout& layout, int size, int rank) 
         size, layout.dynamic_context_parallel, layout.min_dynamic_context_parallel_size,
         layout.pool_size()));
   }
-  return RankGroup{rank - rank % size, 1, size, rank / size};
+  const RankCoordinates where = coordinates_of(layout, rank);
+  const int r = where.pool_rank;
+  return on_stage(layout, RankGroup{r - r % size, 1, size, r / size}, where.pipeline_parallel_index,
+                  layout.pool_size() / size);
 }
 
 std::string format_layout(const ParallelLayout& layout, int max_groups_listed) {
@@ -204,6 +264,19 @@ std::string format_layout(const ParallelLayout& layout, int max_groups_listed) {
       layout.pool_size(), layout.data_parallel_size, layout.context_parallel_size,
       layout.context_parallel_size, layout.expert_model_parallel_size,
       layout.pool_size() / layout.expert_model_parallel_size);
+  if (layout.pipeline_model_parallel_size > 1) {
+    text = fmt::format(
+        "parallel layout: world {} = pipeline {} x data_parallel {} x context_parallel {} (TP = "
+        "1; stage slowest, CP fastest: rank = stage * {} + dp_index * {} + cp_index); "
+        "{} virtual chunk(s) per stage; each stage's pool: expert_parallel {} x "
+        "expert_data_parallel {}; the groups of stage 0 (stage s: + s * {})\n",
+        layout.world_size(), layout.pipeline_model_parallel_size, layout.data_parallel_size,
+        layout.context_parallel_size, layout.pool_size(), layout.context_parallel_size,
+        layout.virtual_pipeline_model_parallel_size, layout.expert_model_parallel_size,
+        layout.pool_size() / layout.expert_model_parallel_size, layout.pool_size());
+    text += fmt::format("  pipeline_parallel ({} groups): {} ...\n", layout.pool_size(),
+                        pipeline_group_of(layout, 0).to_string());
+  }
   auto list_groups = [&](const std::string& label, int count, auto group_at) {
     text += fmt::format("  {} ({} group{}):", label, count, count == 1 ? "" : "s");
     for (int g = 0; g < count && g < max_groups_listed; ++g) text += " " + group_at(g).to_string();

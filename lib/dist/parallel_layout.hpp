@@ -3,8 +3,13 @@
 // No communication here, so every rule is testable for a 4096-rank pool without MPI;
 // ParallelState (parallel_state.hpp) turns these groups into communicators.
 //
-// World = pool = data_parallel_size x context_parallel_size ranks (TP = PP = 1), CP fastest:
-//   pool rank r = dp_index * cp + cp_index.
+// World = pipeline_model_parallel_size x pool, pool = data_parallel_size x
+// context_parallel_size ranks (TP = 1), in Megatron's order: CP fastest, the pipeline stage
+// slowest, so every stage has its own dp x cp pool of consecutive ranks:
+//   world rank = stage * P + r,   pool rank r = dp_index * cp + cp_index.
+// Every group below lies inside one stage's pool (the ranks given are those of stage 0; stage s
+// adds s * P). The pipeline group is the one that crosses stages:
+//   pipeline_parallel     ranks r + s * P, s = 0..pp-1 (the same pool position)  stride P
 // Groups (every group is an arithmetic progression of ranks: first, first + stride, ...):
 //   context_parallel      ranks [dp_index * cp, dp_index * cp + cp)           stride 1
 //   data_parallel         ranks cp_index + k * cp, k = 0..dp-1                stride cp
@@ -30,15 +35,24 @@ struct ParallelLayout {
   int expert_model_parallel_size = 1;
   bool dynamic_context_parallel = false;
   int min_dynamic_context_parallel_size = 1;
+  // Pipeline parallelism: stages, and virtual chunks per stage (interleaved 1F1B).
+  int pipeline_model_parallel_size = 1;
+  int virtual_pipeline_model_parallel_size = 1;
 
   int pool_size() const { return data_parallel_size * context_parallel_size; }
+  int world_size() const { return pipeline_model_parallel_size * pool_size(); }
 };
 
-// Derives data_parallel_size = world_size / context_parallel_size and validates the result.
-// Throws a config error listing every problem (key path, value, rule) at once.
+struct PipelineSizes {
+  int stages = 1;          // model.pipeline_model_parallel_size
+  int virtual_chunks = 1;  // model.virtual_pipeline_model_parallel_size (unset: 1)
+};
+
+// Derives data_parallel_size = world_size / (stages x context_parallel_size) and validates the
+// result. Throws a config error listing every problem (key path, value, rule) at once.
 ParallelLayout layout_for_world(int world_size, int context_parallel_size,
                                 int expert_model_parallel_size, bool dynamic_context_parallel,
-                                int min_dynamic_context_parallel_size);
+                                int min_dynamic_context_parallel_size, PipelineSizes pipeline = {});
 
 // Every problem as "key.path: value: rule"; empty when the layout is valid.
 std::vector<std::string> layout_problems(const ParallelLayout& layout);
@@ -81,12 +95,17 @@ struct RankCoordinates {
   int context_parallel_index = 0;
   int expert_parallel_index = 0;       // position inside the EP group
   int expert_data_parallel_index = 0;  // which EP group (position inside the expert-DP group)
+  int pipeline_parallel_index = 0;     // the stage
+  int pool_rank = 0;                   // position inside the stage's pool
 };
 
-// All of these throw a runtime error for a rank outside the pool or an invalid size.
+// All of these throw a runtime error for a rank outside the world or an invalid size.
+// num_groups counts the groups of one stage.
 RankCoordinates coordinates_of(const ParallelLayout& layout, int rank);
 RankGroup group_of(const ParallelLayout& layout, GroupAxis axis, int rank);
 int num_groups(const ParallelLayout& layout, GroupAxis axis);
+// The ranks at rank's pool position in every stage, stage order (activations flow along it).
+RankGroup pipeline_group_of(const ParallelLayout& layout, int rank);
 
 // Powers of two from min_dynamic_context_parallel_size to the pool size, ascending; empty
 // without dynamic CP.

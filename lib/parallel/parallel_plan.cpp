@@ -35,10 +35,13 @@ ParallelPlan make_parallel_plan(const config::ConfigContainer& config, int world
   ParallelPlan plan;
   plan.world_size = world_size;
   plan.rank = rank;
-  plan.layout = dist::layout_for_world(world_size, static_cast<int>(model.context_parallel_size),
-                                       static_cast<int>(model.expert_model_parallel_size),
-                                       model.dynamic_context_parallel,
-                                       static_cast<int>(model.min_dynamic_context_parallel_size));
+  plan.layout = dist::layout_for_world(
+      world_size, static_cast<int>(model.context_parallel_size),
+      static_cast<int>(model.expert_model_parallel_size), model.dynamic_context_parallel,
+      static_cast<int>(model.min_dynamic_context_parallel_size),
+      {static_cast<int>(model.pipeline_model_parallel_size),
+       static_cast<int>(model.virtual_pipeline_model_parallel_size.value_or(1))});
+  plan.pipeline = config::split_layers(config::pipeline_split_input(model));
   plan.coordinates = dist::coordinates_of(plan.layout, rank);
   plan.scheduler = model.sequence_packing_scheduler.value_or(
       plan.layout.dynamic_context_parallel ? config::PackingScheduler::default_dynamic_cp
@@ -57,8 +60,13 @@ std::string summarize_parallel_plan(const ParallelPlan& plan) {
       layout.dynamic_context_parallel && plan.alignment.per_group()
           ? std::string("per group (2 x group size)")
           : "multiple " + std::to_string(plan.alignment.multiple(layout.context_parallel_size));
-  return fmt::format("world {} = dp {} x cp {}, ep {}, {} CP, alignment {}", plan.world_size,
-                     layout.data_parallel_size, layout.context_parallel_size,
+  const std::string pipeline =
+      layout.pipeline_model_parallel_size > 1
+          ? fmt::format("pp {} (vpp {}) x ", layout.pipeline_model_parallel_size,
+                        layout.virtual_pipeline_model_parallel_size)
+          : std::string();
+  return fmt::format("world {} = {}dp {} x cp {}, ep {}, {} CP, alignment {}", plan.world_size,
+                     pipeline, layout.data_parallel_size, layout.context_parallel_size,
                      layout.expert_model_parallel_size,
                      layout.dynamic_context_parallel ? "dynamic" : "static", alignment);
 }
@@ -80,6 +88,11 @@ std::string describe_rank_groups(const ParallelPlan& plan, std::int64_t num_expe
   if (num_experts > 0) {
     text += fmt::format("  {:<26}[{}, {}) of {}\n", "experts:", plan.experts.first,
                         plan.experts.first + plan.experts.count, num_experts);
+  }
+  if (plan.layout.pipeline_model_parallel_size > 1) {
+    text += fmt::format("  {:<26}{} (stage {} of {})\n", "pipeline_parallel:",
+                        dist::pipeline_group_of(plan.layout, plan.rank).to_string(),
+                        at.pipeline_parallel_index, plan.layout.pipeline_model_parallel_size);
   }
   return text;
 }

@@ -196,3 +196,43 @@ TEST_CASE("layout: the dry-run text lists the factors and every axis's groups", 
   CHECK_THAT(large, Catch::Contains("... (510 more)"));
   CHECK_THAT(format_layout(make(2, 1, 1)), Catch::Contains("dynamic CP: off"));
 }
+
+TEST_CASE("layout: pipeline stages are the slowest dimension, each with its own pool",
+          "[dist][layout]") {
+  // world 16 = pp 2 x dp 4 x cp 2, ep 2, dynamic CP: rank 13 = stage 1, pool rank 5.
+  const ParallelLayout layout = layout_for_world(16, 2, 2, true, 1, {2, 1});
+  CHECK(layout.pipeline_model_parallel_size == 2);
+  CHECK(layout.data_parallel_size == 4);
+  CHECK(layout.world_size() == 16);
+  const RankCoordinates at = coordinates_of(layout, 13);
+  CHECK(at.pipeline_parallel_index == 1);
+  CHECK(at.pool_rank == 5);
+  CHECK(at.data_parallel_index == 2);
+  CHECK(at.context_parallel_index == 1);
+  // Stage 1's groups are stage 0's moved by one pool (8 ranks), with distinct colors.
+  CHECK(group_of(layout, GroupAxis::context_parallel, 13).ranks() == std::vector<int>{12, 13});
+  CHECK(group_of(layout, GroupAxis::data_parallel, 13).ranks() == std::vector<int>{9, 11, 13, 15});
+  CHECK(group_of(layout, GroupAxis::pool, 13).ranks() ==
+        std::vector<int>{8, 9, 10, 11, 12, 13, 14, 15});
+  CHECK(group_of(layout, GroupAxis::expert_parallel, 13).ranks() == std::vector<int>{12, 13});
+  CHECK(group_of(layout, GroupAxis::data_parallel, 13).index !=
+        group_of(layout, GroupAxis::data_parallel, 5).index);
+  CHECK(dynamic_cp_group_of(layout, 4, 13).ranks() == std::vector<int>{12, 13, 14, 15});
+  CHECK(dynamic_cp_group_of(layout, 8, 13) == group_of(layout, GroupAxis::pool, 13));
+  // The pipeline group joins the same pool position across the stages.
+  CHECK(pipeline_group_of(layout, 13).ranks() == std::vector<int>{5, 13});
+  CHECK(pipeline_group_of(layout, 5) == pipeline_group_of(layout, 13));
+  // Every world rank is in exactly one pipeline group, at its stage's position.
+  for (int rank = 0; rank < 16; ++rank) {
+    const RankGroup group = pipeline_group_of(layout, rank);
+    CHECK(group.position_of(rank) == rank / 8);
+  }
+  CHECK_THROWS(coordinates_of(layout, 16));
+  CHECK_THROWS_WITH(layout_for_world(16, 2, 2, true, 1, {3, 1}),
+                    Catch::Contains("model.pipeline_model_parallel_size") &&
+                        Catch::Contains("divide the world of 16"));
+  CHECK_THROWS_WITH(layout_for_world(4, 1, 1, false, 1, {1, 2}),
+                    Catch::Contains("model.virtual_pipeline_model_parallel_size: 2"));
+  CHECK_THAT(format_layout(layout), Catch::Contains("world 16 = pipeline 2 x data_parallel 4 x "
+                                                    "context_parallel 2"));
+}
