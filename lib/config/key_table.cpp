@@ -127,8 +127,7 @@ void append_parallel_keys(std::vector<KeySpec>& keys) {
       "(experts (position x k + j + layer) mod E), not from the router logits; the weights are "
       "still the router's probabilities of those experts, so the router still trains",
       {.rules = "a benchmarking switch (every expert gets the same load); routes through the "
-                "unfused router and permutation on the GPU",
-       .feature = "uniform routing (built: false)"}));
+                "unfused router and permutation on the GPU"}));
   keys.push_back(make_key(
       "model.moe_grouped_gemm", DYNCP_FIELD(model.moe_grouped_gemm),
       "GPU path: each expert projection (gate/up, down; forward, data and weight gradients) is "

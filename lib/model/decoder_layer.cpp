@@ -226,7 +226,12 @@ double moe_forward(const LayerRunContext& run, int layer, const DecoderLayerPara
     core::ArenaScope temporaries(scratch);
     const Tensor logits = scratch.allocate({n.tokens, n.experts}, dtype);
     ops::linear_forward(router_context(ctx), saved.normed_mid, params.moe.router.value, logits);
-    if (run.moe_permute_fusion) {
+    if (run.moe_router_force_load_balancing) {
+      ops::balanced_router_forward(ctx, logits, run.positions, layer, top_k, a.norm_topk_prob,
+                                   saved.expert_ids, saved.routing_weights, saved.router);
+      ops::build_permute_plan(ctx, saved.expert_ids, static_cast<int>(n.experts), saved.plan);
+      ops::permute_forward(ctx, saved.normed_mid, saved.plan, x_perm);
+    } else if (run.moe_permute_fusion) {
       ops::route_and_permute(ctx, logits, top_k, a.norm_topk_prob, saved.normed_mid,
                              saved.expert_ids, saved.routing_weights, saved.router, saved.plan,
                              x_perm);

@@ -172,6 +172,7 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
   run.recompute = options_.selective;
   run.moe_grouped_gemm = options_.moe_grouped_gemm;
   run.moe_permute_fusion = options_.moe_permute_fusion;
+  run.moe_router_force_load_balancing = options_.moe_router_force_load_balancing;
 
   SeamContext bin_context = run.seam;
   bin_context.activations = &activations_;

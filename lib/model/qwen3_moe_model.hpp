@@ -83,6 +83,7 @@ struct ModelOptions {
   // model.moe_grouped_gemm / model.moe_permute_fusion (LayerRunContext).
   bool moe_grouped_gemm = true;
   bool moe_permute_fusion = true;
+  bool moe_router_force_load_balancing = false;  // model.moe_router_force_load_balancing
 };
 
 struct BinOptions {

@@ -76,6 +76,10 @@ void DeviceOps::router_forward(const OpContext&, const Tensor&, int, bool, const
                                const Tensor&, RouterSaved&) {
   unsupported("router_forward");
 }
+void DeviceOps::balanced_router_forward(const OpContext&, const Tensor&, const Tensor&, int, int,
+                                        bool, const Tensor&, const Tensor&, RouterSaved&) {
+  unsupported("balanced_router_forward");
+}
 void DeviceOps::router_backward(const OpContext&, const Tensor&, const Tensor&, const Tensor&,
                                 const RouterSaved&, bool, const Tensor&) {
   unsupported("router_backward");

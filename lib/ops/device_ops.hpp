@@ -60,6 +60,10 @@ class DeviceOps {
   virtual void router_forward(const OpContext& ctx, const Tensor& logits, int top_k,
                               bool normalize_top_k, const Tensor& expert_ids, const Tensor& weights,
                               RouterSaved& saved);
+  virtual void balanced_router_forward(const OpContext& ctx, const Tensor& logits,
+                                       const Tensor& positions, int layer, int top_k,
+                                       bool normalize_top_k, const Tensor& expert_ids,
+                                       const Tensor& weights, RouterSaved& saved);
   virtual void router_backward(const OpContext& ctx, const Tensor& dweights,
                                const Tensor& expert_ids, const Tensor& weights,
                                const RouterSaved& saved, bool normalize_top_k,

@@ -193,6 +193,44 @@ std::string suggest_static_layout(const config::ConfigContainer& config) {
          std::to_string(seq_length) + why + ")";
 }
 
+std::string format_pipeline_stage_memory(const config::ConfigContainer& config,
+                                         std::int64_t microbatches, MemoryEstimateInput* largest,
+                                         MemoryEstimate* largest_estimate) {
+  const std::int64_t stages = config.layout.pipeline_model_parallel_size;
+  const std::int64_t vpp = config.layout.virtual_pipeline_model_parallel_size;
+  std::ostringstream out;
+  out << "memory estimate per pipeline stage, per rank (" << stages << " stages"
+      << (vpp > 1 ? ", " + std::to_string(vpp) + " virtual chunks each, interleaved 1F1B"
+                  : std::string(", 1F1B"))
+      << ": a stage keeps the activations of the microbatches in flight "
+      << (vpp > 1 ? "(2 (pp - s - 1) + (v - 1) pp + 1 chunks)" : "(pp - s)")
+      << (microbatches > 0 ? ", at most the first step's " + std::to_string(microbatches)
+                           : std::string())
+      << "; training with pp > 1 is not built yet):\n";
+  double worst = -1;
+  char line[256];
+  for (std::int64_t stage = 0; stage < stages; ++stage) {
+    const MemoryEstimateInput input = memory_estimate_input_for_stage(config, stage, microbatches);
+    const MemoryEstimate estimate = estimate_memory(input);
+    std::int64_t layers = 0;
+    for (const auto& run : input.stage_layers) layers += run.second;
+    std::snprintf(line, sizeof line,
+                  "  stage %-3lld %3lld layers %12.1f MiB  (parameters and optimizer %.1f MiB, "
+                  "activations and buffers %.1f MiB; %.2f microbatches in flight)\n",
+                  static_cast<long long>(stage), static_cast<long long>(layers),
+                  estimate.total_bytes() / (1024.0 * 1024.0),
+                  estimate.parameter_state_bytes / (1024.0 * 1024.0),
+                  estimate.per_bin_bytes / (1024.0 * 1024.0), input.pipeline_in_flight);
+    out << line;
+    if (estimate.total_bytes() > worst) {
+      worst = estimate.total_bytes();
+      if (largest != nullptr) *largest = input;
+      if (largest_estimate != nullptr) *largest_estimate = estimate;
+    }
+  }
+  return out.str();
+}
+
 bool write_dry_run_report(std::ostream& out, const config::ConfigContainer& config,
                           std::int64_t max_records) {
   bool valid = true;
@@ -211,9 +249,15 @@ bool write_dry_run_report(std::ostream& out, const config::ConfigContainer& conf
   }
   if (config.model.dynamic_context_parallel)
     out << "static-CP baseline of this recipe: " << suggest_static_layout(config) << "\n";
-  const MemoryEstimateInput input = memory_estimate_input(config);
-  const MemoryEstimate estimate = estimate_memory(input);
-  out << "memory estimate per rank ("
+  MemoryEstimateInput input = memory_estimate_input(config);
+  MemoryEstimate estimate = estimate_memory(input);
+  const std::int64_t stages = config.layout.pipeline_model_parallel_size;
+  if (stages > 1) {
+    // Every stage's ranks hold other layers: the table is the largest stage's, the list all.
+    out << format_pipeline_stage_memory(config, preview.microbatches, &input, &estimate);
+  }
+  out << (stages > 1 ? "memory estimate of the largest stage, per rank ("
+                     : "memory estimate per rank (")
       << (input.bf16_products ? std::string("bf16_mixed: fp32 master weights, main_grad and "
                                             "activations, bf16 operand copies") +
                                     (input.on_gpu ? " on the GPU" : " held as fp32 on the CPU")

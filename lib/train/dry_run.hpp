@@ -12,6 +12,7 @@
 #include "config/config_container.hpp"
 #include "data/sample.hpp"
 #include "packing/schedule.hpp"
+#include "train/memory_estimate.hpp"
 
 namespace dyncp::train {
 
@@ -52,6 +53,14 @@ std::string milliseconds(double seconds);
 // max_seqlen_per_dp_cp_rank, the smallest cp that holds seq_length (the cap grows only when
 // even cp = world cannot). Followed by a note on the layout it gives.
 std::string suggest_static_layout(const config::ConfigContainer& config);
+
+// One line per pipeline stage: its layers and memory per rank (parameter state, activations
+// of the microbatches in flight, buffers); `largest` / `largest_estimate` receive the stage with
+// the largest total. `microbatches` bounds the microbatches in flight (<= 0: not bounded).
+std::string format_pipeline_stage_memory(const config::ConfigContainer& config,
+                                         std::int64_t microbatches,
+                                         MemoryEstimateInput* largest = nullptr,
+                                         MemoryEstimate* largest_estimate = nullptr);
 
 // Writes the dry-run report that follows the layout: the preview (or a note saying why it is
 // skipped), the memory table and the modelled GPU step (train/step_model_report.hpp).

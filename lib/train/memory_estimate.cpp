@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "config/head_sharding.hpp"
+#include "config/pipeline_split.hpp"
 #include "model/qwen3_moe_parameters.hpp"
 #include "ops/gated_delta_rule_scratch.hpp"
 #include "packing/alignment.hpp"
@@ -175,19 +176,53 @@ bool has_layers(const config::ModelArchitecture& a, bool moe) {
 }
 
 // weights, gradients and AdamW moments: the first three lines, in parameter_state_bytes.
+// This rank's parameters and their routed-expert part: the whole model, or one stage's.
+std::int64_t held_parameters(const MemoryEstimateInput& input, std::int64_t ep,
+                             std::int64_t* experts) {
+  const auto& a = input.architecture;
+  if (input.stage_layers.empty()) {
+    *experts = count_expert_parameters(a, ep);
+    return count_parameters(a, ep);
+  }
+  std::int64_t total = 0;
+  *experts = 0;
+  for (std::size_t i = 0; i < input.stage_layers.size(); ++i) {
+    std::int64_t routed = 0;
+    const bool first = i == 0;
+    total += model::Qwen3MoeParameters::count_stage(
+        a, {0, std::max<std::int64_t>(a.num_experts / ep, 1)},
+        {input.stage_layers[i].first, input.stage_layers[i].second,
+         first && input.stage_holds_embedding, first && input.stage_holds_loss},
+        &routed);
+    *experts += routed;
+  }
+  return total;
+}
+
+// Whether `layer` is one of this estimate's layers.
+bool estimates_layer(const MemoryEstimateInput& input, std::int64_t layer) {
+  if (input.stage_layers.empty()) return true;
+  for (const auto& [first, count] : input.stage_layers)
+    if (layer >= first && layer < first + count) return true;
+  return false;
+}
+
 void add_parameter_state(MemoryEstimate& out, const MemoryEstimateInput& input) {
   const auto& a = input.architecture;
   // Under EP a rank holds only its E/ep experts of every MoE layer.
   const std::int64_t ep = std::max<std::int64_t>(input.expert_model_parallel_size, 1);
-  out.num_parameters = count_parameters(a, ep);
+  std::int64_t held_experts = 0;
+  out.num_parameters = held_parameters(input, ep, &held_experts);
   const double parameter_bytes = static_cast<double>(out.num_parameters) * bytes_per_value;
   const std::string parameters =
       with_commas(static_cast<double>(out.num_parameters)) + " fp32" +
       (input.bf16_products ? std::string(" (master)") : std::string()) +
-      (ep > 1 ? " (experts 1/" + std::to_string(ep) + ": " +
-                    with_commas(static_cast<double>(count_expert_parameters(a, ep))) + " of " +
-                    with_commas(static_cast<double>(count_expert_parameters(a))) + ")"
-              : "");
+      (!input.stage_layers.empty() ? std::string(" of this stage") : std::string()) +
+      (ep > 1 && input.stage_layers.empty()
+           ? " (experts 1/" + std::to_string(ep) + ": " +
+                 with_commas(static_cast<double>(count_expert_parameters(a, ep))) + " of " +
+                 with_commas(static_cast<double>(count_expert_parameters(a))) + ")"
+           : "");
   out.lines.push_back({"weights", parameter_bytes, parameters});
   out.lines.push_back({"gradients", parameter_bytes,
                        input.bf16_products
@@ -203,7 +238,7 @@ void add_parameter_state(MemoryEstimate& out, const MemoryEstimateInput& input) 
   if (input.distributed_optimizer && input.pool_size > 1) {
     const std::int64_t pool = input.pool_size;
     // This rank's experts are split over the pool / ep ranks of its expert-DP group.
-    const std::int64_t experts = count_expert_parameters(a, ep);
+    const std::int64_t experts = held_experts;
     const std::int64_t dense = out.num_parameters - experts;
     const std::int64_t expert_shards = std::max<std::int64_t>(pool / ep, 1);
     const double owned = static_cast<double>((dense + pool - 1) / pool +
@@ -232,7 +267,16 @@ void add_activations(MemoryEstimate& out, const MemoryEstimateInput& input, cons
   double largest_layer = 0;
   bool any_moe = false;
   bool any_dense = false;
+  std::int64_t num_layers = 0;
+  for (std::int64_t layer = 0; layer < a.num_hidden_layers; ++layer)
+    num_layers += estimates_layer(input, layer) ? 1 : 0;
+  // Every microbatch in flight keeps its layer inputs and saved activations.
+  const double in_flight = input.pipeline ? input.pipeline_in_flight : 1.0;
+  const std::string in_flight_text =
+      input.pipeline ? " x " + std::to_string(in_flight).substr(0, 4) + " microbatches in flight"
+                     : std::string();
   for (std::int64_t layer = 0; layer < a.num_hidden_layers; ++layer) {
+    if (!estimates_layer(input, layer)) continue;
     const bool moe = a.is_moe_layer(layer);
     any_moe = any_moe || moe;
     any_dense = any_dense || !moe;
@@ -255,15 +299,15 @@ void add_activations(MemoryEstimate& out, const MemoryEstimateInput& input, cons
   }
   const std::string at_tokens = "at " + std::to_string(input.tokens_per_rank) + " tokens/rank";
   const double residual_stream =
-      (static_cast<double>(a.num_hidden_layers) + 1 + 3) * s.hidden * tokens * bytes_per_value;
+      ((static_cast<double>(num_layers) + 1) * in_flight + 3) * s.hidden * tokens * bytes_per_value;
   out.lines.push_back({"layer inputs + final norm", residual_stream,
-                       std::to_string(a.num_hidden_layers + 1) +
-                           " layer inputs + final norm and gradients, [T, h] each, " + at_tokens});
+                       std::to_string(num_layers + 1) + " layer inputs" + in_flight_text +
+                           " + final norm and gradients, [T, h] each, " + at_tokens});
   if (!input.recompute_full) {
     const std::string selective = config::dropped_modules(input.selective);
-    out.lines.push_back({"saved activations", kept_layers * tokens * bytes_per_value,
+    out.lines.push_back({"saved activations", kept_layers * tokens * bytes_per_value * in_flight,
                          "every layer, incl. " + std::to_string(a.num_experts_per_tok) +
-                             " top-k copies per token" +
+                             " top-k copies per token" + in_flight_text +
                              (selective.empty() ? "" : " (recomputed: " + selective + ")")});
   } else if (kept_layers == 0) {
     out.lines.push_back({"saved activations", (largest_layer + s.hidden) * tokens * bytes_per_value,
@@ -287,8 +331,16 @@ void add_activations(MemoryEstimate& out, const MemoryEstimateInput& input, cons
   const double vocab_chunk =
       std::min(static_cast<double>(input.cross_entropy_vocab_chunk), s.vocab);
   out.lines.push_back(
-      {"cross-entropy chunk", token_chunk * (vocab_chunk + 2 * s.hidden + 5) * bytes_per_value,
-       with_commas(token_chunk) + " tokens x " + with_commas(vocab_chunk) + " vocab tile"});
+      {"cross-entropy chunk",
+       input.stage_holds_loss ? token_chunk * (vocab_chunk + 2 * s.hidden + 5) * bytes_per_value
+                              : 0.0,
+       input.stage_holds_loss
+           ? with_commas(token_chunk) + " tokens x " + with_commas(vocab_chunk) + " vocab tile"
+           : std::string("not on this stage (the loss is on the last)")});
+  if (input.pipeline) {
+    out.lines.push_back({"pipeline P2P buffers", 4 * tokens * s.hidden * bytes_per_value,
+                         "one bin's activation and gradient, sent and received, [T, h] each"});
+  }
 }
 
 // The buffers of the CP exchange that runs (for the largest group a step forms) and of the EP
@@ -442,6 +494,31 @@ MemoryEstimateInput memory_estimate_input(const config::ConfigContainer& config)
   input.cp_comm_type = config.model.cp_comm_type;
   if (!config.model.hierarchical_context_parallel_sizes.empty())
     input.hierarchical_inner_size = config.model.hierarchical_context_parallel_sizes.front();
+  return input;
+}
+
+MemoryEstimateInput memory_estimate_input_for_stage(const config::ConfigContainer& config,
+                                                    std::int64_t stage, std::int64_t microbatches) {
+  MemoryEstimateInput input = memory_estimate_input(config);
+  const config::PipelineSplit split =
+      config::split_layers(config::pipeline_split_input(config.model));
+  const std::int64_t pp = split.pipeline_size;
+  const std::int64_t vpp = split.virtual_size;
+  input.pipeline = pp > 1;
+  for (std::int64_t v = 0; v < vpp; ++v)
+    input.stage_layers.emplace_back(split.chunk(stage, v).first_layer,
+                                    split.chunk(stage, v).num_layers);
+  input.stage_holds_embedding = stage == 0;
+  input.stage_holds_loss = stage == pp - 1;
+  if (vpp > 1) {
+    const std::int64_t chunk_in_flight = 2 * (pp - stage - 1) + (vpp - 1) * pp + 1;
+    input.pipeline_in_flight = static_cast<double>(chunk_in_flight) / static_cast<double>(vpp);
+  } else {
+    input.pipeline_in_flight = static_cast<double>(pp - stage);
+  }
+  if (microbatches > 0)
+    input.pipeline_in_flight =
+        std::min(input.pipeline_in_flight, static_cast<double>(microbatches));
   return input;
 }
 

@@ -48,6 +48,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/config_container.hpp"
@@ -76,6 +77,17 @@ struct MemoryEstimateInput {
   bool bf16_products = false;        // mixed_precision: bf16_mixed
   bool on_gpu = false;               // dist.device: cuda (bf16 copies are 2 bytes, not 4)
   std::string largest_cp_group_why;  // how largest_cp_group was derived, for the table
+  // Pipeline parallelism: the estimate of one stage (stage_layers empty: the whole model).
+  // The stage holds its layers' parameters, the embedding on the first stage, the final norm
+  // and LM head on the last; its saved activations are those of its layers, times the
+  // microbatches in flight its schedule keeps (pipeline_in_flight); the loss chunk is only on
+  // the last stage, and every stage has the P2P buffers of one bin's activation and gradient.
+  bool pipeline = false;
+  // The stage's layers as runs {first layer, count} (one per virtual chunk); empty: every layer.
+  std::vector<std::pair<std::int64_t, std::int64_t>> stage_layers;
+  bool stage_holds_embedding = true;
+  bool stage_holds_loss = true;
+  double pipeline_in_flight = 1;
 };
 
 struct MemoryLine {
@@ -121,6 +133,14 @@ std::int64_t largest_cp_group_for(const config::ConfigContainer& config,
 
 // The input a resolved recipe implies (cap, recompute, largest group, EP size, precision).
 MemoryEstimateInput memory_estimate_input(const config::ConfigContainer& config);
+
+// The input of pipeline stage `stage` (its layers, embedding / loss, and the activations of
+// the microbatches 1F1B keeps in flight there: pp - stage without interleaving; with v virtual
+// chunks Megatron's warm-up 2 (pp - stage - 1) + (v - 1) pp chunks plus one, each 1 / v of the
+// stage's layers). At most `microbatches` whole microbatches (<= 0: not bounded).
+MemoryEstimateInput memory_estimate_input_for_stage(const config::ConfigContainer& config,
+                                                    std::int64_t stage,
+                                                    std::int64_t microbatches = 0);
 
 // Whether `ranks_here` ranks of this estimate fit in `available_bytes` (0: unknown), as one
 // line for the dry run: "fits: ...", "does NOT fit: ..." or "fits?: not checked ...".

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <numeric>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -156,4 +157,26 @@ TEST_CASE("dry-run data: tokenizes only a prefix, then reuses the full cache onc
   CHECK(again.source->size() == full.source->size());
   CHECK(again.description.find("prepared cache") != std::string::npos);
   fs::remove_all(cache);
+}
+
+TEST_CASE("dry-run report: pp > 1 lists every stage's memory and the largest stage's table",
+          "[train][dry_run]") {
+  const auto config = smoke_config(16, {"model.pipeline_model_parallel_size=2"});
+  train::MemoryEstimateInput largest;
+  train::MemoryEstimate largest_estimate;
+  const std::string stages =
+      train::format_pipeline_stage_memory(config, 0, &largest, &largest_estimate);
+  CHECK_THAT(stages,
+             Catch::Contains("memory estimate per pipeline stage, per rank (2 stages, 1F1B") &&
+                 Catch::Contains("stage 0     1 layers") &&
+                 Catch::Contains("stage 1     1 layers") &&
+                 Catch::Contains("training with pp > 1 is not built yet"));
+  // Stage 0 keeps two microbatches in flight: it is the larger.
+  CHECK(largest.stage_holds_embedding);
+  CHECK(largest.pipeline_in_flight == 2.0);
+  std::ostringstream report;
+  train::write_dry_run_report(report, config, 64);
+  CHECK_THAT(report.str(), Catch::Contains("memory estimate of the largest stage, per rank") &&
+                               Catch::Contains("pipeline P2P buffers") &&
+                               Catch::Contains("pipeline_parallel:"));
 }

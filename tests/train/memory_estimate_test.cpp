@@ -464,3 +464,55 @@ TEST_CASE("memory estimate: the fit verdict compares every rank's total with wha
         std::string::npos);
   CHECK(train::host_memory_bytes() > 0);
 }
+
+TEST_CASE("memory estimate: pipeline stages split the parameters and keep pp - s microbatches",
+          "[train][memory]") {
+  // 4 layers over 2 stages (pp 2, static CP on 2 ranks a stage).
+  const std::vector<std::string> piped = {
+      "model.pipeline_model_parallel_size=2", "model.num_hidden_layers=4",
+      "model.dynamic_context_parallel=false", "model.sequence_packing_scheduler=dp_balanced",
+      "model.max_seqlen_per_dp_cp_rank=256",  "model.context_parallel_size=1"};
+  const auto config = smoke_config(4, piped);
+  const auto whole_config =
+      smoke_config(2, {"model.num_hidden_layers=4", "model.dynamic_context_parallel=false",
+                       "model.sequence_packing_scheduler=dp_balanced",
+                       "model.max_seqlen_per_dp_cp_rank=256", "model.context_parallel_size=1"});
+  const auto whole = train::estimate_memory(train::memory_estimate_input(whole_config));
+  const auto first_input = train::memory_estimate_input_for_stage(config, 0);
+  const auto last_input = train::memory_estimate_input_for_stage(config, 1);
+  const auto first = train::estimate_memory(first_input);
+  const auto last = train::estimate_memory(last_input);
+  // The stages' parameters are the model's (less the alignment gaps the stage count skips).
+  const std::int64_t sum = first.num_parameters + last.num_parameters;
+  CHECK(sum <= whole.num_parameters);
+  CHECK(sum >= whole.num_parameters - 16 * 64);
+  // Layers [0, 2) + embedding, [2, 4) + final norm and LM head.
+  REQUIRE(first_input.stage_layers.size() == 1);
+  CHECK(first_input.stage_layers.front() == std::pair<std::int64_t, std::int64_t>{0, 2});
+  CHECK(last_input.stage_layers.front() == std::pair<std::int64_t, std::int64_t>{2, 2});
+  // 1F1B: stage 0 keeps 2 microbatches in flight, stage 1 one; the loss chunk is on stage 1.
+  CHECK(first_input.pipeline_in_flight == 2.0);
+  CHECK(last_input.pipeline_in_flight == 1.0);
+  const auto line = [](const train::MemoryEstimate& estimate, const std::string& name) {
+    for (const auto& item : estimate.lines)
+      if (item.name == name) return item.bytes;
+    FAIL("no line " << name);
+    return 0.0;
+  };
+  CHECK(line(first, "saved activations") == Approx(2 * line(last, "saved activations")));
+  CHECK(line(first, "cross-entropy chunk") == 0.0);
+  CHECK(line(last, "cross-entropy chunk") == line(whole, "cross-entropy chunk"));
+  CHECK(line(first, "pipeline P2P buffers") > 0.0);
+  // Bounded by the step's microbatches.
+  CHECK(train::memory_estimate_input_for_stage(config, 0, 1).pipeline_in_flight == 1.0);
+  // Interleaved (vpp 2, 8 layers): stage 0 holds chunks [0, 2) and [4, 6), and keeps
+  // 2 (pp - 1) + (v - 1) pp + 1 = 5 chunks of 2 layers in flight: 2.5 stages' worth.
+  auto interleaved_overrides = piped;
+  interleaved_overrides[1] = "model.num_hidden_layers=8";
+  interleaved_overrides.push_back("model.virtual_pipeline_model_parallel_size=2");
+  const auto interleaved =
+      train::memory_estimate_input_for_stage(smoke_config(4, interleaved_overrides), 0);
+  CHECK(interleaved.stage_layers ==
+        std::vector<std::pair<std::int64_t, std::int64_t>>{{0, 2}, {4, 2}});
+  CHECK(interleaved.pipeline_in_flight == 2.5);
+}

@@ -171,6 +171,14 @@ class CudaOps final : public CudaHybridOps {
                             stream_of(ctx));
   }
 
+  void balanced_router_forward(const OpContext& ctx, const Tensor& logits, const Tensor& positions,
+                               int layer, int top_k, bool normalize_top_k, const Tensor& expert_ids,
+                               const Tensor& weights, RouterSaved& saved) override {
+    kernels::balanced_router_forward(
+        f32(logits), i32(positions), logits.size(0), static_cast<int>(logits.size(1)), layer, top_k,
+        normalize_top_k, i32(expert_ids), f32(weights), f32(saved.probs), stream_of(ctx));
+  }
+
   void router_backward(const OpContext& ctx, const Tensor& dweights, const Tensor& expert_ids,
                        const Tensor& weights, const RouterSaved& saved, bool normalize_top_k,
                        const Tensor& dlogits) override {
