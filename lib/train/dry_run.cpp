@@ -96,7 +96,9 @@ SchedulePreview preview_first_step(const config::ConfigContainer& config,
       preview.padded_tokens += alignment.padded(lengths[static_cast<std::size_t>(id)], group.size);
   }
 
-  preview.step_seconds = cost_model.step_time(schedule, lengths, alignment).step_seconds;
+  const packing::CostModel::StepTime step = cost_model.step_time(schedule, lengths, alignment);
+  preview.step_seconds = step.step_seconds;
+  preview.pipeline_bubble_fraction = step.pipeline_bubble_fraction;
   // Static CP as it would run: its own layout's padding (2 x cp).
   packing::SchedulerInput static_input = input;
   static_input.min_group_size = 1;
@@ -148,8 +150,14 @@ std::string format_schedule_preview(const SchedulePreview& preview) {
       << "  groups by CP size:  " << format_group_histogram(preview.group_sizes) << "\n"
       << "  schedule check:     "
       << (preview.check_problem.empty() ? "ok" : "FAILED: " + preview.check_problem) << "\n"
-      << "  modelled step:      " << milliseconds(preview.step_seconds) << "\n"
-      << "  static CP:          ";
+      << "  modelled step:      " << milliseconds(preview.step_seconds) << "\n";
+  if (preview.pipeline_bubble_fraction > 0) {
+    char bubble[64];
+    std::snprintf(bubble, sizeof bubble, "%.1f%%", 100.0 * preview.pipeline_bubble_fraction);
+    out << "  pipeline bubble:    " << bubble
+        << " of the modelled step (every stage runs 1/pp of each microbatch in 1F1B order)\n";
+  }
+  out << "  static CP:          ";
   if (preview.static_cp_step_seconds >= 0) {
     out << milliseconds(preview.static_cp_step_seconds) << " (dp_balanced; "
         << ratio(preview.static_cp_step_seconds, preview.step_seconds) << " the modelled step)\n";
@@ -276,6 +284,9 @@ bool write_dry_run_report(std::ostream& out, const config::ConfigContainer& conf
   } else {
     out << memory_fit_line(estimate, 1, 0, "a dry run does not query GPU memory");
   }
+  if (stages > 1)
+    out << "note: the modelled GPU step below is the whole model's on one pool (pp 1); the "
+           "schedule preview's modelled step is the pipelined one\n";
   out << format_step_model_report(config, data.source ? &preview.schedule : nullptr,
                                   preview.lengths);
   out << format_checkpoint_estimate(estimate_checkpoint(config),

@@ -27,9 +27,10 @@ struct SchedulePreview {
   std::int64_t real_tokens = 0;    // sum of original lengths
   std::int64_t padded_tokens = 0;  // lengths padded for the groups the schedule chose
   std::int64_t pool_size = 1;
-  std::string check_problem;           // packing::check_schedule's verdict; empty when valid
-  double step_seconds = 0;             // cost model, the configured scheduler
-  double static_cp_step_seconds = -1;  // dp_balanced on the static layout; < 0: cannot run
+  std::string check_problem;              // packing::check_schedule's verdict; empty when valid
+  double step_seconds = 0;                // cost model, the configured scheduler
+  double pipeline_bubble_fraction = 0.0;  // of step_seconds, with pp > 1
+  double static_cp_step_seconds = -1;     // dp_balanced on the static layout; < 0: cannot run
   double lower_bound_seconds = 0;
   packing::Schedule schedule;         // the previewed step, for the modelled GPU step
   std::vector<std::int64_t> lengths;  // its real lengths, by schedule id

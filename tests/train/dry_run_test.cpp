@@ -176,7 +176,24 @@ TEST_CASE("dry-run report: pp > 1 lists every stage's memory and the largest sta
   CHECK(largest.pipeline_in_flight == 2.0);
   std::ostringstream report;
   train::write_dry_run_report(report, config, 64);
-  CHECK_THAT(report.str(), Catch::Contains("memory estimate of the largest stage, per rank") &&
+  CHECK_THAT(report.str(), Catch::Contains("pipeline bubble:") &&
+                               Catch::Contains("memory estimate of the largest stage, per rank") &&
                                Catch::Contains("pipeline P2P buffers") &&
                                Catch::Contains("pipeline_parallel:"));
+}
+
+TEST_CASE("dry-run preview: pipeline stages add the bubble to the modelled step",
+          "[train][dry_run]") {
+  const auto flat = smoke_config(8);
+  const auto piped = smoke_config(16, {"model.pipeline_model_parallel_size=2"});
+  train::TrainingData data = train::open_preview_data(flat, 64);
+  REQUIRE(data.source);
+  const auto one = train::preview_first_step(flat, *data.source);
+  const auto two = train::preview_first_step(piped, *data.source);
+  CHECK(one.pipeline_bubble_fraction == 0.0);
+  CHECK(two.microbatches == one.microbatches);  // one plan for all stages
+  CHECK(two.pipeline_bubble_fraction > 0.0);
+  // Half the layers a stage, plus the bubble.
+  CHECK(two.step_seconds > one.step_seconds / 2);
+  CHECK(two.step_seconds < one.step_seconds);
 }
