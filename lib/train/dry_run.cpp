@@ -1,5 +1,6 @@
 #include "train/dry_run.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -172,7 +173,9 @@ std::string format_schedule_preview(const SchedulePreview& preview) {
 
 std::string suggest_static_layout(const config::ConfigContainer& config) {
   const auto& model = config.model;
-  const std::int64_t world = config.layout.world_size;
+  // One stage's ranks: every stage has its own dp x cp pool.
+  const std::int64_t world = config.layout.world_size /
+                             std::max<std::int64_t>(config.layout.pipeline_model_parallel_size, 1);
   const std::int64_t seq_length = model.seq_length;
   std::int64_t cap = model.max_seqlen_per_dp_cp_rank.value_or(seq_length);
   // The rules a static layout must pass (config/parallel_rules.cpp): cp divides the world,

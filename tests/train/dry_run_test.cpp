@@ -197,3 +197,12 @@ TEST_CASE("dry-run preview: pipeline stages add the bubble to the modelled step"
   CHECK(two.step_seconds > one.step_seconds / 2);
   CHECK(two.step_seconds < one.step_seconds);
 }
+
+TEST_CASE("dry-run: the static-CP suggestion of a pipelined recipe is for one stage's ranks",
+          "[train][dry_run]") {
+  const std::string flat = train::suggest_static_layout(smoke_config(8));
+  const std::string piped =
+      train::suggest_static_layout(smoke_config(16, {"model.pipeline_model_parallel_size=2"}));
+  // 16 ranks over 2 stages: the same 8-rank pool as the flat recipe.
+  CHECK(piped == flat);
+}
