@@ -1,6 +1,7 @@
 #include "model/local_seams.hpp"
 
 #include "core/error.hpp"
+#include "ops/elementwise.hpp"
 #include "ops/gemm.hpp"
 #include "ops/swiglu.hpp"
 
@@ -17,10 +18,14 @@ void run_experts_forward(const SeamContext& context, const Tensor& rows,
   core::ArenaScope temporaries(*context.scratch);
   core::Arena& hidden_arena = saved.recompute_hidden ? *context.scratch : *context.activations;
   const Tensor hidden = hidden_arena.allocate({num_rows, twice_intermediate / 2}, rows.dtype());
+  // A bf16 y (bf16 activations) is the rounded copy of the products' fp32 output.
+  const Tensor out =
+      y.dtype() == rows.dtype() ? y : context.scratch->allocate(y.shape(), rows.dtype());
   ops::grouped_linear_forward(context.ops, rows, weights.gate_up.value, group_offsets,
                               saved.gate_up);
   ops::swiglu_fused_forward(context.ops, saved.gate_up, hidden);
-  ops::grouped_linear_forward(context.ops, hidden, weights.down.value, group_offsets, y);
+  ops::grouped_linear_forward(context.ops, hidden, weights.down.value, group_offsets, out);
+  if (out.raw_data() != y.raw_data()) ops::convert(context.ops, out, y);
   saved.hidden = saved.recompute_hidden ? Tensor{} : hidden;
 }
 

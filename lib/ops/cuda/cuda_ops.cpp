@@ -268,6 +268,12 @@ class CudaOps final : public CudaHybridOps {
   void unpermute_forward(const OpContext& ctx, const Tensor& y_perm, const PermutePlan& plan,
                          const Tensor& weights, const Tensor& y) override {
     const std::int64_t tokens = y.size(0);
+    if (y_perm.dtype() == DType::bf16) {
+      kernels::unpermute_forward(static_cast<const bf16*>(y_perm.raw_data()),
+                                 i32(plan.assignment_row), f32(weights), f32(y), tokens,
+                                 top_k_of(plan, tokens), y.size(1), stream_of(ctx));
+      return;
+    }
     kernels::unpermute_forward(f32(y_perm), i32(plan.assignment_row), f32(weights), f32(y), tokens,
                                top_k_of(plan, tokens), y.size(1), stream_of(ctx));
   }
@@ -276,6 +282,13 @@ class CudaOps final : public CudaHybridOps {
                           const PermutePlan& plan, const Tensor& weights, const Tensor& dy_perm,
                           const Tensor& dweights) override {
     const std::int64_t tokens = dy.size(0);
+    if (y_perm.dtype() == DType::bf16) {
+      kernels::unpermute_backward(f32(dy), static_cast<const bf16*>(y_perm.raw_data()),
+                                  i32(plan.assignment_row), f32(weights), f32(dy_perm),
+                                  f32(dweights), tokens, top_k_of(plan, tokens), dy.size(1),
+                                  stream_of(ctx));
+      return;
+    }
     kernels::unpermute_backward(f32(dy), f32(y_perm), i32(plan.assignment_row), f32(weights),
                                 f32(dy_perm), f32(dweights), tokens, top_k_of(plan, tokens),
                                 dy.size(1), stream_of(ctx));
@@ -283,6 +296,16 @@ class CudaOps final : public CudaHybridOps {
 
   void add(const OpContext& ctx, const Tensor& a, const Tensor& b, const Tensor& out) override {
     kernels::add(f32(a), f32(b), f32(out), out.numel(), stream_of(ctx));
+  }
+
+  void convert(const OpContext& ctx, const Tensor& src, const Tensor& dst) override {
+    if (src.dtype() == DType::f32) {
+      kernels::convert_f32_to_bf16(f32(src), static_cast<bf16*>(dst.raw_data()), src.numel(),
+                                   stream_of(ctx));
+    } else {
+      kernels::convert_bf16_to_f32(static_cast<const bf16*>(src.raw_data()), f32(dst), src.numel(),
+                                   stream_of(ctx));
+    }
   }
 
   void gemm(const OpContext& ctx, const Tensor& a, Transpose transpose_a, const Tensor& b,
