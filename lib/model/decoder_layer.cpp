@@ -221,16 +221,18 @@ double moe_forward(const LayerRunContext& run, int layer, const DecoderLayerPara
       (run.moe_grouped_gemm ? keep : host).allocate({n.experts + 1}, DType::i64);
   saved.plan.tokens_per_expert = Tensor{};
   // x_perm is only an input of the expert computation; the dispatcher keeps what it needs.
-  // With bf16 activations and a dispatcher that sends the rows elsewhere it is a bf16
-  // temporary of this forward (the permutation runs into an fp32 copy first).
-  const bool bf16_send = run.seam.bf16_activations && !run.seams.experts->keeps_x_perm();
+  // With bf16 activations it is bf16 (the permutation runs into an fp32 copy first; the expert
+  // products read the rounded rows), and a temporary of this forward when the dispatcher sends
+  // the rows elsewhere.
+  const bool bf16_rows = run.seam.bf16_activations;
+  const bool x_perm_kept = run.seams.experts->keeps_x_perm() || !bf16_rows;
   std::optional<core::ArenaScope> send_scope;
-  if (bf16_send) send_scope.emplace(scratch);
-  const Tensor x_perm = (bf16_send ? scratch : keep)
-                            .allocate({assignments, n.hidden}, bf16_send ? DType::bf16 : dtype);
+  if (!x_perm_kept) send_scope.emplace(scratch);
+  const Tensor x_perm = (x_perm_kept ? keep : scratch)
+                            .allocate({assignments, n.hidden}, bf16_rows ? DType::bf16 : dtype);
   {
     core::ArenaScope temporaries(scratch);
-    const Tensor permuted = bf16_send ? scratch.allocate({assignments, n.hidden}, dtype) : x_perm;
+    const Tensor permuted = bf16_rows ? scratch.allocate({assignments, n.hidden}, dtype) : x_perm;
     const Tensor logits = scratch.allocate({n.tokens, n.experts}, dtype);
     ops::linear_forward(router_context(ctx), saved.normed_mid, params.moe.router.value, logits);
     if (run.moe_permute_fusion) {
@@ -243,7 +245,7 @@ double moe_forward(const LayerRunContext& run, int layer, const DecoderLayerPara
       ops::build_permute_plan(ctx, saved.expert_ids, static_cast<int>(n.experts), saved.plan);
       ops::permute_forward(ctx, saved.normed_mid, saved.plan, permuted);
     }
-    if (bf16_send) ops::convert(ctx, permuted, x_perm);
+    if (bf16_rows) ops::convert(ctx, permuted, x_perm);
   }
 
   double aux_loss = 0.0;

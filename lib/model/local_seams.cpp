@@ -14,13 +14,14 @@ void run_experts_forward(const SeamContext& context, const Tensor& rows,
   const std::int64_t twice_intermediate = weights.gate_up.value.size(1);
   saved.rows = rows;
   saved.group_offsets = group_offsets;
-  saved.gate_up = context.activations->allocate({num_rows, twice_intermediate}, rows.dtype());
+  // rows may be bf16 storage (bf16 activations); the products compute in the weights' dtype.
+  const core::DType dtype = weights.gate_up.value.dtype();
+  saved.gate_up = context.activations->allocate({num_rows, twice_intermediate}, dtype);
   core::ArenaScope temporaries(*context.scratch);
   core::Arena& hidden_arena = saved.recompute_hidden ? *context.scratch : *context.activations;
-  const Tensor hidden = hidden_arena.allocate({num_rows, twice_intermediate / 2}, rows.dtype());
+  const Tensor hidden = hidden_arena.allocate({num_rows, twice_intermediate / 2}, dtype);
   // A bf16 y (bf16 activations) is the rounded copy of the products' fp32 output.
-  const Tensor out =
-      y.dtype() == rows.dtype() ? y : context.scratch->allocate(y.shape(), rows.dtype());
+  const Tensor out = y.dtype() == dtype ? y : context.scratch->allocate(y.shape(), dtype);
   ops::grouped_linear_forward(context.ops, rows, weights.gate_up.value, group_offsets,
                               saved.gate_up);
   ops::swiglu_fused_forward(context.ops, saved.gate_up, hidden);

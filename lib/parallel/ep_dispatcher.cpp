@@ -143,10 +143,11 @@ void EpExpertDispatcher::forward(const model::SeamContext& context, int layer, c
   if (counters_ != nullptr) counters_->expert_rows += received_rows;
 
   // 2-3. Rows to their experts' owners; regroup by local expert; run the experts.
-  // The experts compute on rows of the weights' dtype; under bf16 activations x_perm and
-  // y_perm are bf16, so the rows travel in bf16 both ways and are widened on arrival.
+  // Under bf16 activations x_perm, the kept rows and y_perm are bf16: the rows travel in bf16
+  // both ways and the expert products read them as stored. The outputs are computed in the
+  // weights' dtype.
   const DType row_dtype = local.gate_up.value.dtype();
-  const Tensor rows = keep.allocate({received_rows, hidden}, row_dtype);
+  const Tensor rows = keep.allocate({received_rows, hidden}, x_perm.dtype());
   Tensor group_offsets = host.allocate({num_local_experts_ + 1}, DType::i64);
   {
     std::int64_t* group = group_offsets.data<std::int64_t>();

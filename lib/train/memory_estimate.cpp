@@ -52,19 +52,21 @@ double norm_outputs_saved_per_token(const Shape& s, bool recompute_layernorm) {
   return recompute_layernorm ? 0.0 : 2 * s.hidden;
 }
 
-// With bf16 activations (model::ModelOptions::bf16_activations) y_perm is bf16 (half a value a
-// row element) and, under EP, x_perm is only the bf16 send buffer (counted in "EP dispatch").
+// With bf16 activations (model::ModelOptions::bf16_activations) x_perm, y_perm and the
+// EP-received rows are bf16 (half a value a row element), and under EP x_perm is only the bf16
+// send buffer (counted in "EP dispatch").
 double moe_saved_per_token(const Shape& s, std::int64_t ep,
                            const config::SelectiveRecompute& recompute, bool bf16_activations) {
   const double rows = s.top_k;  // every token is routed to k experts
-  const double x_perm = bf16_activations && ep > 1 ? 0.0 : 1.0;
-  const double y_perm = bf16_activations ? 0.5 : 1.0;
+  const double bf16 = bf16_activations ? 0.5 : 1.0;
+  const double x_perm = bf16_activations && ep > 1 ? 0.0 : bf16;
+  const double y_perm = bf16;
   double values = s.experts      // router probabilities
                   + 4 * s.top_k  // expert ids, weights, permute order and rows
                   + (x_perm + y_perm) * rows * s.hidden         // x_perm, y_perm
                   + 2 * rows * s.moe_intermediate;              // expert gate_up
   if (!recompute.moe_act) values += rows * s.moe_intermediate;  // expert hidden (SwiGLU output)
-  if (ep > 1) values += rows * s.hidden;                        // rows received from the EP group
+  if (ep > 1) values += bf16 * rows * s.hidden;  // rows received from the EP group
   return values;
 }
 

@@ -400,8 +400,9 @@ TEST_CASE("memory estimate: the seed recipe's activations fall under bf16 activa
           "[train][memory]") {
   // configs/qwen3_5_35b_a3b_dynamic_cp.yaml on 8 ranks, dist.device=cuda mixed_precision=
   // bf16_mixed (the dry run's input): bf16 activations are on, and the per-bin bytes fall by
-  // what they store in bf16: the layer inputs (40 x [T, h] in bf16, one widened), y_perm (half)
-  // and the unkept x_perm under EP 8 (k x h per token each) of the one recomputed layer.
+  // what they store in bf16: the layer inputs (40 x [T, h] in bf16, one widened), and of the one
+  // recomputed layer y_perm and the EP-received rows (half) and the unkept x_perm under EP 8
+  // (k x h per token each).
   auto config = config::load_config_file(
       std::string(DYNCP_SOURCE_DIR) + "/configs/qwen3_5_35b_a3b_dynamic_cp.yaml",
       {"dist.device=cuda", "mixed_precision=bf16_mixed"});
@@ -416,10 +417,10 @@ TEST_CASE("memory estimate: the seed recipe's activations fall under bf16 activa
   const double k = static_cast<double>(a.num_experts_per_tok);
   const double layers = static_cast<double>(a.num_hidden_layers);
   CHECK(fp32.per_bin_bytes - bf16.per_bin_bytes ==
-        Approx((layers + 4 - (layers / 2 + 2)) * row + 1.5 * k * row));
+        Approx((layers + 4 - (layers / 2 + 2)) * row + 2 * k * row));
   INFO("activations and buffers " << fp32.per_bin_bytes / 1048576.0 << " -> "
                                   << bf16.per_bin_bytes / 1048576.0 << " MiB");
-  CHECK(bf16.per_bin_bytes < 0.81 * fp32.per_bin_bytes);
+  CHECK(bf16.per_bin_bytes < 0.79 * fp32.per_bin_bytes);
 }
 
 TEST_CASE("memory estimate: selective recomputation saves what the estimate says",

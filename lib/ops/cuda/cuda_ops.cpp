@@ -50,6 +50,8 @@ bool bf16_products(const OpContext& ctx) {
 }
 
 const bf16* to_bf16(core::Arena& scratch, const Tensor& t, cudaStream_t stream) {
+  // bf16 storage (bf16 activations) is already the rounded operand.
+  if (t.dtype() == DType::bf16) return static_cast<const bf16*>(t.raw_data());
   if (!t.defined()) return nullptr;
   const Tensor copy = scratch.allocate(t.shape(), DType::bf16);
   kernels::convert_f32_to_bf16(f32(t), static_cast<bf16*>(copy.raw_data()), t.numel(), stream);
@@ -329,6 +331,12 @@ class CudaOps final : public CudaHybridOps {
   void grouped_linear_forward(const OpContext& ctx, const Tensor& x, const Tensor& weight,
                               const Tensor& host_offsets, const Tensor& y) override {
     if (host_offsets.device() == Device::cuda) {
+      if (x.dtype() == DType::bf16) {
+        kernels::grouped_gemm_forward(grouped_shape(ctx, x, weight, host_offsets),
+                                      static_cast<const bf16*>(x.raw_data()), f32(weight), f32(y),
+                                      stream_of(ctx));
+        return;
+      }
       kernels::grouped_gemm_forward(grouped_shape(ctx, x, weight, host_offsets), f32(x),
                                     f32(weight), f32(y), stream_of(ctx));
       return;
@@ -358,8 +366,12 @@ class CudaOps final : public CudaHybridOps {
         kernels::grouped_gemm_data_grad(shape, f32(dy), f32(weight), f32(dx),
                                         dx_mode == GradMode::accumulate, stream_of(ctx));
       }
-      if (dweight.defined())
+      if (dweight.defined() && x.dtype() == DType::bf16) {
+        kernels::grouped_gemm_weight_grad(shape, f32(dy), static_cast<const bf16*>(x.raw_data()),
+                                          f32(dweight), stream_of(ctx));
+      } else if (dweight.defined()) {
         kernels::grouped_gemm_weight_grad(shape, f32(dy), f32(x), f32(dweight), stream_of(ctx));
+      }
       return;
     }
     if (bf16_products(ctx)) {
