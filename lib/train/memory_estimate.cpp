@@ -63,9 +63,9 @@ double moe_saved_per_token(const Shape& s, std::int64_t ep,
   const double y_perm = bf16;
   double values = s.experts      // router probabilities
                   + 4 * s.top_k  // expert ids, weights, permute order and rows
-                  + (x_perm + y_perm) * rows * s.hidden         // x_perm, y_perm
-                  + 2 * rows * s.moe_intermediate;              // expert gate_up
-  if (!recompute.moe_act) values += rows * s.moe_intermediate;  // expert hidden (SwiGLU output)
+                  + (x_perm + y_perm) * rows * s.hidden                // x_perm, y_perm
+                  + 2 * rows * s.moe_intermediate;                     // expert gate_up
+  if (!recompute.moe_act) values += bf16 * rows * s.moe_intermediate;  // expert SwiGLU output
   if (ep > 1) values += bf16 * rows * s.hidden;  // rows received from the EP group
   return values;
 }
