@@ -2,8 +2,8 @@
 // Per-rank memory estimate for `--dry-run`, and the figure the trainer compares its measured
 // peak with. The model keeps fp32 master weights and fp32 gradients (main_grad) on both devices,
 // and fp32 activations except under mixed_precision: bf16_mixed on the GPU, where the layer
-// inputs, the MoE expert outputs (y_perm) and the EP rows are bf16 (bf16 activations,
-// docs/precision.md; everything else stays fp32). What bf16_mixed adds is the bf16 operands of
+// inputs, the MoE expert outputs (y_perm), the experts' rows (x_perm, the EP rows) and SwiGLU
+// output are bf16 (bf16 activations, docs/precision.md; everything else stays fp32). What bf16_mixed adds is the bf16 operands of
 // each matrix product, converted per call into the scratch arena: the largest single product's
 // copies are counted, 2 bytes a value on the GPU (real bf16) and 4 on the CPU (which rounds
 // fp32 copies).
@@ -78,7 +78,7 @@ struct MemoryEstimateInput {
   bool bf16_products = false;  // mixed_precision: bf16_mixed
   bool on_gpu = false;         // dist.device: cuda (bf16 copies are 2 bytes, not 4)
   // bf16 activation storage (model::ModelOptions::bf16_activations: bf16_mixed on cuda): bf16
-  // layer inputs and y_perm, and under EP an unkept x_perm.
+  // layer inputs, y_perm, expert rows and SwiGLU output, and under EP an unkept x_perm.
   bool bf16_activations = false;
   std::string largest_cp_group_why;  // how largest_cp_group was derived, for the table
 };
