@@ -95,6 +95,13 @@ void unpermute_forward(const float* y_perm, const std::int32_t* assignment_row,
 void unpermute_backward(const float* dy, const float* y_perm, const std::int32_t* assignment_row,
                         const float* weights, float* dy_perm, float* dweights, std::int64_t tokens,
                         int top_k, std::int64_t hidden, cudaStream_t stream);
+// The same reading y_perm as bf16 storage (bf16 activations), widened exactly.
+void unpermute_forward(const bf16* y_perm, const std::int32_t* assignment_row, const float* weights,
+                       float* y, std::int64_t tokens, int top_k, std::int64_t hidden,
+                       cudaStream_t stream);
+void unpermute_backward(const float* dy, const bf16* y_perm, const std::int32_t* assignment_row,
+                        const float* weights, float* dy_perm, float* dweights, std::int64_t tokens,
+                        int top_k, std::int64_t hidden, cudaStream_t stream);
 
 // ops::adamw_step (PyTorch AdamW); bias corrections are computed on the host in double like
 // the CPU op. grad_scale folds normalisation / clipping in. Each operation is rounded on its

@@ -116,6 +116,9 @@ void DeviceOps::unpermute_backward(const OpContext&, const Tensor&, const Tensor
 void DeviceOps::add(const OpContext&, const Tensor&, const Tensor&, const Tensor&) {
   unsupported("add");
 }
+void DeviceOps::convert(const OpContext&, const Tensor&, const Tensor&) {
+  unsupported("convert");
+}
 void DeviceOps::gemm(const OpContext&, const Tensor&, Transpose, const Tensor&, Transpose,
                      const Tensor&, double, bool) {
   unsupported("gemm");

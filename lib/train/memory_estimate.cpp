@@ -53,15 +53,21 @@ double norm_outputs_saved_per_token(const Shape& s, bool recompute_layernorm) {
   return recompute_layernorm ? 0.0 : 2 * s.hidden;
 }
 
+// With bf16 activations (model::ModelOptions::bf16_activations) x_perm, y_perm and the
+// EP-received rows are bf16 (half a value a row element), and under EP x_perm is only the bf16
+// send buffer (counted in "EP dispatch").
 double moe_saved_per_token(const Shape& s, std::int64_t ep,
-                           const config::SelectiveRecompute& recompute) {
-  const double rows = s.top_k;                      // every token is routed to k experts
-  double values = s.experts                         // router probabilities
-                  + 4 * s.top_k                     // expert ids, weights, permute order and rows
-                  + 2 * rows * s.hidden             // x_perm, y_perm
-                  + 2 * rows * s.moe_intermediate;  // expert gate_up
-  if (!recompute.moe_act) values += rows * s.moe_intermediate;  // expert hidden (SwiGLU output)
-  if (ep > 1) values += rows * s.hidden;                        // rows received from the EP group
+                           const config::SelectiveRecompute& recompute, bool bf16_activations) {
+  const double rows = s.top_k;  // every token is routed to k experts
+  const double bf16 = bf16_activations ? 0.5 : 1.0;
+  const double x_perm = bf16_activations && ep > 1 ? 0.0 : bf16;
+  const double y_perm = bf16;
+  double values = s.experts      // router probabilities
+                  + 4 * s.top_k  // expert ids, weights, permute order and rows
+                  + (x_perm + y_perm) * rows * s.hidden                // x_perm, y_perm
+                  + 2 * rows * s.moe_intermediate;                     // expert gate_up
+  if (!recompute.moe_act) values += bf16 * rows * s.moe_intermediate;  // expert SwiGLU output
+  if (ep > 1) values += bf16 * rows * s.hidden;  // rows received from the EP group
   return values;
 }
 
@@ -286,7 +292,8 @@ void add_activations(MemoryEstimate& out, const MemoryEstimateInput& input, cons
              ? deltanet_saved_per_token(a)
              : attention_saved_per_token(s) + (a.is_hybrid() ? 2 * s.q_width : 0.0));  // gate
     const double per_token =
-        mixer + (moe ? moe_saved_per_token(s, input.expert_model_parallel_size, input.selective) +
+        mixer + (moe ? moe_saved_per_token(s, input.expert_model_parallel_size, input.selective,
+                                           input.bf16_activations) +
                            shared_expert_saved_per_token(a, input.selective)
                      : dense_saved_per_token(s, input.selective.mlp));
     const bool recomputed = input.recompute_full && (input.recompute_first_layers < 0 ||
@@ -298,11 +305,24 @@ void add_activations(MemoryEstimate& out, const MemoryEstimateInput& input, cons
     }
   }
   const std::string at_tokens = "at " + std::to_string(input.tokens_per_rank) + " tokens/rank";
-  const double residual_stream =
-      ((static_cast<double>(num_layers) + 1) * in_flight + 3) * s.hidden * tokens * bytes_per_value;
-  out.lines.push_back({"layer inputs + final norm", residual_stream,
-                       std::to_string(num_layers + 1) + " layer inputs" + in_flight_text +
-                           " + final norm and gradients, [T, h] each, " + at_tokens});
+  const double layers = static_cast<double>(num_layers);
+  if (input.bf16_activations) {
+    // The kept inputs in bf16, the residual gradient and, in backward, the layer's input
+    // widened to fp32. Forward runs on two fp32 rows in scratch instead of the last two, and the
+    // final norm's input, output and gradient (fp32) are held only until the final norm's
+    // backward, while no layer's saves or backward scratch are held: a smaller phase.
+    out.lines.push_back({"layer inputs + final norm",
+                         (layers * in_flight / 2 + 2) * s.hidden * tokens * bytes_per_value,
+                         std::to_string(num_layers) + " layer inputs in bf16" + in_flight_text +
+                             " + the residual gradient and one widened input, [T, h] each, " +
+                             at_tokens});
+  } else {
+    const double residual_stream =
+        ((layers + 1) * in_flight + 3) * s.hidden * tokens * bytes_per_value;
+    out.lines.push_back({"layer inputs + final norm", residual_stream,
+                         std::to_string(num_layers + 1) + " layer inputs" + in_flight_text +
+                             " + final norm and gradients, [T, h] each, " + at_tokens});
+  }
   if (!input.recompute_full) {
     const std::string selective = config::dropped_modules(input.selective);
     out.lines.push_back({"saved activations", kept_layers * tokens * bytes_per_value * in_flight,
@@ -388,12 +408,17 @@ void add_communication_buffers(MemoryEstimate& out, const MemoryEstimateInput& i
          "K, V, dK, dV + staging of a group of " + std::to_string(input.largest_cp_group) +
              (input.largest_cp_group_why.empty() ? "" : " (" + input.largest_cp_group_why + ")")});
   }
-  out.lines.push_back({"EP dispatch",
-                       input.expert_model_parallel_size > 1 && any_moe
-                           ? 2 * tokens * s.top_k * s.hidden * bytes_per_value
-                           : 0.0,
-                       "received rows + expert outputs, balanced routing over ep " +
-                           std::to_string(input.expert_model_parallel_size)});
+  // bf16 activations: the bf16 x_perm sent, the bf16 rows received (reused for the outputs'
+  // way home) and the experts' fp32 outputs: 2 + 2 + 4 bytes a row element, as fp32 rows +
+  // outputs without them.
+  out.lines.push_back(
+      {"EP dispatch",
+       input.expert_model_parallel_size > 1 && any_moe
+           ? 2 * tokens * s.top_k * s.hidden * bytes_per_value
+           : 0.0,
+       std::string(input.bf16_activations ? "bf16 rows sent and received + fp32 expert outputs"
+                                          : "received rows + expert outputs") +
+           ", balanced routing over ep " + std::to_string(input.expert_model_parallel_size)});
 }
 
 // bf16_mixed's operand copies and the GPU gated delta rule's backward scratch.
@@ -483,6 +508,7 @@ MemoryEstimateInput memory_estimate_input(const config::ConfigContainer& config)
   input.largest_cp_group = largest_cp_group_for(config, &input.largest_cp_group_why);
   input.bf16_products = config.mixed_precision == config::MixedPrecision::bf16_mixed;
   input.on_gpu = config.dist.device == config::Device::cuda;
+  input.bf16_activations = input.bf16_products && input.on_gpu;
   input.expert_model_parallel_size = config.model.expert_model_parallel_size;
   input.pool_size = config.layout.pool_size;
   input.distributed_optimizer = config.ddp.use_distributed_optimizer;
