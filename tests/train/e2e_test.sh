@@ -303,16 +303,18 @@ PY
     # it on 4 ranks (dynamic CP, EP 2) and resumed without it on 2 ranks (static CP), and saved
     # without it and resumed with it on 2 ranks (EP 2). Every loss matches the uninterrupted
     # plain 4-rank run to fp32 round-off, including the sharded run's own first steps.
-    run train.train_iters=5 scheduler.lr_decay_iters=5 logger.metrics_path="$work/full.jsonl" >"$work/full.log" 2>&1
-    run train.train_iters=3 scheduler.lr_decay_iters=5 ddp.use_distributed_optimizer=true \
+    # Single-writer checkpoints (checkpoint.sharded=false: the tensors are compared in their
+    # safetensors files); e2e:sharded and e2e:resume_chain do the same with sharded ones.
+    run checkpoint.sharded=false train.train_iters=5 scheduler.lr_decay_iters=5 logger.metrics_path="$work/full.jsonl" >"$work/full.log" 2>&1
+    run checkpoint.sharded=false train.train_iters=3 scheduler.lr_decay_iters=5 ddp.use_distributed_optimizer=true \
       checkpoint.save="$work/sharded" logger.metrics_path="$work/sharded.jsonl" >"$work/a.log" 2>&1
     grep -q "distributed optimizer: this rank holds" "$work/a.log" || { echo "not sharded"; exit 1; }
-    mpirun -np 2 "$train" --config "$recipe" train.train_iters=5 scheduler.lr_decay_iters=5 \
+    mpirun -np 2 "$train" --config "$recipe" checkpoint.sharded=false train.train_iters=5 scheduler.lr_decay_iters=5 \
       checkpoint.load="$work/sharded" model.dynamic_context_parallel=false \
       model.sequence_packing_scheduler=dp_balanced model.expert_model_parallel_size=1 \
       checkpoint.save="$work/to_plain" logger.metrics_path="$work/to_plain.jsonl" >"$work/b.log" 2>&1
-    run train.train_iters=3 scheduler.lr_decay_iters=5 checkpoint.save="$work/plain" >"$work/c.log" 2>&1
-    mpirun -np 2 "$train" --config "$recipe" train.train_iters=5 scheduler.lr_decay_iters=5 \
+    run checkpoint.sharded=false train.train_iters=3 scheduler.lr_decay_iters=5 checkpoint.save="$work/plain" >"$work/c.log" 2>&1
+    mpirun -np 2 "$train" --config "$recipe" checkpoint.sharded=false train.train_iters=5 scheduler.lr_decay_iters=5 \
       checkpoint.load="$work/plain" model.dynamic_context_parallel=false \
       model.sequence_packing_scheduler=dp_balanced ddp.use_distributed_optimizer=true \
       checkpoint.save="$work/to_sharded" logger.metrics_path="$work/to_sharded.jsonl" >"$work/d.log" 2>&1
@@ -370,14 +372,15 @@ PY
     # with EP 4 (2 experts per rank) and resumed with EP 1 (all 8 on each rank), every loss
     # matches the uninterrupted EP 2 run to fp32 round-off, and the EP 4 and EP 2 checkpoints
     # after 3 steps hold the same tensors (names, shapes, values to round-off).
-    run train.train_iters=5 scheduler.lr_decay_iters=5 logger.metrics_path="$work/full.jsonl" >"$work/full.log" 2>&1
-    run train.train_iters=3 scheduler.lr_decay_iters=5 checkpoint.save="$work/ep2" \
+    # Single-writer checkpoints (checkpoint.sharded=false), whose files are compared below.
+    run checkpoint.sharded=false train.train_iters=5 scheduler.lr_decay_iters=5 logger.metrics_path="$work/full.jsonl" >"$work/full.log" 2>&1
+    run checkpoint.sharded=false train.train_iters=3 scheduler.lr_decay_iters=5 checkpoint.save="$work/ep2" \
       checkpoint.export_hf="$work/hf_ep2" >"$work/a.log" 2>&1
-    run train.train_iters=3 scheduler.lr_decay_iters=5 model.expert_model_parallel_size=4 \
+    run checkpoint.sharded=false train.train_iters=3 scheduler.lr_decay_iters=5 model.expert_model_parallel_size=4 \
       checkpoint.save="$work/ep4" checkpoint.export_hf="$work/hf_ep4" \
       logger.metrics_path="$work/ep4.jsonl" >"$work/b.log" 2>&1
     grep -q "experts: this rank holds \[0, 2) of 8 (EP 4)" "$work/b.log" || { echo "experts not sliced"; exit 1; }
-    run train.train_iters=5 scheduler.lr_decay_iters=5 model.expert_model_parallel_size=1 \
+    run checkpoint.sharded=false train.train_iters=5 scheduler.lr_decay_iters=5 model.expert_model_parallel_size=1 \
       checkpoint.load="$work/ep4" checkpoint.export_hf="$work/hf_ep1" \
       logger.metrics_path="$work/ep1.jsonl" >"$work/c.log" 2>&1
     python3 - "$work" <<'PY'
@@ -554,7 +557,8 @@ PY
       || { echo "not a sharded checkpoint folder"; ls -R "$folder"; exit 1; }
     grep -q '"format": 3' "$folder/state.json" || { echo "state.json is not format 3"; exit 1; }
     # dyncp-export of the sharded checkpoint: the very HF files of the single writer's.
-    run train.train_iters=3 "${common[@]}" checkpoint.save="$work/single" >"$work/single.log" 2>&1
+    run train.train_iters=3 "${common[@]}" checkpoint.save="$work/single" checkpoint.sharded=false \
+      >"$work/single.log" 2>&1
     export_tool=${train%/dyncp-train/dyncp-train}/dyncp-export/dyncp-export
     "$export_tool" --checkpoint "$work/ckpt" --out "$work/hf_sharded" --no-tokenizer >"$work/e1.log" 2>&1
     "$export_tool" --checkpoint "$work/single" --out "$work/hf_single" --no-tokenizer >"$work/e2.log" 2>&1
