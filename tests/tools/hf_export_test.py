@@ -61,9 +61,9 @@ with tempfile.TemporaryDirectory() as work:
     train_demo(TRAIN, ROOT, work, tokenizer, f"checkpoint.save={save}", f"checkpoint.export_hf={at_end}")
     print(run([EXPORT, "--checkpoint", save, "--out", converted]).strip())
     # The same checkpoint exported by 2 ranks, each holding half the experts (EP 2), resumed
-    # without training: each rank writes the pieces it holds.
+    # without training and saving nothing: each rank writes the pieces it holds.
     two_ranks = os.path.join(work, "hf_two_ranks")
-    log = train_demo(TRAIN, ROOT, work, tokenizer, f"checkpoint.load={save}",
+    log = train_demo(TRAIN, ROOT, work, tokenizer, f"checkpoint.load={save}", "checkpoint.save=",
                      f"checkpoint.export_hf={two_ranks}", "model.expert_model_parallel_size=2",
                      launcher=("mpirun", "-np", "2"))
     check(f"HF weights exported to {two_ranks} by 2 ranks" in log, "no 2-rank export logged")
