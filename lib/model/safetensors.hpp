@@ -118,11 +118,11 @@ void write_safetensors_file(const std::string& path, std::span<const TensorToWri
 // `model-0000k-of-0000n.safetensors`, split greedily in the given order. Writers that fill one
 // file from several processes (each writing its tensors' byte ranges) lay it out from this.
 struct SafetensorsFilePlan {
-  std::string name;                     // in the folder
-  std::size_t first = 0, end = 0;       // tensors [first, end) of the list
-  std::string head;                     // the 8-byte length and the padded JSON header
-  std::vector<std::uint64_t> offsets;   // per tensor of the file: its data's offset in the file
-  std::uint64_t bytes = 0;              // the file's size
+  std::string name;                    // in the folder
+  std::size_t first = 0, end = 0;      // tensors [first, end) of the list
+  std::string head;                    // the 8-byte length and the padded JSON header
+  std::vector<std::uint64_t> offsets;  // per tensor of the file: its data's offset in the file
+  std::uint64_t bytes = 0;             // the file's size
 };
 std::vector<SafetensorsFilePlan> plan_safetensors_folder(std::span<const TensorToWrite> tensors,
                                                          StoredDType dtype,

@@ -169,7 +169,8 @@ std::vector<SafetensorsFilePlan> plan_safetensors_folder(std::span<const TensorT
     file.name = shard_name(k, files.size());
     file.head = file_head(tensors.subspan(file.first, file.end - file.first), dtype, file.offsets);
     file.bytes = file.head.size();
-    for (std::size_t i = file.first; i < file.end; ++i) file.bytes += stored_bytes(tensors[i], dtype);
+    for (std::size_t i = file.first; i < file.end; ++i)
+      file.bytes += stored_bytes(tensors[i], dtype);
     for (auto& offset : file.offsets) offset += file.head.size();
   }
   return files;

@@ -59,13 +59,14 @@ std::vector<ExportTensor> export_tensors(const model::Qwen3MoeParameters& parame
     // gate_up_proj [E, 2I, h] at expert 0's gate, down_proj [E, h, I] at expert 0's down.
     if (tensor.expert != 0 || tensor.part == 1) continue;
     const bool down = tensor.part == 2;
-    tensors.push_back({prefix + (down ? "down_proj" : "gate_up_proj"),
-                       {architecture.num_experts, tensor.shape[0] * (down ? 1 : 2), tensor.shape[1]},
-                       nullptr,
-                       tensor.layer,
-                       -1,
-                       down ? 2 : 0,
-                       prefix});
+    tensors.push_back(
+        {prefix + (down ? "down_proj" : "gate_up_proj"),
+         {architecture.num_experts, tensor.shape[0] * (down ? 1 : 2), tensor.shape[1]},
+         nullptr,
+         tensor.layer,
+         -1,
+         down ? 2 : 0,
+         prefix});
   }
   return tensors;
 }
@@ -79,19 +80,35 @@ struct Piece {
   int writer = 0;
 };
 
-std::vector<Piece> cut_pieces(const std::vector<ExportTensor>& tensors, std::int64_t num_experts) {
+// Dense tensors stored in HF order are cut into runs of at most `dense_run` elements, so the
+// largest ones (embeddings, LM head) spread over the ranks and no buffer holds more than a run;
+// the others (rows kept de-interleaved) are reordered whole.
+std::vector<Piece> cut_pieces(const std::vector<ExportTensor>& tensors, std::int64_t num_experts,
+                              std::int64_t dense_run) {
   std::vector<Piece> pieces;
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     const ExportTensor& tensor = tensors[t];
+    const std::int64_t numel = tensor.numel();
     if (tensor.layer >= 0 && tensor.expert < 0) {
-      const std::int64_t per_expert = tensor.numel() / num_experts;
+      const std::int64_t per_expert = numel / num_experts;
       for (std::int64_t e = 0; e < num_experts; ++e)
         pieces.push_back({t, e * per_expert, per_expert, e});
+    } else if (tensor.layer < 0 && tensor.held->rows.empty()) {
+      for (std::int64_t begin = 0; begin < numel; begin += dense_run)
+        pieces.push_back({t, begin, std::min(dense_run, numel - begin), -1});
     } else {
-      pieces.push_back({t, 0, tensor.numel(), tensor.layer >= 0 ? tensor.expert : -1});
+      pieces.push_back({t, 0, numel, tensor.layer >= 0 ? tensor.expert : -1});
     }
   }
   return pieces;
+}
+
+// The run length: about an eighth of a rank's share of the dense elements, at least 4 Ki.
+std::int64_t dense_run_for(const std::vector<ExportTensor>& tensors, int world_size) {
+  std::int64_t dense = 0;
+  for (const ExportTensor& tensor : tensors)
+    if (tensor.layer < 0) dense += tensor.numel();
+  return std::max<std::int64_t>(std::int64_t{1} << 12, dense / (8 * world_size) + 1);
 }
 
 // Every rank's expert slice: holds[rank * E + e] != 0 when `rank` holds expert e.
@@ -115,8 +132,7 @@ void assign_writers(std::vector<Piece>& pieces, const std::vector<std::int32_t>&
   const auto place = [&](Piece& piece) {
     int best = -1;
     for (int r = 0; r < world_size; ++r) {
-      if (piece.expert >= 0 &&
-          holds[static_cast<std::size_t>(r * num_experts + piece.expert)] == 0)
+      if (piece.expert >= 0 && holds[static_cast<std::size_t>(r * num_experts + piece.expert)] == 0)
         continue;
       if (best < 0 || load[static_cast<std::size_t>(r)] < load[static_cast<std::size_t>(best)])
         best = r;
@@ -133,9 +149,8 @@ void assign_writers(std::vector<Piece>& pieces, const std::vector<std::int32_t>&
     else
       dense.push_back(i);
   }
-  std::stable_sort(dense.begin(), dense.end(), [&](std::size_t a, std::size_t b) {
-    return pieces[a].count > pieces[b].count;
-  });
+  std::stable_sort(dense.begin(), dense.end(),
+                   [&](std::size_t a, std::size_t b) { return pieces[a].count > pieces[b].count; });
   for (const std::size_t i : dense) place(pieces[i]);
 }
 
@@ -145,7 +160,16 @@ void fill_piece(const Piece& piece, const ExportTensor& tensor,
                 std::vector<float>& values) {
   values.resize(static_cast<std::size_t>(piece.count));
   if (tensor.layer < 0) {
-    tensor.held->read_hf_order(tensor.held->value, values.data());
+    const core::Tensor& value = tensor.held->value;
+    if (piece.begin == 0 && piece.count == value.numel()) {
+      tensor.held->read_hf_order(value, values.data());
+    } else if (value.dtype() == core::DType::f32) {  // a run of a tensor stored in HF order
+      std::copy_n(value.data<float>() + piece.begin, piece.count, values.begin());
+    } else {
+      const double* from = value.data<double>() + piece.begin;
+      std::transform(from, from + piece.count, values.begin(),
+                     [](double x) { return static_cast<float>(x); });
+    }
     return;
   }
   // One expert's tensors, concatenated: gate then up for a fused gate_up_proj.
@@ -209,9 +233,9 @@ void create_file(const fs::path& folder, const model::SafetensorsFilePlan& file)
 // Writes this rank's pieces; returns their bytes.
 std::uint64_t write_pieces(const fs::path& folder, const std::vector<ExportTensor>& tensors,
                            const std::vector<model::SafetensorsFilePlan>& files,
-                           const std::vector<std::size_t>& file_of, const std::vector<Piece>& pieces,
-                           int rank, const model::Qwen3MoeParameters& parameters,
-                           model::StoredDType dtype) {
+                           const std::vector<std::size_t>& file_of,
+                           const std::vector<Piece>& pieces, int rank,
+                           const model::Qwen3MoeParameters& parameters, model::StoredDType dtype) {
   std::map<std::string, const model::HfTensor*> local;
   for (const model::HfTensor& tensor : parameters.hf_tensors())
     if (tensor.is_expert) local[tensor.name] = &tensor;
@@ -266,7 +290,8 @@ std::string agree_on_failure(dist::Comm& world, const std::string& failure) {
   const int first = world.size() - lowest;
   std::int64_t length = world.rank() == first ? static_cast<std::int64_t>(failure.size()) : 0;
   world.broadcast(std::span<std::int64_t>(&length, 1), first);
-  std::string text = world.rank() == first ? failure : std::string(static_cast<std::size_t>(length), ' ');
+  std::string text =
+      world.rank() == first ? failure : std::string(static_cast<std::size_t>(length), ' ');
   world.broadcast(text.data(), text.size(), core::DType::u8, first);
   return text;
 }
@@ -303,7 +328,8 @@ std::uint64_t write_hf_weights_in_parallel(dist::Comm& world, const fs::path& fo
   std::vector<std::size_t> file_of(tensors.size());
   for (std::size_t k = 0; k < files.size(); ++k)
     for (std::size_t t = files[k].first; t < files[k].end; ++t) file_of[t] = k;
-  std::vector<Piece> pieces = cut_pieces(tensors, num_experts);
+  std::vector<Piece> pieces =
+      cut_pieces(tensors, num_experts, dense_run_for(tensors, world.size()));
   assign_writers(pieces, expert_holders(world, parameters), num_experts, world.size(),
                  model::stored_dtype_size(dtype));
 
@@ -328,8 +354,7 @@ std::uint64_t write_hf_weights_in_parallel(dist::Comm& world, const fs::path& fo
   if (const std::string agreed = agree_on_failure(world, failure); !agreed.empty()) fail(agreed);
   std::uint64_t written = 0;
   failure = attempt(rank, [&] {
-    written =
-        write_pieces(folder, tensors, files, file_of, pieces, rank, parameters, dtype);
+    written = write_pieces(folder, tensors, files, file_of, pieces, rank, parameters, dtype);
   });
   if (!failure.empty()) spdlog::error("HF export to {}: {}", folder.string(), failure);
   if (const std::string agreed = agree_on_failure(world, failure); !agreed.empty()) fail(agreed);

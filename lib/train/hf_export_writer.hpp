@@ -6,9 +6,10 @@
 //   plan     every rank lists the export's tensors in file order (one per expert, or each MoE
 //            layer's experts fused into gate_up_proj [E, 2I, h] and down_proj [E, h, I]),
 //            splits them into files of at most max_shard_bytes (model.safetensors, or
-//            model-0000k-of-0000n.safetensors) and cuts them into pieces: a dense tensor whole,
-//            one expert's tensor, or one expert's contiguous rows of a fused tensor. Each piece
-//            goes to one of the ranks that hold it (an expert's pieces to a rank of its EP
+//            model-0000k-of-0000n.safetensors) and cuts them into pieces: a run of a dense
+//            tensor (about 1/(8 world) of the dense elements; whole when the model keeps its
+//            rows reordered), one expert's tensor, or one expert's rows of a fused tensor. Each
+//            piece goes to one of the ranks that hold it (an expert's pieces to a rank of its EP
 //            slice, dense ones to any rank), the least loaded so far, so every rank computes
 //            the same assignment and writes about 1/world of the bytes.
 //   create   the rank owning file k (k % world) creates `<file>.partial` with its header at its
@@ -36,7 +37,6 @@ namespace dyncp::train {
 // weights (stored as `dtype`) and config.json into `folder`; returns the bytes this rank wrote.
 std::uint64_t write_hf_weights_in_parallel(dist::Comm& world, const std::filesystem::path& folder,
                                            const model::Qwen3MoeParameters& parameters,
-                                           model::StoredDType dtype,
-                                           std::uint64_t max_shard_bytes);
+                                           model::StoredDType dtype, std::uint64_t max_shard_bytes);
 
 }  // namespace dyncp::train

@@ -106,8 +106,8 @@ TEST_CASE("the ranks holding the tensors write the single writer's HF export byt
                      << shard_bytes);
           const ExportingRank rank(world, architecture, ep);
           const fs::path out = dir / ("ep" + std::to_string(ep));
-          const std::uint64_t written = train::write_hf_weights_in_parallel(
-              world, out, rank.parameters, dtype, shard_bytes);
+          const std::uint64_t written =
+              train::write_hf_weights_in_parallel(world, out, rank.parameters, dtype, shard_bytes);
           CHECK(written > 0);  // every rank writes its share
           std::uint64_t total = written, most = written;
           world.all_reduce(&total, &total, 1, core::DType::i64, dist::ReduceOp::sum);
@@ -144,8 +144,7 @@ TEST_CASE("a failed HF export write on one rank fails the export on every rank",
   if (world.rank() == 2) ::setenv("DYNCP_FAULT_ENOSPC_AFTER_BYTES", "0", 1);
   CHECK_THROWS_WITH(train::write_hf_weights_in_parallel(world, out, rank.parameters,
                                                         model::StoredDType::bf16, bf16_bytes / 3),
-                    Catch::Contains("rank 2: writing '") &&
-                        Catch::Contains("model-00003-of-") &&
+                    Catch::Contains("rank 2: writing '") && Catch::Contains("model-00003-of-") &&
                         Catch::Contains("No space left on device"));
   ::unsetenv("DYNCP_FAULT_ENOSPC_AFTER_BYTES");
   world.barrier();

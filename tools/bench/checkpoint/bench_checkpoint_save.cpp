@@ -190,10 +190,9 @@ int main(int argc, char** argv) {
           "{\"writer\": \"%s\", \"ranks\": %d, \"ep\": %d, \"model_parameters\": %lld, "
           "\"median_s\": %.3f, \"min_s\": %.3f, \"largest_rank_bytes\": %lld, "
           "\"smallest_rank_bytes\": %lld, \"rank0_peak_rss_rise_mib\": %.1f}\n",
-          writer, ranks, ep, static_cast<long long>(model_elements),
-          median(seconds), *std::min_element(seconds.begin(), seconds.end()),
-          static_cast<long long>(largest), static_cast<long long>(smallest),
-          static_cast<double>(peak_rise_kib) / 1024.0);
+          writer, ranks, ep, static_cast<long long>(model_elements), median(seconds),
+          *std::min_element(seconds.begin(), seconds.end()), static_cast<long long>(largest),
+          static_cast<long long>(smallest), static_cast<double>(peak_rise_kib) / 1024.0);
       std::fflush(stdout);
     }
   }
