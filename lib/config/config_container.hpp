@@ -155,8 +155,8 @@ struct CheckpointConfig {
   std::optional<std::int64_t> save_interval;  // unset: save at the end only
   std::int64_t most_recent_k = -1;            // -1: keep every checkpoint
   std::string export_hf;                      // folder for an HF export at the end
-  bool sharded = false;     // every rank writes its own shard (train/sharded_checkpoint.hpp)
-  bool async_save = false;  // sharded saves written in the background (implies sharded)
+  bool sharded = true;      // every rank writes its own shard (train/sharded_checkpoint.hpp)
+  bool async_save = false;  // sharded saves written in the background (needs sharded)
 };
 
 struct LoggerConfig {

@@ -406,12 +406,14 @@ void append_runtime_keys(std::vector<KeySpec>& keys) {
                           {.min = -1, .rules = "-1 or >= 1", .aliases = {"checkpoint.keep"}}));
   keys.push_back(make_key("checkpoint.export_hf", DYNCP_FIELD(checkpoint.export_hf),
                           "Folder for an HF safetensors export at the end; empty: none"));
-  keys.push_back(make_key("checkpoint.sharded", DYNCP_FIELD(checkpoint.sharded),
-                          "Every rank writes the state it owns into its own file, in parallel, "
-                          "with an index (checkpoint format 3); false: rank 0 writes everything"));
+  keys.push_back(
+      make_key("checkpoint.sharded", DYNCP_FIELD(checkpoint.sharded),
+               "Every rank writes the state it owns into its own file, in parallel, "
+               "with an index (checkpoint format 3, like Megatron's torch_dist); false: rank 0 "
+               "writes everything into safetensors files (format 2)"));
   keys.push_back(make_key("checkpoint.async_save", DYNCP_FIELD(checkpoint.async_save),
                           "Write each checkpoint from a host snapshot on a background thread "
-                          "while training goes on (sharded checkpoints: implies sharded)"));
+                          "while training goes on (sharded checkpoints only)"));
   keys.push_back(make_key("logger.log_interval", DYNCP_FIELD(logger.log_interval),
                           "Steps between console metric lines"));
   keys.push_back(make_key("logger.metrics_path", DYNCP_FIELD(logger.metrics_path),

@@ -291,6 +291,10 @@ TEST_CASE("rule: optimizer and LR schedule values are in range", "[config]") {
       resolved({"model.recompute_granularity=full", "model.recompute_num_layers=0"}),
       Contains("model.recompute_num_layers (override 'model.recompute_num_layers=0'): 0: must be "
                "at least 1"));
+  // Asynchronous saves are sharded ones: with the single writer asked for, refused.
+  REQUIRE_THROWS_WITH(resolved({"checkpoint.async_save=true", "checkpoint.sharded=false"}),
+                      Contains("checkpoint.async_save") && Contains("checkpoint.sharded is false"));
+  CHECK(resolved({"checkpoint.async_save=true"}).checkpoint.sharded);
   REQUIRE_THROWS_WITH(resolved({"checkpoint.most_recent_k=0"}),
                       Contains("checkpoint.most_recent_k"));
   REQUIRE_THROWS_WITH(resolved({"packing.device_flops_per_second=0"}),
