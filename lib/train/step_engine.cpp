@@ -113,6 +113,15 @@ dist::Comm* StepEngine::runtime_group(std::int64_t size) {
   return &parallel_state_.context_parallel();
 }
 
+void StepEngine::synchronise_gradients(bool overlapped) {
+  if (sharded_state_sync_) sharded_state_sync_->reduce_scatter(model_.parameters().all_grads());
+  if (overlapped) {
+    overlapped_reduce_->finish();  // the buckets the backward left, then the wait
+  } else if (gradient_sync_) {
+    gradient_sync_->reduce_gradients();
+  }
+}
+
 StepOutcome StepEngine::forward_backward(std::span<const std::int64_t> sample_ids) {
   return run(sample_ids, /*compute_gradients=*/true);
 }
@@ -245,16 +254,11 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
 
   outcome.time.straggler_wait_ms += straggler_wait_ms(parallel_state_.pool());
   clock = std::chrono::steady_clock::now();
-  const core::Tensor& gradients = model_.parameters().all_grads();
-  if (compute_gradients && sharded_state_sync_) sharded_state_sync_->reduce_scatter(gradients);
-  if (overlap) {
-    overlapped_reduce_->finish();
-  } else if (compute_gradients && gradient_sync_) {
-    gradient_sync_->reduce_gradients();
-  }
+  if (compute_gradients) synchronise_gradients(overlap);
   parallel_state_.pool().all_reduce(local_sums, local_sums, 2, core::DType::f64,
                                     dist::ReduceOp::sum);
   if (compute_gradients) {
+    const core::Tensor& gradients = model_.parameters().all_grads();
     outcome.grad_sum_of_squares = sharded_state_sync_
                                       ? sharded_state_sync_->global_sum_of_squares(gradients)
                                       : gradient_sync_->global_sum_of_squares();

@@ -127,6 +127,8 @@ class StepEngine {
   BinBuilder bin_builder_;
   // On the GPU: the bin's per-token tensors, uploaded from the host bin each microbatch.
   const model::PackedBin& upload_bin(const model::PackedBin& host_bin);
+  // After the last microbatch: the sharded, overlapped or plain gradient reduction.
+  void synchronise_gradients(bool overlapped);
   std::unique_ptr<core::Arena> device_bin_arena_;
   model::PackedBin device_bin_;
   packing::Schedule schedule_;
