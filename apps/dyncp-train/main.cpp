@@ -134,6 +134,15 @@ int run(const Options& options) {
                        .world_size = runtime.world_size(),
                        .verbose = options.verbose});
   try {
+    // The CPU path's overlapped gradient buckets are summed on a thread of their own
+    // (docs/dist.md): MPI must allow calls from two threads at once.
+    if (config.ddp.overlap_grad_reduce && runtime.world_size() > 1 &&
+        runtime.thread_support() != "multiple") {
+      core::throw_config_error("ddp.overlap_grad_reduce",
+                               "true: this MPI grants thread support '" + runtime.thread_support() +
+                                   "', the overlapped reduction needs 'multiple' (set "
+                                   "ddp.overlap_grad_reduce=false)");
+    }
     auto world = runtime.world();
     train::run_training(config, *world);
   } catch (const core::Error& error) {

@@ -355,12 +355,12 @@ R ddp.use_megatron_fsdp = false : Megatron FSDP
 R ddp.use_custom_fsdp = false : Megatron FSDP
 R ddp.fp8_param_gather = false : FP8 parameter all-gather
 R ddp.fp4_param_gather = false : FP4 parameter all-gather
-I ddp.overlap_grad_reduce : bucketing, overlap, FSDP and NCCL settings
+H ddp.overlap_grad_reduce -> ddp.overlap_grad_reduce
 I ddp.overlap_param_gather : bucketing, overlap, FSDP and NCCL settings
 I ddp.align_param_gather : bucketing, overlap, FSDP and NCCL settings
 I ddp.num_distributed_optimizer_instances : bucketing, overlap, FSDP and NCCL settings
 I ddp.check_for_large_grads : bucketing, overlap, FSDP and NCCL settings
-I ddp.bucket_size : bucketing, overlap, FSDP and NCCL settings
+H ddp.bucket_size -> ddp.bucket_size
 I ddp.num_buckets : bucketing, overlap, FSDP and NCCL settings
 I ddp.pad_buckets_for_high_nccl_busbw : bucketing, overlap, FSDP and NCCL settings
 I ddp.reduce_scatter_with_fp32_accumulation : bucketing, overlap, FSDP and NCCL settings

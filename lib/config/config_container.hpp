@@ -137,6 +137,8 @@ struct LrSchedulerConfig {
 struct DdpConfig {
   bool average_in_collective = false;
   bool use_distributed_optimizer = false;
+  bool overlap_grad_reduce = false;
+  std::optional<std::int64_t> bucket_size;  // unset: max(40,000,000, 1,000,000 x pool) elements
 };
 
 struct DistConfig {

@@ -369,6 +369,20 @@ void append_runtime_keys(std::vector<KeySpec>& keys) {
   keys.push_back(make_key("ddp.use_distributed_optimizer",
                           DYNCP_FIELD(ddp.use_distributed_optimizer),
                           "Shard optimizer state: dense over the pool, experts over expert-dp"));
+  keys.push_back(make_key(
+      "ddp.overlap_grad_reduce", DYNCP_FIELD(ddp.overlap_grad_reduce),
+      "Sum gradients in buckets of ddp.bucket_size while the step's last backward runs, the last "
+      "layers' buckets first (GPU: on the communicators' streams behind events, the optimizer "
+      "waiting by an event on the last one; CPU: on a communication thread with its own "
+      "communicators); the same sums bit for bit",
+      {.rules = "with ddp.use_distributed_optimizer the reduce-scatter still runs after the "
+                "backward (not overlapped; a start-up warning says so)"}));
+  keys.push_back(make_key(
+      "ddp.bucket_size", DYNCP_FIELD(ddp.bucket_size),
+      "Elements per gradient bucket of ddp.overlap_grad_reduce; unset: max(40,000,000, "
+      "1,000,000 x pool size), Megatron's default",
+      {.rules = "used only with overlap_grad_reduce (as in Megatron: without it the gradient is "
+                "reduced in one pass after the backward)"}));
   keys.push_back(make_key("dist.use_decentralized_pg", DYNCP_FIELD(dist.use_decentralized_pg),
                           "Megatron's decentralized process groups",
                           {.rules = "must be false (dynamic CP groups come from the parallel "

@@ -128,6 +128,24 @@ void Comm::all_reduce(const void* send, void* recv, std::size_t count, core::DTy
   do_all_reduce(send, recv, count, dtype, op);
 }
 
+void Comm::start_all_reduce(void* data, std::size_t count, core::DType dtype, ReduceOp op) {
+  check_reducible("start_all_reduce", dtype);
+  const std::uint64_t peers = static_cast<std::uint64_t>(size_ - 1);
+  const std::uint64_t moved =
+      2 * bytes_of(count, dtype) * peers / static_cast<std::uint64_t>(size_);
+  this->count(CommOp::all_reduce, moved, moved);
+  const CollectiveWatchdog::Guard guard(watchdog_.get(), "start_all_reduce", name_, rank_, size_);
+  do_start_all_reduce(data, count, dtype, op);
+}
+
+void Comm::order_compute_after_started() {
+  do_order_compute_after_started();
+}
+
+void Comm::do_start_all_reduce(void* data, std::size_t count, core::DType dtype, ReduceOp op) {
+  do_all_reduce(data, data, count, dtype, op);
+}
+
 void Comm::all_gather(const void* send, std::size_t count, void* recv, core::DType dtype) {
   const std::uint64_t peers = static_cast<std::uint64_t>(size_ - 1);
   this->count(CommOp::all_gather, bytes_of(count, dtype) * peers, bytes_of(count, dtype) * peers);

@@ -139,6 +139,16 @@ class Comm {
   // Returns when both halves are complete (watchdog-guarded); resets the handle.
   void wait(PendingSendRecv& pending);
 
+  // Overlapped sums (ddp.overlap_grad_reduce): an in-place sum that may still be running when
+  // the call returns. Device buffers (NcclComm) are enqueued on the communicator's stream behind
+  // an event on the compute stream and the call returns without waiting; host backends finish
+  // before returning (run them from a thread of their own to overlap, parallel/
+  // overlapped_gradient_reduce.hpp). Counted and checked like all_reduce.
+  void start_all_reduce(void* data, std::size_t count, core::DType dtype, ReduceOp op);
+  // Orders the compute stream after everything started on this communicator so far, by an
+  // event on the compute stream: no host wait. A no-op on host backends.
+  void order_compute_after_started();
+
   // Collective over this communicator: ranks passing the same color >= 0 form a new
   // communicator, ordered by key (ties by rank here); color < 0 yields nullptr.
   std::unique_ptr<Comm> split(int color, int key, std::string name);
@@ -206,6 +216,9 @@ class Comm {
                                  void* recv, std::size_t recv_count, int source_rank,
                                  core::DType dtype, int tag) = 0;
   virtual void do_wait(int slot) = 0;
+  // Defaults: the blocking do_all_reduce, and nothing to order.
+  virtual void do_start_all_reduce(void* data, std::size_t count, core::DType dtype, ReduceOp op);
+  virtual void do_order_compute_after_started() {}
   virtual std::unique_ptr<Comm> do_split(int color, int key, std::string name) = 0;
   // Host counts in and out. The default is an all_to_all of one i64 per peer on the given
   // buffers, right for host backends; a device backend stages them through device memory.

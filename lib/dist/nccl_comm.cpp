@@ -39,6 +39,7 @@ struct NcclComm::Handles {
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
   cudaEvent_t compute_done = nullptr;      // recorded on the compute stream before each operation
+  cudaEvent_t started_done = nullptr;      // recorded here for order_compute_after_started
   std::int64_t* device_scratch = nullptr;  // barrier token and staged counts
   std::size_t device_scratch_elements = 0;
   std::unique_ptr<AbortActionRegistration> abort_registration;
@@ -81,6 +82,7 @@ std::unique_ptr<NcclComm::Handles> make_handles(ncclComm_t comm, int device) {
   DYNCP_CUDA_CHECK(cudaSetDevice(device));
   DYNCP_CUDA_CHECK(cudaStreamCreateWithFlags(&handles->stream, cudaStreamNonBlocking));
   DYNCP_CUDA_CHECK(cudaEventCreateWithFlags(&handles->compute_done, cudaEventDisableTiming));
+  DYNCP_CUDA_CHECK(cudaEventCreateWithFlags(&handles->started_done, cudaEventDisableTiming));
   ncclComm_t raw = comm;
   // On a job abort, unblock any kernel of this communicator before the processes die.
   handles->abort_registration =
@@ -111,6 +113,7 @@ NcclComm::~NcclComm() {
   handles_->abort_registration.reset();
   if (handles_->device_scratch != nullptr) cudaFree(handles_->device_scratch);
   if (handles_->compute_done != nullptr) cudaEventDestroy(handles_->compute_done);
+  if (handles_->started_done != nullptr) cudaEventDestroy(handles_->started_done);
   if (handles_->stream != nullptr) cudaStreamDestroy(handles_->stream);
   if (handles_->comm != nullptr) ncclCommDestroy(handles_->comm);
 }
@@ -290,6 +293,24 @@ int NcclComm::do_start_send_recv(const void* send, std::size_t send_count, int d
   }
   check_async("start_send_recv");
   return 0;
+}
+
+void NcclComm::do_start_all_reduce(void* data, std::size_t count, core::DType dtype, ReduceOp op) {
+#ifdef DYNCP_TEST_DROP_OVERLAP_EVENT
+  // Test-only build (tests/parallel: layout_equivalence_drop_event): the overlapped sum is not
+  // ordered after the kernels that produce its input, so the stream-order proof must catch it.
+#else
+  order_after_compute();
+#endif
+  DYNCP_NCCL_CHECK(ncclAllReduce(data, data, count, nccl_type(dtype), nccl_op(op), handles_->comm,
+                                 handles_->stream));
+  check_async("start_all_reduce");
+}
+
+void NcclComm::do_order_compute_after_started() {
+  const auto compute = static_cast<cudaStream_t>(options_.compute_stream);
+  DYNCP_CUDA_CHECK(cudaEventRecord(handles_->started_done, handles_->stream));
+  DYNCP_CUDA_CHECK(cudaStreamWaitEvent(compute, handles_->started_done, 0));
 }
 
 void NcclComm::do_wait(int /*slot: one stream, waiting drains it*/) {

@@ -17,6 +17,9 @@
 //  - start_send_recv enqueues a grouped ncclSend/ncclRecv on the stream and returns without
 //    waiting (even when synchronous); wait() synchronizes the stream, so it also waits for
 //    anything enqueued after that exchange.
+//  - start_all_reduce enqueues behind the compute stream's event and returns without waiting
+//    (even when synchronous); order_compute_after_started records an event on the stream and
+//    makes the compute stream wait for it, so the consumer waits on the device, not the host.
 //  - Reduction order is NCCL's: identical on every rank and run to run for one NCCL version,
 //    topology and algorithm (pin NCCL_ALGO / NCCL_PROTO to keep it across jobs), but not the
 //    rank order MpiComm guarantees.
@@ -83,6 +86,8 @@ class NcclComm final : public Comm {
                          std::size_t recv_count, int source_rank, core::DType dtype,
                          int tag) override;
   void do_wait(int slot) override;
+  void do_start_all_reduce(void* data, std::size_t count, core::DType dtype, ReduceOp op) override;
+  void do_order_compute_after_started() override;
   std::unique_ptr<Comm> do_split(int color, int key, std::string name) override;
   void do_exchange_counts(std::span<const std::size_t> send_counts,
                           std::span<std::size_t> recv_counts) override;

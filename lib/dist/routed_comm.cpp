@@ -98,6 +98,15 @@ int RoutedComm::do_start_send_recv(const void* send, std::size_t send_count, int
   return static_cast<int>(slot);
 }
 
+void RoutedComm::do_start_all_reduce(void* data, std::size_t count, core::DType dtype,
+                                     ReduceOp op) {
+  route("start_all_reduce", data).start_all_reduce(data, count, dtype, op);
+}
+
+void RoutedComm::do_order_compute_after_started() {
+  device_->order_compute_after_started();
+}
+
 void RoutedComm::do_wait(int slot) {
   Pending& pending = pending_.at(static_cast<std::size_t>(slot));
   Comm* channel = std::exchange(pending.channel, nullptr);

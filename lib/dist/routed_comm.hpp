@@ -55,6 +55,8 @@ class RoutedComm final : public Comm {
                          std::size_t recv_count, int source_rank, core::DType dtype,
                          int tag) override;
   void do_wait(int slot) override;
+  void do_start_all_reduce(void* data, std::size_t count, core::DType dtype, ReduceOp op) override;
+  void do_order_compute_after_started() override;
   std::unique_ptr<Comm> do_split(int color, int key, std::string name) override;
   void do_exchange_counts(std::span<const std::size_t> send_counts,
                           std::span<std::size_t> recv_counts) override;

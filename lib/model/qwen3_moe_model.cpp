@@ -287,6 +287,8 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
     decoder_layer_backward(run, static_cast<int>(layer), parameters_.layers[layer], input,
                            per_layer[layer], grad);
     layer_saves_->release(saved_from[layer]);
+    if (options.after_layer_backward)
+      options.after_layer_backward(static_cast<std::int64_t>(layer));
   }
   ops::embedding_backward(run.seam.ops, bin.token_ids, grad, parameters_.embed_tokens.grad,
                           architecture().pad_token_id);

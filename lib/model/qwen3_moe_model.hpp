@@ -23,6 +23,7 @@
 // of every layer instead and rebuilds them in that layer's backward.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -102,6 +103,9 @@ struct BinOptions {
   double aux_loss_grad_scale = 1.0;
   Tensor per_token_loss;  // optional f32 [T] output (0 on rows without loss)
   Tensor final_hidden;    // optional f32 [T, h] output: the normed hidden states before the head
+  // Called after each layer's backward with its index (ddp.overlap_grad_reduce starts the
+  // buckets that layer finished, parallel/overlapped_gradient_reduce.hpp).
+  std::function<void(std::int64_t layer)> after_layer_backward;
 };
 
 struct BinResult {

@@ -396,9 +396,16 @@ StepModel model_step(const StepModelInput& input, const StepModelParameters& p) 
   model.rows.resize(static_cast<std::size_t>(StepOpClass::optimizer_gather) + 1);
   for (std::size_t i = 0; i < model.rows.size(); ++i)
     model.rows[i].op = static_cast<StepOpClass>(i);
+  double last_bin_compute = 0.0;
   for (const ModelledBin& bin : input.bins) {
     const std::vector<StepOpRow> rows = bin_rows(bin, input, p, shape);
     for (std::size_t i = 0; i < rows.size(); ++i) add(model.rows[i], rows[i]);
+    last_bin_compute = 0.0;
+    for (std::size_t i = 0; i < rows.size(); ++i) {  // bin_rows leaves .op unset: by index
+      const auto op = static_cast<StepOpClass>(i);
+      if (!is_communication(op) && op != StepOpClass::optimizer)
+        last_bin_compute += rows[i].seconds();
+    }
   }
 
   // Once per step. Dense gradients over the pool, expert gradients over the expert-data-
@@ -431,8 +438,23 @@ StepModel model_step(const StepModelInput& input, const StepModelParameters& p) 
   add(model.rows[static_cast<std::size_t>(StepOpClass::optimizer)],
       make.kernel(0.0, p.fp32_flops_per_second, 1.0, owned * (16.0 + 2.0 * input.moment_bytes), 0.0,
                   0.0, 4.0));
+  // Overlapped gradient buckets run beside the last microbatch's backward (twice the forward's
+  // FLOPs: 2/3 of its compute); the embedding's bucket is final only when that backward ends.
+  StepOpRow& reduce = model.rows[static_cast<std::size_t>(StepOpClass::gradient_reduce)];
+  if (input.overlap_grad_reduce && !input.distributed_optimizer && reduce.seconds() > 0) {
+    const double embedding = static_cast<double>(input.architecture.vocab_size) *
+                             static_cast<double>(input.architecture.hidden_size);
+    const double weighted_total = dense * share(pool) + experts * share(expert_dp);
+    const double embedding_share =
+        weighted_total > 0 ? std::min(1.0, embedding * share(pool) / weighted_total) : 0.0;
+    model.gradient_overlap_window_seconds = 2.0 / 3.0 * last_bin_compute;
+    model.gradient_last_bucket_seconds = embedding_share * reduce.seconds();
+    reduce.hidden_seconds =
+        std::max(0.0, std::min(reduce.seconds() - model.gradient_last_bucket_seconds,
+                               model.gradient_overlap_window_seconds));
+  }
   for (auto& row : model.rows) {
-    model.step_seconds += row.seconds();
+    model.step_seconds += row.exposed_seconds();
   }
   if (model.step_seconds > 0) {
     const double ranks = static_cast<double>(pool);
@@ -504,12 +526,22 @@ std::string format_step_model(const StepModel& model, const StepModelParameters&
   out << line;
   for (const StepOpRow& row : model.rows) {
     const double roofline = std::max(row.compute_seconds, row.memory_seconds);
-    const double share = model.step_seconds > 0 ? 100.0 * row.seconds() / model.step_seconds : 0;
+    const double share =
+        model.step_seconds > 0 ? 100.0 * row.exposed_seconds() / model.step_seconds : 0;
     std::snprintf(line, sizeof line, "  %-16s %10s %10s  %-30s %10s %10s %10s %5.1f%%  %s\n",
                   step_op_class_name(row.op), scaled(row.flops, "").c_str(),
                   scaled(row.bytes, "B").c_str(), serial_text(row).c_str(), ms(roofline).c_str(),
                   ms(row.latency_seconds).c_str(), ms(row.seconds()).c_str(), share,
                   row.seconds() > 0 ? row.bound() : "-");
+    out << line;
+  }
+  // Per collective (at the line start, so that no table reader takes one for a row).
+  for (const StepOpRow& row : model.rows) {
+    if (!is_communication(row.op)) continue;
+    std::snprintf(line, sizeof line,
+                  "overlap:     %-16s %10s modelled, %10s hidden behind compute, %10s exposed\n",
+                  step_op_class_name(row.op), ms(row.seconds()).c_str(),
+                  ms(row.hidden_seconds).c_str(), ms(row.exposed_seconds()).c_str());
     out << line;
   }
   std::snprintf(

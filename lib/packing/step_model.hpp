@@ -14,9 +14,11 @@
 //              launch latency (collectives: x the collective latency)
 //   time       max(FLOPs / (peak x efficiency), bytes / (bandwidth x memory efficiency))
 //              + the serial term; communication: bytes / link rate + collectives x latency
-// The step is the sum of its rows: the GPU path runs every kernel on one stream and waits for
-// each collective, so nothing overlaps. MFU = the step's model FLOPs (every rank's, Megatron's
-// formula on padded lengths, no recomputation) / (step time x ranks x bf16 peak).
+// The step is the sum of its rows less what is hidden: a collective overlapped with compute
+// (ddp.overlap_grad_reduce: the gradient buckets during the last microbatch's backward) hides
+// at most the compute it runs beside; every other collective is waited for, hidden 0. MFU = the
+// step's model FLOPs (every rank's, Megatron's formula on padded lengths, no recomputation) / (step
+// time x ranks x bf16 peak).
 //
 // Pure arithmetic: no devices, no communicators.
 
@@ -83,6 +85,8 @@ struct StepModelInput {
   std::int64_t expert_parameters = 0;
   bool distributed_optimizer = false;
   double moment_bytes = 8.0;  // exp_avg + exp_avg_sq bytes per value
+  // ddp.overlap_grad_reduce (overlapped only with the replicated optimizer, as built).
+  bool overlap_grad_reduce = false;
   std::vector<ModelledBin> bins;
   // The whole step, every rank: real tokens and Megatron's model FLOPs on padded lengths.
   std::int64_t step_real_tokens = 0;
@@ -115,6 +119,11 @@ struct StepOpRow {
   double compute_seconds = 0.0;
   double memory_seconds = 0.0;  // communication: bytes / link rate
   double latency_seconds = 0.0;
+  // Communication: the part of seconds() that runs beside compute (overlap keys), so the step
+  // does not wait for it; at most the compute it can overlap with.
+  double hidden_seconds = 0.0;
+  // What this row costs the step on its own: seconds() - hidden_seconds.
+  double exposed_seconds() const { return seconds() - hidden_seconds; }
   double seconds() const;
   // "FLOPs", "bytes", "serial" or "link": which term is the largest.
   const char* bound() const;
@@ -123,6 +132,11 @@ struct StepOpRow {
 struct StepModel {
   config::DeltaNetKernel deltanet_kernel = config::DeltaNetKernel::chunked;
   std::vector<StepOpRow> rows;  // one per class, in StepOpClass order (empty classes kept)
+  // The compute the overlapped gradient reduction can run beside: the last microbatch's
+  // backward (2/3 of its compute rows' time), and how much of the reduction must stay exposed
+  // (the embedding's bucket, which is final only when the backward ends).
+  double gradient_overlap_window_seconds = 0.0;
+  double gradient_last_bucket_seconds = 0.0;
   std::int64_t microbatches = 0;
   std::int64_t ranks = 1;
   double step_seconds = 0.0;
@@ -138,7 +152,8 @@ struct StepModel {
 StepModel model_step(const StepModelInput& input, const StepModelParameters& parameters);
 
 // The table as --dry-run prints it: one row per class with FLOPs, bytes, serial depth,
-// roofline and latency terms, time and share; then the totals.
+// roofline and latency terms, time and share; then, per collective, its modelled time and how
+// much is hidden behind compute; then the totals.
 std::string format_step_model(const StepModel& model, const StepModelParameters& parameters);
 
 }  // namespace dyncp::packing

@@ -14,6 +14,7 @@ HeldOutEvaluation::HeldOutEvaluation(const config::ConfigContainer& config,
                             plan.largest_group_multiple(),
                             "the largest CP group's capacity (validation data)");
   StepEngineOptions options = training_options;
+  options.overlap_grad_reduce = false;  // forward only: no gradients to reduce
   options.distributed_optimizer = false;  // forward only: no gradients to shard
   engine_ = std::make_unique<StepEngine>(model, parallel_state, *data_.source, options);
 }

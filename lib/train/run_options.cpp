@@ -1,5 +1,7 @@
 #include "train/run_options.hpp"
 
+#include <algorithm>
+
 #include "config/recompute_modules.hpp"
 #include "core/error.hpp"
 #include "packing/cost_model.hpp"
@@ -57,6 +59,10 @@ StepEngineOptions step_engine_options_for(const config::ConfigContainer& config,
   // cost_aware prices the exchange that runs.
   options.cost_model = packing::cost_model_parameters(config.packing, model);
   options.distributed_optimizer = config.ddp.use_distributed_optimizer;
+  options.overlap_grad_reduce = config.ddp.overlap_grad_reduce;
+  // Megatron's default bucket: max(40M, 1M x data-parallel size) elements.
+  options.bucket_elements = config.ddp.bucket_size.value_or(
+      std::max<std::int64_t>(40'000'000, std::int64_t{1'000'000} * plan.layout.pool_size()));
   return options;
 }
 

@@ -145,6 +145,10 @@ BuiltRun build_run(const config::ConfigContainer& config, OpenedRun& run) {
 
   const StepEngineOptions engine_options =
       step_engine_options_for(config, run.plan, run.training_data.pad_token_id);
+  if (config.ddp.overlap_grad_reduce && config.ddp.use_distributed_optimizer && run.plan.rank == 0)
+    spdlog::warn(
+        "ddp.overlap_grad_reduce: with ddp.use_distributed_optimizer the gradients are "
+        "reduce-scattered after the backward, not overlapped with it (docs/dist.md)");
   built.engine = std::make_unique<StepEngine>(*built.model, *run.parallel_state,
                                               *run.training_data.source, engine_options);
   built.evaluation =

@@ -63,6 +63,11 @@ StepEngine::StepEngine(model::Qwen3MoeModel& model, dist::ParallelState& paralle
                            parallel_state.pool(), parallel_state.expert_data_parallel(),
                            parallel_state.expert_parallel());
     gradient_sync_->set_device(model.parameters().device());
+    if (options.overlap_grad_reduce) {
+      overlapped_reduce_ = std::make_unique<parallel::OverlappedGradientReduce>(
+          model.parameters(), parallel_state.pool(), parallel_state.expert_data_parallel(),
+          options.bucket_elements);
+    }
   }
   if (model.parameters().device() == core::Device::cuda) {
     device_bin_arena_ =
@@ -106,6 +111,15 @@ dist::Comm* StepEngine::runtime_group(std::int64_t size) {
   DYNCP_CHECK(size == parallel_state_.layout().context_parallel_size,
               "a static layout runs every microbatch on its CP group");
   return &parallel_state_.context_parallel();
+}
+
+void StepEngine::synchronise_gradients(bool overlapped) {
+  if (sharded_state_sync_) sharded_state_sync_->reduce_scatter(model_.parameters().all_grads());
+  if (overlapped) {
+    overlapped_reduce_->finish();  // the buckets the backward left, then the wait
+  } else if (gradient_sync_) {
+    gradient_sync_->reduce_gradients();
+  }
 }
 
 StepOutcome StepEngine::forward_backward(std::span<const std::int64_t> sample_ids) {
@@ -203,6 +217,8 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
       global_loss_tokens > 0 ? 1.0 / static_cast<double>(global_loss_tokens) : 0.0;
 
   if (compute_gradients) model_.parameters().zero_grads();
+  const bool overlap = compute_gradients && overlapped_reduce_ != nullptr;
+  if (overlap) overlapped_reduce_->begin();
   double local_sums[2] = {0.0, 0.0};  // CE sum, aux (once per group)
   clock = std::chrono::steady_clock::now();
   for (std::int64_t m = 0; m < microbatches; ++m) {
@@ -219,6 +235,12 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
     bin_options.loss_grad_scale = inverse_tokens;
     bin_options.aux_num_sequences_global = batch_size;
     bin_options.aux_loss_grad_scale = 1.0;
+    // The last microbatch's backward finishes each layer's gradient: its buckets start then.
+    if (overlap && m + 1 == microbatches) {
+      bin_options.after_layer_backward = [this](std::int64_t layer) {
+        overlapped_reduce_->layer_done(layer);
+      };
+    }
     const model::BinResult result = model_.run_bin(
         bin, {exchange_.attention.get(), &experts_, &statistics_, exchange_.linear_attention.get()},
         bin_options);
@@ -232,12 +254,11 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
 
   outcome.time.straggler_wait_ms += straggler_wait_ms(parallel_state_.pool());
   clock = std::chrono::steady_clock::now();
-  const core::Tensor& gradients = model_.parameters().all_grads();
-  if (compute_gradients && sharded_state_sync_) sharded_state_sync_->reduce_scatter(gradients);
-  if (compute_gradients && gradient_sync_) gradient_sync_->reduce_gradients();
+  if (compute_gradients) synchronise_gradients(overlap);
   parallel_state_.pool().all_reduce(local_sums, local_sums, 2, core::DType::f64,
                                     dist::ReduceOp::sum);
   if (compute_gradients) {
+    const core::Tensor& gradients = model_.parameters().all_grads();
     outcome.grad_sum_of_squares = sharded_state_sync_
                                       ? sharded_state_sync_->global_sum_of_squares(gradients)
                                       : gradient_sync_->global_sum_of_squares();

@@ -32,6 +32,7 @@
 #include "parallel/ep_dispatcher.hpp"
 #include "parallel/gradient_sync.hpp"
 #include "parallel/group_statistics.hpp"
+#include "parallel/overlapped_gradient_reduce.hpp"
 #include "parallel/parameter_partition.hpp"
 #include "parallel/sharded_state_sync.hpp"
 #include "train/bin_builder.hpp"
@@ -54,6 +55,11 @@ struct StepEngineOptions {
   // Reduce-scatter gradients for a sharded optimizer (train::AdamWOptimizer built on
   // sharded_state_sync()) instead of all-reducing them.
   bool distributed_optimizer = false;
+  // ddp.overlap_grad_reduce: replicated gradients summed in buckets of bucket_elements while the
+  // last microbatch's backward runs (parallel/overlapped_gradient_reduce.hpp). Not with the
+  // distributed optimizer, whose reduce-scatter runs after the backward.
+  bool overlap_grad_reduce = false;
+  std::int64_t bucket_elements = 40'000'000;
 };
 
 // What one step's forward/backward produced, reduced over the pool.
@@ -91,6 +97,10 @@ class StepEngine {
   const parallel::ParameterPartition& partition() const { return partition_; }
   // The distributed optimizer's shards and collectives; nullptr unless the options ask for it.
   parallel::ShardedStateSync* sharded_state_sync() { return sharded_state_sync_.get(); }
+  // The overlapped bucket reduction; nullptr unless overlap_grad_reduce is on (and replicated).
+  const parallel::OverlappedGradientReduce* overlapped_reduce() const {
+    return overlapped_reduce_.get();
+  }
   const parallel::SeamCounters& seam_counters() const { return counters_; }
   const parallel::CpExchangeSeams& cp_exchange() const { return exchange_; }
   const packing::Schedule& last_schedule() const { return schedule_; }
@@ -113,9 +123,12 @@ class StepEngine {
   parallel::ParameterPartition partition_;
   std::optional<parallel::GradientSync> gradient_sync_;             // replicated optimizer state
   std::unique_ptr<parallel::ShardedStateSync> sharded_state_sync_;  // distributed optimizer
+  std::unique_ptr<parallel::OverlappedGradientReduce> overlapped_reduce_;  // overlap_grad_reduce
   BinBuilder bin_builder_;
   // On the GPU: the bin's per-token tensors, uploaded from the host bin each microbatch.
   const model::PackedBin& upload_bin(const model::PackedBin& host_bin);
+  // After the last microbatch: the sharded, overlapped or plain gradient reduction.
+  void synchronise_gradients(bool overlapped);
   std::unique_ptr<core::Arena> device_bin_arena_;
   model::PackedBin device_bin_;
   packing::Schedule schedule_;

@@ -29,6 +29,7 @@ packing::StepModelInput base_input(const config::ConfigContainer& config) {
   input.dense_parameters = stored - input.expert_parameters;
   input.distributed_optimizer = memory.distributed_optimizer;
   input.moment_bytes = memory.exp_avg_bytes + memory.exp_avg_sq_bytes;
+  input.overlap_grad_reduce = config.ddp.overlap_grad_reduce;
   return input;
 }
 

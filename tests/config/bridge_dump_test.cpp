@@ -279,6 +279,13 @@ TEST_CASE("honoured Bridge fields change what they map to", "[config][bridge]") 
         load_text(edit(text, "model", test_case.key, test_case.old_value, test_case.new_value));
     CHECK(test_case.changed(config));
   }
+  // ddp.overlap_grad_reduce and ddp.bucket_size are honoured (the fixture sets overlap true).
+  CHECK(base.ddp.overlap_grad_reduce);
+  CHECK_FALSE(base.ddp.bucket_size.has_value());
+  const auto no_overlap = load_text(edit(text, "ddp", "overlap_grad_reduce", "true", "false"));
+  CHECK_FALSE(no_overlap.ddp.overlap_grad_reduce);
+  const auto buckets = load_text(edit(text, "ddp", "bucket_size", "null", "1000000"));
+  CHECK(buckets.ddp.bucket_size == std::int64_t{1000000});
   const auto adam = load_text(edit(text, "optimizer", "lr", "0.0003", "0.001"));
   CHECK(adam.optimizer.lr == 0.001);
   const auto seed = load_text(edit(text, "rng", "seed", "1234", "99"));

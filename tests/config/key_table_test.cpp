@@ -124,6 +124,8 @@ const std::vector<std::string> frozen_keys = {
     "scheduler.override_opt_param_scheduler",
     "ddp.average_in_collective",
     "ddp.use_distributed_optimizer",
+    "ddp.overlap_grad_reduce",
+    "ddp.bucket_size",
     "dist.use_decentralized_pg",
     "dist.device",
     "dist.eager_dynamic_cp_groups",

@@ -236,3 +236,61 @@ TEST_CASE("the table prints every class and the totals", "[packing]") {
         "param all-gather", "modelled step:", "modelled MFU:", "tokens/s"})
     CHECK(text.find(name) != std::string::npos);
 }
+
+TEST_CASE("overlapped gradient buckets hide at most the backward they run beside", "[packing]") {
+  StepModelInput input = one_bin(qwen3_5_architecture(), 4, {32768});
+  input.bins.push_back({2, {16384, 8192}});
+  input.pool_size = 8;
+  input.expert_model_parallel_size = 8;
+  input.dense_parameters = 1'000'000'000;
+  input.expert_parameters = 4'000'000'000;
+  const StepModelParameters p;
+  const StepModel waited = model_step(input, p);
+  for (const auto& row : waited.rows) CHECK(row.hidden_seconds == 0);
+  CHECK(waited.step_seconds == Approx(sum_of_rows(waited)));
+
+  input.overlap_grad_reduce = true;
+  const StepModel overlapped = model_step(input, p);
+  const StepOpRow& reduce = overlapped.row(StepOpClass::gradient_reduce);
+  CHECK(reduce.seconds() == Approx(waited.row(StepOpClass::gradient_reduce).seconds()));
+  CHECK(reduce.hidden_seconds > 0);
+  // The window: 2/3 of the last bin's compute (its backward).
+  StepModelInput last = input;
+  last.bins = {{2, {16384, 8192}}};
+  const StepModel last_bin = model_step(last, p);
+  double last_compute = 0;
+  for (const auto& row : last_bin.rows)
+    if (!is_communication(row.op) && row.op != StepOpClass::optimizer)
+      last_compute += row.seconds();
+  CHECK(overlapped.gradient_overlap_window_seconds == Approx(2.0 / 3.0 * last_compute));
+  CHECK(reduce.hidden_seconds <= overlapped.gradient_overlap_window_seconds * (1 + 1e-12));
+  // The embedding's bucket is final only at the end of the backward: it stays exposed.
+  CHECK(overlapped.gradient_last_bucket_seconds > 0);
+  CHECK(reduce.exposed_seconds() >= overlapped.gradient_last_bucket_seconds * (1 - 1e-12));
+  // Nothing else is hidden, and the step is shorter by exactly what is.
+  for (const auto& row : overlapped.rows)
+    if (row.op != StepOpClass::gradient_reduce) CHECK(row.hidden_seconds == 0);
+  CHECK(overlapped.step_seconds == Approx(waited.step_seconds - reduce.hidden_seconds));
+
+  // A short backward beside a large reduction: the hidden part is the window, not the whole
+  // reduction.
+  StepModelInput short_backward = input;
+  short_backward.bins = {{1, {256}}};
+  short_backward.dense_parameters = 20'000'000'000;
+  const StepModel short_model = model_step(short_backward, p);
+  const StepOpRow& short_reduce = short_model.row(StepOpClass::gradient_reduce);
+  CHECK(short_reduce.hidden_seconds == Approx(short_model.gradient_overlap_window_seconds));
+  CHECK(short_reduce.hidden_seconds <
+        short_reduce.seconds() - short_model.gradient_last_bucket_seconds);
+
+  // The distributed optimizer's reduce-scatter is not overlapped (as built).
+  input.distributed_optimizer = true;
+  const StepModel sharded = model_step(input, p);
+  for (const auto& row : sharded.rows) CHECK(row.hidden_seconds == 0);
+
+  // The table lists every collective with its hidden part.
+  const std::string text = format_step_model(overlapped, p);
+  for (const char* name : {"CP exchange", "EP all-to-all", "gradient reduce", "param all-gather"})
+    CHECK(text.find(std::string("overlap:     ") + name) != std::string::npos);
+  CHECK(text.find("hidden behind compute") != std::string::npos);
+}

@@ -164,6 +164,12 @@ struct Options {
   // and the layout: the experts come from the positions, which every layout shards differently.
   bool force_balance = false;
   int optimizer_steps = 3;
+  // --overlap-steps N: N steps (forward/backward and AdamW) with ddp.overlap_grad_reduce off and
+  // on, in buckets of --bucket-size elements: losses, gradients and parameters bitwise equal.
+  // --overlap-expect-mismatch 1 (the build whose overlapped sum lost its event): they differ.
+  int overlap_steps = 0;
+  std::int64_t bucket_size = 4096;
+  bool overlap_expect_mismatch = false;
   bool distributed_optimizer = false;
   bool hybrid = false;  // --model qwen3_5_moe: the Gated DeltaNet hybrid
   // --alignment per_group (default) | pool: how sequences are padded for their CP group.
@@ -203,6 +209,12 @@ Options parse(int argc, char** argv) {
       options.force_balance = value == "1";
     else if (key == "--optimizer-steps")
       options.optimizer_steps = std::stoi(value);
+    else if (key == "--overlap-steps")
+      options.overlap_steps = std::stoi(value);
+    else if (key == "--bucket-size")
+      options.bucket_size = std::stoll(value);
+    else if (key == "--overlap-expect-mismatch")
+      options.overlap_expect_mismatch = value == "1";
     else if (key == "--distributed-optimizer")
       options.distributed_optimizer = value == "1";
     else if (key == "--model") {
@@ -353,6 +365,77 @@ void check_state_division(train::StepEngine& engine, dist::ParallelState& parall
 }
 
 }  // namespace
+
+// ddp.overlap_grad_reduce changes no bit: two models from the same seed, one engine with the
+// overlapped bucket reduction and one without, the same batch and AdamW for several steps.
+template <typename Check>
+void compare_overlap(const Options& options, const config::ModelArchitecture& architecture,
+                     const model::ModelOptions& model_options, dist::ParallelState& parallel_state,
+                     const data::SampleSource& source, const train::StepEngineOptions& base_options,
+                     const std::vector<std::int64_t>& ids, Check& check) {
+  model::Qwen3MoeModel plain_model(architecture, model_options);
+  model::Qwen3MoeModel overlap_model(architecture, model_options);
+  plain_model.parameters().init_random(7);
+  overlap_model.parameters().init_random(7);
+  train::StepEngineOptions overlap_options = base_options;
+  overlap_options.overlap_grad_reduce = true;
+  overlap_options.bucket_elements = options.bucket_size;
+  train::StepEngine plain(plain_model, parallel_state, source, base_options);
+  train::StepEngine overlapped(overlap_model, parallel_state, source, overlap_options);
+  const bool sharded = options.distributed_optimizer;
+  check(sharded == (overlapped.overlapped_reduce() == nullptr),
+        "the overlapped bucket reduction is built exactly when the optimizer is replicated");
+  train::AdamWSettings adamw;
+  adamw.eps = 1e-6;
+  const auto optimizer_for = [&](model::Qwen3MoeModel& model, train::StepEngine& engine) {
+    return sharded ? train::AdamWOptimizer(model.parameters(), *engine.sharded_state_sync(), adamw)
+                   : train::AdamWOptimizer(model.parameters(), engine.partition(), adamw);
+  };
+  train::AdamWOptimizer plain_optimizer = optimizer_for(plain_model, plain);
+  train::AdamWOptimizer overlap_optimizer = optimizer_for(overlap_model, overlapped);
+  const auto& ranges =
+      sharded ? plain.sharded_state_sync()->shards().owned_ranges : plain.partition().ranges;
+  int differing_steps = 0;
+  std::int64_t started_during_backward = 0;
+  for (int step = 1; step <= options.overlap_steps; ++step) {
+    const train::StepOutcome a = plain.forward_backward(ids);
+    const train::StepOutcome b = overlapped.forward_backward(ids);
+    if (overlapped.overlapped_reduce())
+      started_during_backward += overlapped.overlapped_reduce()->started_during_backward();
+    const std::vector<float> ga = host_floats(plain_model.parameters().all_grads());
+    const std::vector<float> gb = host_floats(overlap_model.parameters().all_grads());
+    std::int64_t differing = 0;
+    for (const auto& range : ranges)
+      for (std::int64_t i = range.offset; i < range.offset + range.count; ++i)
+        differing += std::memcmp(&ga[static_cast<std::size_t>(i)], &gb[static_cast<std::size_t>(i)],
+                                 sizeof(float)) != 0;
+    const bool same_loss =
+        std::memcmp(&a.loss, &b.loss, sizeof(double)) == 0 &&
+        std::memcmp(&a.grad_sum_of_squares, &b.grad_sum_of_squares, sizeof(double)) == 0;
+    std::int64_t local[2] = {differing, same_loss ? 0 : 1};
+    parallel_state.pool().all_reduce(local, local, 2, core::DType::i64, dist::ReduceOp::sum);
+    if (local[0] + local[1] > 0) ++differing_steps;
+    char line[200];
+    std::snprintf(line, sizeof line,
+                  "overlap step %d: loss %.9g vs %.9g, %lld gradient elements differ over the pool",
+                  step, a.loss, b.loss, static_cast<long long>(local[0]));
+    if (!options.overlap_expect_mismatch)
+      check(local[0] == 0 && local[1] == 0, line);
+    else if (parallel_state.rank() == 0)
+      std::printf("%s\n", line);
+    plain_optimizer.step(1e-2, step, 1.0);
+    overlap_optimizer.step(1e-2, step, 1.0);
+  }
+  if (!sharded) {
+    check(started_during_backward > 0,
+          "buckets started during the backward: " + std::to_string(started_during_backward));
+  }
+  if (options.overlap_expect_mismatch) {
+    check(differing_steps > 0, "the overlapped sum without its event gives other numbers in " +
+                                   std::to_string(differing_steps) + " of " +
+                                   std::to_string(options.overlap_steps) + " steps");
+  }
+}
 
 int main(int argc, char** argv) {
   dist::MpiRuntime runtime(&argc, &argv);
@@ -759,6 +842,10 @@ int main(int argc, char** argv) {
               "moments reloaded from the full-size form equal the owned pieces");
       }
     }
+
+    if (options.overlap_steps > 0)
+      compare_overlap(options, architecture, sliced_options, parallel_state, source, engine_options,
+                      ids, check);
 
     if (rank == 0) {
       std::printf(

@@ -112,6 +112,15 @@ TEST_CASE("step_engine_options_for: the plan's schedule rules, the exchange and 
       train::step_engine_options_for(hierarchical, plan_of(hierarchical), 0);
   CHECK(a2a.hierarchical_inner_size == 2);
   CHECK(a2a.cost_model.hierarchical_inner_size == 2);
+  // ddp.overlap_grad_reduce and ddp.bucket_size reach the engine; unset, the bucket is
+  // Megatron's max(40M, 1M x pool) (its 40M up to 40 ranks).
+  CHECK_FALSE(a2a.overlap_grad_reduce);
+  CHECK(a2a.bucket_elements == 40'000'000);
+  const auto overlapped = smoke_config(4, {"ddp.overlap_grad_reduce=true", "ddp.bucket_size=123"});
+  const train::StepEngineOptions on =
+      train::step_engine_options_for(overlapped, plan_of(overlapped), 0);
+  CHECK(on.overlap_grad_reduce);
+  CHECK(on.bucket_elements == 123);
 }
 
 TEST_CASE("adamw_settings_for and lr_schedule_for", "[train][options]") {
