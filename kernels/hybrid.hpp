@@ -8,11 +8,14 @@
 //
 // Sequence boundaries (cu_seqlens, first_chunk) are DEVICE copies of the host metadata.
 
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
 namespace dyncp::kernels {
+
+using bf16 = __nv_bfloat16;
 
 // ops::sigmoid_gate_forward / _backward over n elements (dx / dgate may be null).
 void sigmoid_gate_forward(const float* x, const float* gate, float* out, std::int64_t n,
@@ -82,6 +85,12 @@ void l2norm_backward(const float* dy, const float* y, const float* inv_norm, flo
 void gated_rmsnorm_forward(const float* x, const float* z, const float* weight, float eps, float* y,
                            float* inv_rms, std::int64_t rows, std::int64_t n, cudaStream_t stream);
 void gated_rmsnorm_backward(const float* dy, const float* x, const float* z, const float* weight,
+                            const float* inv_rms, float* dx, float* dz, float* dweight,
+                            std::int64_t rows, std::int64_t n, cudaStream_t stream);
+// The same reading x and z as bf16 storage (bf16 activations), widened exactly.
+void gated_rmsnorm_forward(const bf16* x, const bf16* z, const float* weight, float eps, float* y,
+                           float* inv_rms, std::int64_t rows, std::int64_t n, cudaStream_t stream);
+void gated_rmsnorm_backward(const float* dy, const bf16* x, const bf16* z, const float* weight,
                             const float* inv_rms, float* dx, float* dz, float* dweight,
                             std::int64_t rows, std::int64_t n, cudaStream_t stream);
 

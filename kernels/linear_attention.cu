@@ -14,15 +14,24 @@ using detail::grid_for;
 using detail::kBlock;
 using detail::sigmoid;
 
-// ops::detail::dot_product's order: eight partial sums, the tail, then the partials.
-__device__ inline float dot_eight(const float* a, const float* b, std::int64_t n) {
+// ops::detail::dot_product's order: eight partial sums, the tail, then the partials. The
+// operands as stored: fp32, or bf16 (bf16 activations) widened exactly.
+__device__ inline float stored(const float* p, std::int64_t i) {
+  return p[i];
+}
+__device__ inline float stored(const bf16* p, std::int64_t i) {
+  return __bfloat162float(p[i]);
+}
+
+template <typename A, typename B>
+__device__ inline float dot_eight(const A* a, const B* b, std::int64_t n) {
   float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   std::int64_t j = 0;
   for (; j + 8 <= n; j += 8) {
-    for (int u = 0; u < 8; ++u) partial[u] += a[j + u] * b[j + u];
+    for (int u = 0; u < 8; ++u) partial[u] += stored(a, j + u) * stored(b, j + u);
   }
   float total = 0;
-  for (; j < n; ++j) total += a[j] * b[j];
+  for (; j < n; ++j) total += stored(a, j) * stored(b, j);
   for (int u = 0; u < 8; ++u) total += partial[u];
   return total;
 }
@@ -139,58 +148,67 @@ __global__ void l2norm_backward_kernel(const float* dy, const float* y, const fl
   }
 }
 
-__global__ void gated_rmsnorm_forward_kernel(const float* x, const float* z, const float* w,
-                                             float eps, float* y, float* inv, std::int64_t rows,
+// x (the rule output) and z as stored: fp32, or bf16 under bf16 activations.
+template <typename In>
+__global__ void gated_rmsnorm_forward_kernel(const In* x, const In* z, const float* w, float eps,
+                                             float* y, float* inv, std::int64_t rows,
                                              std::int64_t n) {
   for (std::int64_t r = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; r < rows;
        r += std::int64_t(gridDim.x) * blockDim.x) {
-    const float* xr = x + r * n;
-    const float* zr = z + r * n;
+    const In* xr = x + r * n;
+    const In* zr = z + r * n;
     float* yr = y + r * n;
     const float rr = 1.0f / sqrtf(dot_eight(xr, xr, n) / static_cast<float>(n) + eps);
     inv[r] = rr;
-    for (std::int64_t j = 0; j < n; ++j) yr[j] = w[j] * (xr[j] * rr) * (zr[j] * sigmoid(zr[j]));
+    for (std::int64_t j = 0; j < n; ++j) {
+      const float zj = stored(zr, j);
+      yr[j] = w[j] * (stored(xr, j) * rr) * (zj * sigmoid(zj));
+    }
   }
 }
 
 // dweight, one thread per column summing the rows in order; runs before the row kernel, which
 // may overwrite dy.
-__global__ void gated_rmsnorm_dweight_kernel(const float* dy, const float* x, const float* z,
+template <typename In>
+__global__ void gated_rmsnorm_dweight_kernel(const float* dy, const In* x, const In* z,
                                              const float* inv, float* dw, std::int64_t rows,
                                              std::int64_t n) {
   for (std::int64_t j = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; j < n;
        j += std::int64_t(gridDim.x) * blockDim.x) {
     float sum = dw[j];
     for (std::int64_t r = 0; r < rows; ++r) {
-      const float zj = z[r * n + j];
+      const float zj = stored(z, r * n + j);
       const float silu = zj * sigmoid(zj);
-      sum += dy[r * n + j] * x[r * n + j] * inv[r] * silu;
+      sum += dy[r * n + j] * stored(x, r * n + j) * inv[r] * silu;
     }
     dw[j] = sum;
   }
 }
 
-__global__ void gated_rmsnorm_backward_kernel(const float* dy, const float* x, const float* z,
+template <typename In>
+__global__ void gated_rmsnorm_backward_kernel(const float* dy, const In* x, const In* z,
                                               const float* w, const float* inv, float* dx,
                                               float* dz, std::int64_t rows, std::int64_t n) {
   for (std::int64_t r = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; r < rows;
        r += std::int64_t(gridDim.x) * blockDim.x) {
-    const float* xr = x + r * n;
-    const float* zr = z + r * n;
+    const In* xr = x + r * n;
+    const In* zr = z + r * n;
     const float* dyr = dy + r * n;
     const float rr = inv[r];
     float dot = 0;
     for (std::int64_t j = 0; j < n; ++j) {
-      const float silu = zr[j] * sigmoid(zr[j]);
-      dot += xr[j] * rr * dyr[j] * w[j] * silu;
+      const float zj = stored(zr, j);
+      const float silu = zj * sigmoid(zj);
+      dot += stored(xr, j) * rr * dyr[j] * w[j] * silu;
     }
     const float coeff = dot / static_cast<float>(n);
     for (std::int64_t j = 0; j < n; ++j) {
-      const float s = sigmoid(zr[j]);
-      const float silu = zr[j] * s;
-      const float xhat = xr[j] * rr;
+      const float zj = stored(zr, j);
+      const float s = sigmoid(zj);
+      const float silu = zj * s;
+      const float xhat = stored(xr, j) * rr;
       const float dyw = dyr[j] * w[j];
-      if (dz != nullptr) dz[r * n + j] = dyw * xhat * s * (1.0f + zr[j] * (1.0f - s));
+      if (dz != nullptr) dz[r * n + j] = dyw * xhat * s * (1.0f + zj * (1.0f - s));
       if (dx != nullptr) dx[r * n + j] = rr * (dyw * silu - xhat * coeff);
     }
   }
@@ -245,28 +263,60 @@ void l2norm_backward(const float* dy, const float* y, const float* inv_norm, flo
   DYNCP_CUDA_CHECK_LAUNCH();
 }
 
-void gated_rmsnorm_forward(const float* x, const float* z, const float* weight, float eps, float* y,
-                           float* inv_rms, std::int64_t rows, std::int64_t n, cudaStream_t stream) {
+namespace {
+
+template <typename In>
+void launch_gated_rmsnorm_forward(const In* x, const In* z, const float* weight, float eps,
+                                  float* y, float* inv_rms, std::int64_t rows, std::int64_t n,
+                                  cudaStream_t stream) {
   if (rows == 0) return;
-  DYNCP_LAUNCH(gated_rmsnorm_forward_kernel, grid_for(rows, kRowBlock), kRowBlock, 0, stream)
+  auto* const kernel = &gated_rmsnorm_forward_kernel<In>;  // one macro argument
+  DYNCP_LAUNCH(kernel, grid_for(rows, kRowBlock), kRowBlock, 0, stream)
   (x, z, weight, eps, y, inv_rms, rows, n);
   DYNCP_CUDA_CHECK_LAUNCH();
+}
+
+template <typename In>
+void launch_gated_rmsnorm_backward(const float* dy, const In* x, const In* z, const float* weight,
+                                   const float* inv_rms, float* dx, float* dz, float* dweight,
+                                   std::int64_t rows, std::int64_t n, cudaStream_t stream) {
+  if (rows == 0) return;
+  if (dweight != nullptr) {
+    auto* const kernel = &gated_rmsnorm_dweight_kernel<In>;  // one macro argument
+    DYNCP_LAUNCH(kernel, grid_for(n, kRowBlock), kRowBlock, 0, stream)
+    (dy, x, z, inv_rms, dweight, rows, n);
+    DYNCP_CUDA_CHECK_LAUNCH();
+  }
+  if (dx != nullptr || dz != nullptr) {
+    auto* const kernel = &gated_rmsnorm_backward_kernel<In>;  // one macro argument
+    DYNCP_LAUNCH(kernel, grid_for(rows, kRowBlock), kRowBlock, 0, stream)
+    (dy, x, z, weight, inv_rms, dx, dz, rows, n);
+    DYNCP_CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace
+
+void gated_rmsnorm_forward(const float* x, const float* z, const float* weight, float eps, float* y,
+                           float* inv_rms, std::int64_t rows, std::int64_t n, cudaStream_t stream) {
+  launch_gated_rmsnorm_forward(x, z, weight, eps, y, inv_rms, rows, n, stream);
+}
+
+void gated_rmsnorm_forward(const bf16* x, const bf16* z, const float* weight, float eps, float* y,
+                           float* inv_rms, std::int64_t rows, std::int64_t n, cudaStream_t stream) {
+  launch_gated_rmsnorm_forward(x, z, weight, eps, y, inv_rms, rows, n, stream);
 }
 
 void gated_rmsnorm_backward(const float* dy, const float* x, const float* z, const float* weight,
                             const float* inv_rms, float* dx, float* dz, float* dweight,
                             std::int64_t rows, std::int64_t n, cudaStream_t stream) {
-  if (rows == 0) return;
-  if (dweight != nullptr) {
-    DYNCP_LAUNCH(gated_rmsnorm_dweight_kernel, grid_for(n, kRowBlock), kRowBlock, 0, stream)
-    (dy, x, z, inv_rms, dweight, rows, n);
-    DYNCP_CUDA_CHECK_LAUNCH();
-  }
-  if (dx != nullptr || dz != nullptr) {
-    DYNCP_LAUNCH(gated_rmsnorm_backward_kernel, grid_for(rows, kRowBlock), kRowBlock, 0, stream)
-    (dy, x, z, weight, inv_rms, dx, dz, rows, n);
-    DYNCP_CUDA_CHECK_LAUNCH();
-  }
+  launch_gated_rmsnorm_backward(dy, x, z, weight, inv_rms, dx, dz, dweight, rows, n, stream);
+}
+
+void gated_rmsnorm_backward(const float* dy, const bf16* x, const bf16* z, const float* weight,
+                            const float* inv_rms, float* dx, float* dz, float* dweight,
+                            std::int64_t rows, std::int64_t n, cudaStream_t stream) {
+  launch_gated_rmsnorm_backward(dy, x, z, weight, inv_rms, dx, dz, dweight, rows, n, stream);
 }
 
 }  // namespace dyncp::kernels

@@ -62,6 +62,12 @@ void swiglu_forward(const float* gate, const float* up, std::int64_t ld_in, floa
 void swiglu_backward(const float* dout, const float* gate, const float* up, std::int64_t ld_in,
                      float* dgate, float* dup, std::int64_t ld_grad, std::int64_t rows,
                      std::int64_t inner, cudaStream_t stream);
+// The same reading gate / up as bf16 storage (bf16 activations), widened exactly.
+void swiglu_forward(const bf16* gate, const bf16* up, std::int64_t ld_in, float* out,
+                    std::int64_t rows, std::int64_t inner, cudaStream_t stream);
+void swiglu_backward(const float* dout, const bf16* gate, const bf16* up, std::int64_t ld_in,
+                     float* dgate, float* dup, std::int64_t ld_grad, std::int64_t rows,
+                     std::int64_t inner, cudaStream_t stream);
 
 // ops::router_forward / _backward. logits, probs, dlogits [T, E]; ids, weights, dweights [T, k].
 void router_forward(const float* logits, std::int64_t tokens, int experts, int top_k,

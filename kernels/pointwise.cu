@@ -65,24 +65,35 @@ __device__ inline float sigmoid(float a) {
   return 1.0f / (1.0f + expf(-a));
 }
 
-__global__ void swiglu_forward_kernel(const float* gate, const float* up, std::int64_t ld_in,
-                                      float* out, std::int64_t rows, std::int64_t inner) {
+// gate / up as stored: fp32, or bf16 (bf16 activations) widened exactly on load.
+__device__ inline float load_stored(const float* p, std::int64_t i) {
+  return p[i];
+}
+__device__ inline float load_stored(const bf16* p, std::int64_t i) {
+  return __bfloat162float(p[i]);
+}
+
+template <typename In>
+__global__ void swiglu_forward_kernel(const In* gate, const In* up, std::int64_t ld_in, float* out,
+                                      std::int64_t rows, std::int64_t inner) {
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < rows * inner;
        i += std::int64_t(gridDim.x) * blockDim.x) {
     const std::int64_t r = i / inner, c = i % inner;
-    const float a = gate[r * ld_in + c];
-    out[i] = a * sigmoid(a) * up[r * ld_in + c];
+    const float a = load_stored(gate, r * ld_in + c);
+    out[i] = a * sigmoid(a) * load_stored(up, r * ld_in + c);
   }
 }
 
-__global__ void swiglu_backward_kernel(const float* dout, const float* gate, const float* up,
+template <typename In>
+__global__ void swiglu_backward_kernel(const float* dout, const In* gate, const In* up,
                                        std::int64_t ld_in, float* dgate, float* dup,
                                        std::int64_t ld_grad, std::int64_t rows,
                                        std::int64_t inner) {
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < rows * inner;
        i += std::int64_t(gridDim.x) * blockDim.x) {
     const std::int64_t r = i / inner, c = i % inner;
-    const float a = gate[r * ld_in + c], b = up[r * ld_in + c], g = dout[i];
+    const float a = load_stored(gate, r * ld_in + c), b = load_stored(up, r * ld_in + c),
+                g = dout[i];
     const float s = sigmoid(a);
     dgate[r * ld_grad + c] = g * b * s * (1.0f + a * (1.0f - s));
     dup[r * ld_grad + c] = g * a * s;
@@ -174,21 +185,51 @@ void rope_apply(const float* x, const std::int32_t* positions, float* y, std::in
   DYNCP_CUDA_CHECK_LAUNCH();
 }
 
-void swiglu_forward(const float* gate, const float* up, std::int64_t ld_in, float* out,
-                    std::int64_t rows, std::int64_t inner, cudaStream_t stream) {
+namespace {
+
+template <typename In>
+void launch_swiglu_forward(const In* gate, const In* up, std::int64_t ld_in, float* out,
+                           std::int64_t rows, std::int64_t inner, cudaStream_t stream) {
   if (rows * inner == 0) return;
-  DYNCP_LAUNCH(swiglu_forward_kernel, grid_for(rows * inner), kBlock, 0, stream)
+  auto* const kernel = &swiglu_forward_kernel<In>;  // one macro argument
+  DYNCP_LAUNCH(kernel, grid_for(rows * inner), kBlock, 0, stream)
   (gate, up, ld_in, out, rows, inner);
   DYNCP_CUDA_CHECK_LAUNCH();
+}
+
+template <typename In>
+void launch_swiglu_backward(const float* dout, const In* gate, const In* up, std::int64_t ld_in,
+                            float* dgate, float* dup, std::int64_t ld_grad, std::int64_t rows,
+                            std::int64_t inner, cudaStream_t stream) {
+  if (rows * inner == 0) return;
+  auto* const kernel = &swiglu_backward_kernel<In>;  // one macro argument
+  DYNCP_LAUNCH(kernel, grid_for(rows * inner), kBlock, 0, stream)
+  (dout, gate, up, ld_in, dgate, dup, ld_grad, rows, inner);
+  DYNCP_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void swiglu_forward(const float* gate, const float* up, std::int64_t ld_in, float* out,
+                    std::int64_t rows, std::int64_t inner, cudaStream_t stream) {
+  launch_swiglu_forward(gate, up, ld_in, out, rows, inner, stream);
+}
+
+void swiglu_forward(const bf16* gate, const bf16* up, std::int64_t ld_in, float* out,
+                    std::int64_t rows, std::int64_t inner, cudaStream_t stream) {
+  launch_swiglu_forward(gate, up, ld_in, out, rows, inner, stream);
 }
 
 void swiglu_backward(const float* dout, const float* gate, const float* up, std::int64_t ld_in,
                      float* dgate, float* dup, std::int64_t ld_grad, std::int64_t rows,
                      std::int64_t inner, cudaStream_t stream) {
-  if (rows * inner == 0) return;
-  DYNCP_LAUNCH(swiglu_backward_kernel, grid_for(rows * inner), kBlock, 0, stream)
-  (dout, gate, up, ld_in, dgate, dup, ld_grad, rows, inner);
-  DYNCP_CUDA_CHECK_LAUNCH();
+  launch_swiglu_backward(dout, gate, up, ld_in, dgate, dup, ld_grad, rows, inner, stream);
+}
+
+void swiglu_backward(const float* dout, const bf16* gate, const bf16* up, std::int64_t ld_in,
+                     float* dgate, float* dup, std::int64_t ld_grad, std::int64_t rows,
+                     std::int64_t inner, cudaStream_t stream) {
+  launch_swiglu_backward(dout, gate, up, ld_in, dgate, dup, ld_grad, rows, inner, stream);
 }
 
 namespace {

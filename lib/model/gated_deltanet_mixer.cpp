@@ -3,6 +3,7 @@
 // LinearAttentionContext seam, then the gated output norm and out_proj.
 #include "core/error.hpp"
 #include "model/decoder_layer.hpp"
+#include "ops/elementwise.hpp"
 #include "ops/gated_delta_gates.hpp"
 #include "ops/gated_rmsnorm.hpp"
 #include "ops/gemm.hpp"
@@ -51,7 +52,21 @@ void gated_deltanet_forward(const LayerRunContext& run, int layer_index,
   saved.q_raw = keep.allocate({tokens, dims.key_heads, dims.key_head_dim}, dtype);
   saved.k_raw = keep.allocate({tokens, dims.key_heads, dims.key_head_dim}, dtype);
   saved.v_raw = keep.allocate({tokens, dims.value_heads, dims.value_head_dim}, dtype);
-  saved.z = keep.allocate({tokens, dims.value_heads, dims.value_head_dim}, dtype);
+  // bf16 activations keep z, the rule output and the gated-norm output in bf16 (each rounded
+  // once from its fp32 producer into a scratch temporary); the gated norm reads the kept z and
+  // rule output in forward and backward alike, out_proj's product the kept norm output (the
+  // operand it rounds to bf16 anyway).
+  const bool bf16_kept = run.seam.bf16_activations;
+  const DType kept_dtype = bf16_kept ? DType::bf16 : dtype;
+  core::ArenaScope temporaries(*run.seam.scratch);
+  const auto produced = [&](const Tensor& kept) {
+    return bf16_kept ? run.seam.scratch->allocate(kept.shape(), dtype) : kept;
+  };
+  const auto keep_rounded = [&](const Tensor& value, const Tensor& kept) {
+    if (bf16_kept) ops::convert(ctx, value, kept);
+  };
+  saved.z = keep.allocate({tokens, dims.value_heads, dims.value_head_dim}, kept_dtype);
+  const Tensor z = produced(saved.z);
   saved.a = keep.allocate({tokens, dims.value_heads}, dtype);
   saved.b = keep.allocate({tokens, dims.value_heads}, dtype);
   ops::linear_forward(ctx, normed_input, qkv.slice(0, key_dim), rows_by_features(saved.q_raw));
@@ -59,7 +74,8 @@ void gated_deltanet_forward(const LayerRunContext& run, int layer_index,
                       rows_by_features(saved.k_raw));
   ops::linear_forward(ctx, normed_input, qkv.slice(2 * key_dim, qkv.size(0)),
                       rows_by_features(saved.v_raw));
-  ops::linear_forward(ctx, normed_input, params.in_proj_z.value, rows_by_features(saved.z));
+  ops::linear_forward(ctx, normed_input, params.in_proj_z.value, rows_by_features(z));
+  keep_rounded(z, saved.z);
   ops::linear_forward(ctx, normed_input, params.in_proj_a.value, saved.a);
   ops::linear_forward(ctx, normed_input, params.in_proj_b.value, saved.b);
 
@@ -68,16 +84,20 @@ void gated_deltanet_forward(const LayerRunContext& run, int layer_index,
   ops::gated_delta_gates_forward(ctx, saved.a, saved.b, params.A_log.value, params.dt_bias.value,
                                  saved.g, saved.beta);
 
-  saved.core_out = keep.allocate({tokens, dims.value_heads, dims.value_head_dim}, dtype);
+  saved.core_out = keep.allocate({tokens, dims.value_heads, dims.value_head_dim}, kept_dtype);
+  const Tensor core_out = produced(saved.core_out);
   run.seams.linear_attention->forward(run.seam, layer_index, dims, saved.q_raw, saved.k_raw,
                                       saved.v_raw, conv_matrix(params.conv1d.value), saved.g,
-                                      saved.beta, saved.core_out, saved.core);
+                                      saved.beta, core_out, saved.core);
+  keep_rounded(core_out, saved.core_out);
 
-  saved.normed_out = keep.allocate(saved.core_out.shape(), dtype);
+  saved.normed_out = keep.allocate(saved.core_out.shape(), kept_dtype);
+  const Tensor normed_out = produced(saved.normed_out);
   saved.out_norm.inv_rms = keep.allocate({tokens * dims.value_heads}, dtype);
   ops::gated_rmsnorm_forward(ctx, saved.core_out, saved.z, params.norm.value, a.rms_norm_eps,
-                             saved.normed_out, saved.out_norm);
-  ops::gemm(ctx, rows_by_features(saved.normed_out), ops::Transpose::no, params.out_proj.value,
+                             normed_out, saved.out_norm);
+  keep_rounded(normed_out, saved.normed_out);
+  ops::gemm(ctx, rows_by_features(normed_out), ops::Transpose::no, params.out_proj.value,
             ops::Transpose::yes, residual, 1.0, /*accumulate=*/true);
 }
 

@@ -16,8 +16,14 @@ void run_experts_forward(const SeamContext& context, const Tensor& rows,
   saved.group_offsets = group_offsets;
   // rows may be bf16 storage (bf16 activations); the products compute in the weights' dtype.
   const core::DType dtype = weights.gate_up.value.dtype();
-  saved.gate_up = context.activations->allocate({num_rows, twice_intermediate}, dtype);
+  // bf16 activations keep gate_up in bf16 (the products' fp32 output rounded once); SwiGLU
+  // forward, its recompute and backward all read the kept values.
+  const core::Shape gate_up_shape{num_rows, twice_intermediate};
+  saved.gate_up = context.activations->allocate(
+      gate_up_shape, context.bf16_activations ? core::DType::bf16 : dtype);
   core::ArenaScope temporaries(*context.scratch);
+  const Tensor gate_up =
+      context.bf16_activations ? context.scratch->allocate(gate_up_shape, dtype) : saved.gate_up;
   // bf16 activations keep the SwiGLU output (the down product's input, which the product
   // rounds to bf16 anyway) in bf16, computed into an fp32 temporary.
   const bool bf16_hidden = context.bf16_activations && !saved.recompute_hidden;
@@ -29,8 +35,8 @@ void run_experts_forward(const SeamContext& context, const Tensor& rows,
       bf16_hidden ? context.activations->allocate(hidden_shape, core::DType::bf16) : hidden;
   // A bf16 y (bf16 activations) is the rounded copy of the products' fp32 output.
   const Tensor out = y.dtype() == dtype ? y : context.scratch->allocate(y.shape(), dtype);
-  ops::grouped_linear_forward(context.ops, rows, weights.gate_up.value, group_offsets,
-                              saved.gate_up);
+  ops::grouped_linear_forward(context.ops, rows, weights.gate_up.value, group_offsets, gate_up);
+  if (context.bf16_activations) ops::convert(context.ops, gate_up, saved.gate_up);
   ops::swiglu_fused_forward(context.ops, saved.gate_up, hidden);
   if (bf16_hidden) ops::convert(context.ops, hidden, kept_hidden);
   ops::grouped_linear_forward(context.ops, kept_hidden, weights.down.value, group_offsets, out);

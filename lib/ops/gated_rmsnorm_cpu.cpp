@@ -1,5 +1,6 @@
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "ops/device_ops.hpp"
 #include "ops/gated_rmsnorm.hpp"
@@ -20,6 +21,28 @@ std::int64_t check_common(std::string_view op, const Tensor& x, const Tensor& z,
   return n;
 }
 
+// x (the rule output) and z in bf16 storage (bf16 activations) beside fp32 weight, outputs and
+// statistics; any other dtype mix is refused.
+bool bf16_inputs(std::string_view op, const OpContext& ctx, const Tensor& x, const Tensor& z,
+                 const Tensor& weight) {
+  if (x.dtype() != DType::bf16 && z.dtype() != DType::bf16) return false;
+  if (x.dtype() != DType::bf16 || z.dtype() != DType::bf16 || weight.dtype() != DType::f32) {
+    detail::fail(op, "bf16 storage needs both x and z in bf16 beside f32 weight and outputs, got " +
+                         x.describe() + ", " + z.describe() + ", " + weight.describe());
+  }
+  detail::require_device(op, ctx, "x", x);
+  detail::require_device(op, ctx, "z", z);
+  return true;
+}
+
+// A bf16 tensor widened exactly into `values`, viewed as f32 of its shape.
+Tensor widened(const Tensor& t, std::vector<float>& values) {
+  values.resize(static_cast<std::size_t>(t.numel()));
+  const std::uint16_t* bits = t.bf16_bits();
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = core::bf16_bits_to_float(bits[i]);
+  return Tensor::view_of(values.data(), t.shape(), DType::f32);
+}
+
 template <typename T>
 T sigmoid(T a) {
   return T(1) / (T(1) + std::exp(-a));
@@ -30,13 +53,22 @@ T sigmoid(T a) {
 void gated_rmsnorm_forward(const OpContext& ctx, const Tensor& x, const Tensor& z,
                            const Tensor& weight, double eps, const Tensor& y, RmsNormSaved& saved) {
   constexpr std::string_view op = "gated_rmsnorm_forward";
-  detail::require_float_operands_on_any_device(
-      op, ctx,
-      {{"x", &x}, {"z", &z}, {"weight", &weight}, {"y", &y}, {"saved.inv_rms", &saved.inv_rms}});
+  const bool bf16_in = bf16_inputs(op, ctx, x, z, weight);
+  const Tensor float_x = bf16_in ? Tensor{} : x, float_z = bf16_in ? Tensor{} : z;
+  detail::require_float_operands_on_any_device(op, ctx,
+                                               {{"x", &float_x},
+                                                {"z", &float_z},
+                                                {"weight", &weight},
+                                                {"y", &y},
+                                                {"saved.inv_rms", &saved.inv_rms}});
   const std::int64_t n = check_common(op, x, z, weight, saved.inv_rms);
   detail::require_shape(op, "y", y, x.shape());
   if (ctx.device == Device::cuda)
     return detail::device_ops(op).gated_rmsnorm_forward(ctx, x, z, weight, eps, y, saved);
+  if (bf16_in) {
+    std::vector<float> xs, zs;
+    return gated_rmsnorm_forward(ctx, widened(x, xs), widened(z, zs), weight, eps, y, saved);
+  }
   detail::dispatch_float(op, x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* xs = x.data<T>();
@@ -61,10 +93,12 @@ void gated_rmsnorm_backward(const OpContext& ctx, const Tensor& dy, const Tensor
                             const Tensor& z, const Tensor& weight, const RmsNormSaved& saved,
                             const Tensor& dx, const Tensor& dz, const Tensor& dweight) {
   constexpr std::string_view op = "gated_rmsnorm_backward";
+  const bool bf16_in = bf16_inputs(op, ctx, x, z, weight);
+  const Tensor float_x = bf16_in ? Tensor{} : x, float_z = bf16_in ? Tensor{} : z;
   detail::require_float_operands_on_any_device(op, ctx,
                                                {{"dy", &dy},
-                                                {"x", &x},
-                                                {"z", &z},
+                                                {"x", &float_x},
+                                                {"z", &float_z},
                                                 {"weight", &weight},
                                                 {"saved.inv_rms", &saved.inv_rms},
                                                 {"dx", &dx},
@@ -78,6 +112,11 @@ void gated_rmsnorm_backward(const OpContext& ctx, const Tensor& dy, const Tensor
   if (ctx.device == Device::cuda)
     return detail::device_ops(op).gated_rmsnorm_backward(ctx, dy, x, z, weight, saved, dx, dz,
                                                          dweight);
+  if (bf16_in) {
+    std::vector<float> xs, zs;
+    return gated_rmsnorm_backward(ctx, dy, widened(x, xs), widened(z, zs), weight, saved, dx, dz,
+                                  dweight);
+  }
   detail::dispatch_float(op, x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* xs = x.data<T>();

@@ -60,6 +60,17 @@ std::int64_t linear_rows(std::string_view op, const Tensor& x, const Tensor& wei
   return rows;
 }
 
+// x in bf16 storage (bf16 activations: the experts' kept rows, the
+// Gated DeltaNet's kept gated-norm output) under bf16 products, which read
+// it as the rounded operand it is; refused with fp32 products.
+bool bf16_rows(std::string_view op, const OpContext& ctx, const Tensor& x) {
+  if (!x.defined() || x.dtype() != DType::bf16) return false;
+  detail::require_device(op, ctx, "x", x);
+  if (ctx.precision != ComputePrecision::bf16)
+    fail(op, "a bf16 x needs bf16 products (mixed_precision: bf16_mixed), got " + x.describe());
+  return true;
+}
+
 }  // namespace
 
 void linear_forward(const OpContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& y) {
@@ -88,8 +99,10 @@ void linear_forward(const OpContext& ctx, const Tensor& x, const Tensor& weight,
 void linear_backward(const OpContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& weight,
                      const Tensor& dx, const Tensor& dweight, GradMode dx_mode) {
   constexpr std::string_view op = "linear_backward";
+  const Tensor float_x = bf16_rows(op, ctx, x) ? Tensor{} : x;
   detail::require_float_operands_on_any_device(
-      op, ctx, {{"dy", &dy}, {"x", &x}, {"weight", &weight}, {"dx", &dx}, {"dweight", &dweight}});
+      op, ctx,
+      {{"dy", &dy}, {"x", &float_x}, {"weight", &weight}, {"dx", &dx}, {"dweight", &dweight}});
   const std::int64_t rows = linear_rows(op, x, weight, dy, "dy");
   const std::int64_t out_dim = weight.size(0), in_dim = weight.size(1);
   if (dx.defined() && dx.numel() != x.numel()) {
@@ -132,16 +145,6 @@ void linear_backward(const OpContext& ctx, const Tensor& dy, const Tensor& x, co
 }
 
 namespace {
-
-// x in bf16 storage (bf16 activations: the experts' kept rows) under bf16 products, which read
-// it as the rounded operand it is; refused with fp32 products.
-bool bf16_rows(std::string_view op, const OpContext& ctx, const Tensor& x) {
-  if (!x.defined() || x.dtype() != DType::bf16) return false;
-  detail::require_device(op, ctx, "x", x);
-  if (ctx.precision != ComputePrecision::bf16)
-    fail(op, "a bf16 x needs bf16 products (mixed_precision: bf16_mixed), got " + x.describe());
-  return true;
-}
 
 void check_grouped(std::string_view op, const OpContext& ctx, const Tensor& x, const Tensor& weight,
                    const Tensor& group_offsets, const Tensor& y) {

@@ -1,5 +1,6 @@
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "ops/device_ops.hpp"
 #include "ops/op_checks.hpp"
@@ -80,6 +81,24 @@ void run_backward(std::int64_t rows, std::int64_t width, const T* dout, const T*
   }
 }
 
+// gate_up in bf16 storage (bf16 activations) beside fp32 out / dout / dgate_up: each element
+// widened exactly, then the fp32 arithmetic above. Any other dtype mix is refused.
+bool bf16_gate_up(std::string_view op, const OpContext& ctx, const Tensor& gate_up,
+                  const Tensor& fp32_operand) {
+  if (!gate_up.defined() || gate_up.dtype() != DType::bf16) return false;
+  detail::require_device(op, ctx, "gate_up", gate_up);
+  if (fp32_operand.dtype() != DType::f32)
+    detail::fail(op, "a bf16 gate_up needs f32 outputs, got " + fp32_operand.describe());
+  return true;
+}
+
+std::vector<float> widened_rows(const Tensor& gate_up) {
+  std::vector<float> values(static_cast<std::size_t>(gate_up.numel()));
+  const std::uint16_t* bits = gate_up.bf16_bits();
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = core::bf16_bits_to_float(bits[i]);
+  return values;
+}
+
 }  // namespace
 
 void swiglu_forward(const OpContext& ctx, const Tensor& gate, const Tensor& up, const Tensor& out) {
@@ -115,7 +134,10 @@ void swiglu_backward(const OpContext& ctx, const Tensor& dout, const Tensor& gat
 
 void swiglu_fused_forward(const OpContext& ctx, const Tensor& gate_up, const Tensor& out) {
   constexpr std::string_view op = "swiglu_fused_forward";
-  detail::require_float_operands_on_any_device(op, ctx, {{"gate_up", &gate_up}, {"out", &out}});
+  const bool bf16_in = bf16_gate_up(op, ctx, gate_up, out);
+  const Tensor float_gate_up = bf16_in ? Tensor{} : gate_up;
+  detail::require_float_operands_on_any_device(op, ctx,
+                                               {{"gate_up", &float_gate_up}, {"out", &out}});
   const Tensor gu = gate_up.as_matrix(), om = out.as_matrix();
   if (gu.size(1) != 2 * om.size(1) || gu.size(0) != om.size(0)) {
     detail::fail(op,
@@ -124,6 +146,11 @@ void swiglu_fused_forward(const OpContext& ctx, const Tensor& gate_up, const Ten
   const std::int64_t width = om.size(1), rows = om.size(0);
   if (ctx.device == Device::cuda)
     return detail::device_ops(op).swiglu_fused_forward(ctx, gate_up, out);
+  if (bf16_in) {
+    const std::vector<float> base = widened_rows(gate_up);
+    return run_forward<float>(rows, width, base.data(), base.data() + width, 2 * width,
+                              om.data<float>());
+  }
   detail::dispatch_float(op, out.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* base = gu.data<T>();
@@ -134,8 +161,10 @@ void swiglu_fused_forward(const OpContext& ctx, const Tensor& gate_up, const Ten
 void swiglu_fused_backward(const OpContext& ctx, const Tensor& dout, const Tensor& gate_up,
                            const Tensor& dgate_up) {
   constexpr std::string_view op = "swiglu_fused_backward";
+  const bool bf16_in = bf16_gate_up(op, ctx, gate_up, dout);
+  const Tensor float_gate_up = bf16_in ? Tensor{} : gate_up;
   detail::require_float_operands_on_any_device(
-      op, ctx, {{"dout", &dout}, {"gate_up", &gate_up}, {"dgate_up", &dgate_up}});
+      op, ctx, {{"dout", &dout}, {"gate_up", &float_gate_up}, {"dgate_up", &dgate_up}});
   detail::require_shape(op, "dgate_up", dgate_up, gate_up.shape());
   const Tensor gu = gate_up.as_matrix(), dm = dout.as_matrix();
   if (gu.size(1) != 2 * dm.size(1) || gu.size(0) != dm.size(0)) {
@@ -145,6 +174,12 @@ void swiglu_fused_backward(const OpContext& ctx, const Tensor& dout, const Tenso
   const std::int64_t width = dm.size(1), rows = dm.size(0);
   if (ctx.device == Device::cuda)
     return detail::device_ops(op).swiglu_fused_backward(ctx, dout, gate_up, dgate_up);
+  if (bf16_in) {
+    const std::vector<float> base = widened_rows(gate_up);
+    float* grad = dgate_up.data<float>();
+    return run_backward<float>(rows, width, dm.data<float>(), base.data(), base.data() + width,
+                               2 * width, grad, grad + width);
+  }
   detail::dispatch_float(op, dout.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* base = gu.data<T>();

@@ -53,9 +53,9 @@ double norm_outputs_saved_per_token(const Shape& s, bool recompute_layernorm) {
   return recompute_layernorm ? 0.0 : 2 * s.hidden;
 }
 
-// With bf16 activations (model::ModelOptions::bf16_activations) x_perm, y_perm and the
-// EP-received rows are bf16 (half a value a row element), and under EP x_perm is only the bf16
-// send buffer (counted in "EP dispatch").
+// With bf16 activations (model::ModelOptions::bf16_activations) x_perm, y_perm, the
+// EP-received rows, the experts' gate_up and SwiGLU output are bf16 (half a value an element),
+// and under EP x_perm is only the bf16 send buffer (counted in "EP dispatch").
 double moe_saved_per_token(const Shape& s, std::int64_t ep,
                            const config::SelectiveRecompute& recompute, bool bf16_activations) {
   const double rows = s.top_k;  // every token is routed to k experts
@@ -65,7 +65,7 @@ double moe_saved_per_token(const Shape& s, std::int64_t ep,
   double values = s.experts      // router probabilities
                   + 4 * s.top_k  // expert ids, weights, permute order and rows
                   + (x_perm + y_perm) * rows * s.hidden                // x_perm, y_perm
-                  + 2 * rows * s.moe_intermediate;                     // expert gate_up
+                  + bf16 * 2 * rows * s.moe_intermediate;              // expert gate_up
   if (!recompute.moe_act) values += bf16 * rows * s.moe_intermediate;  // expert SwiGLU output
   if (ep > 1) values += bf16 * rows * s.hidden;  // rows received from the EP group
   return values;
@@ -73,19 +73,22 @@ double moe_saved_per_token(const Shape& s, std::int64_t ep,
 
 // A Gated DeltaNet layer (hybrid family), per local token. Under CP each rank keeps only its
 // own rows (parallel/cp_linear_attention_states): the conv outputs, L2-norm statistics, the
-// chunk-boundary states, and the state maps' query weights w (Hv·dk per row).
-double deltanet_saved_per_token(const config::ModelArchitecture& a) {
+// chunk-boundary states, and the state maps' query weights w (Hv·dk per row). bf16
+// activations keep z, the rule output and the gated-norm output in bf16.
+double deltanet_saved_per_token(const config::ModelArchitecture& a, bool bf16_activations) {
+  const double bf16 = bf16_activations ? 0.5 : 1.0;
   const double h = static_cast<double>(a.hidden_size);
   const double hk = static_cast<double>(a.linear_num_key_heads);
   const double hv = static_cast<double>(a.linear_num_value_heads);
   const double key = hk * static_cast<double>(a.linear_key_head_dim);
   const double value = hv * static_cast<double>(a.linear_value_head_dim);
-  constexpr double chunk = 64;       // the chunked delta rule's chunk (model::LinearAttentionDims)
-  return h + 2                       // mid; norm stats (the norm outputs: apart)
-         + 2 * key + 2 * value       // q/k/v before the conv, z
-         + 4 * hv                    // a, b, g, beta
-         + 3 * value + hv            // rule output, gated-norm output and stats
-         + 2 * key + value + 2 * hk  // conv outputs, L2-norm statistics
+  constexpr double chunk = 64;  // the chunked delta rule's chunk (model::LinearAttentionDims)
+  return h + 2                  // mid; norm stats (the norm outputs: apart)
+         + 2 * key + value      // q/k/v before the conv
+         + bf16 * value         // z
+         + 4 * hv               // a, b, g, beta
+         + (1 + 2 * bf16) * value + hv  // rule output, gated-norm output and stats
+         + 2 * key + value + 2 * hk     // conv outputs, L2-norm statistics
          + hv * static_cast<double>(a.linear_key_head_dim * a.linear_value_head_dim) / chunk +
          hv * static_cast<double>(a.linear_key_head_dim);  // w of the state maps
 }
@@ -289,7 +292,7 @@ void add_activations(MemoryEstimate& out, const MemoryEstimateInput& input, cons
     const double mixer =
         norm_outputs_saved_per_token(s, input.selective.layernorm) +
         (a.mixer_of_layer(layer) == config::LayerMixer::linear_attention
-             ? deltanet_saved_per_token(a)
+             ? deltanet_saved_per_token(a, input.bf16_activations)
              : attention_saved_per_token(s) + (a.is_hybrid() ? 2 * s.q_width : 0.0));  // gate
     const double per_token =
         mixer + (moe ? moe_saved_per_token(s, input.expert_model_parallel_size, input.selective,

@@ -4,6 +4,7 @@
 // round-off; the gated delta rule's kernel runs token by token against the CPU's chunked form.
 #include "hybrid.hpp"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 
@@ -214,6 +215,36 @@ GPU_TEST(l2norm_and_gated_rmsnorm_forward_backward) {
   expect_close("gated rmsnorm dx (in place)", d_dy.download(), gdx, kF32AtolRel, kF32Rtol);
   expect_close("gated rmsnorm dz", d_gdz.download(), gdz, kF32AtolRel, kF32Rtol);
   expect_close("gated rmsnorm dweight (accumulates)", d_gdw.download(), gdw, kF32AtolRel, kF32Rtol);
+
+  // x (the rule output) and z as bf16 storage (bf16 activations): kernels and CPU op read the
+  // same rounded values widened.
+  std::vector<std::uint16_t> x_bits(x.size()), z_bits(z.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    x_bits[i] = core::float_to_bf16_bits(x[i]);
+    z_bits[i] = core::float_to_bf16_bits(z[i]);
+  }
+  const Tensor x16 = Tensor::view_of(x_bits.data(), rn, DType::bf16);
+  const Tensor z16 = Tensor::view_of(z_bits.data(), rn, DType::bf16);
+  std::vector<float> hy(rows * n), hinv(rows), hdx(rows * n), hdz(rows * n), hdw = gdw_start;
+  ops::RmsNormSaved saved16{view(hinv, {rows})};
+  ops::gated_rmsnorm_forward(cpu, x16, z16, view(w, {n}), 1e-6, view(hy, rn), saved16);
+  ops::gated_rmsnorm_backward(cpu, view(dy, rn), x16, z16, view(w, {n}), saved16, view(hdx, rn),
+                              view(hdz, rn), view(hdw, {n}));
+  const DeviceBuffer<kernels::bf16> d_x16 = to_device_bf16(x), d_z16 = to_device_bf16(z);
+  DeviceBuffer<float> d_hdy(dy), d_hdx(rows * n), d_hdz(rows * n), d_hdw(gdw_start);
+  kernels::gated_rmsnorm_forward(d_x16.get(), d_z16.get(), d_w.get(), 1e-6f, d_y.get(), d_inv.get(),
+                                 rows, n, nullptr);
+  kernels::gated_rmsnorm_backward(d_hdy.get(), d_x16.get(), d_z16.get(), d_w.get(), d_inv.get(),
+                                  d_hdx.get(), d_hdz.get(), d_hdw.get(), rows, n, nullptr);
+  expect_close("gated rmsnorm forward, bf16 x and z", d_y.download(), hy, kF32AtolRel, kF32Rtol);
+  expect_close("gated rmsnorm inv_rms, bf16 x", d_inv.download(), hinv, kF32AtolRel, kF32Rtol);
+  expect_close("gated rmsnorm dx, bf16 x and z", d_hdx.download(), hdx, kF32AtolRel, kF32Rtol);
+  expect_close("gated rmsnorm dz, bf16 x and z", d_hdz.download(), hdz, kF32AtolRel, kF32Rtol);
+  expect_close("gated rmsnorm dweight, bf16 x and z", d_hdw.download(), hdw, kF32AtolRel, kF32Rtol);
+  double largest = 0;
+  for (std::size_t i = 0; i < hy.size(); ++i)
+    largest = std::max(largest, std::abs(double(hy[i]) - double(gy[i])));
+  expect(largest > 0, "bf16 x and z change the output (the rounding is real)");
 }
 
 // Rows of unit length (the model L2-normalises q and k before the rule).

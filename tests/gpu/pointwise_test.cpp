@@ -1,4 +1,5 @@
 // Conversion, RoPE, SwiGLU, AdamW and gradient norm kernels against lib/ops.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -131,6 +132,30 @@ GPU_TEST(swiglu_plain_and_fused) {
                            nullptr);
   expect_close("swiglu fused forward", d_out.download(), fused_out, kF32AtolRel, kF32Rtol);
   expect_close("swiglu fused backward", d_dgate_up.download(), dgate_up, kF32AtolRel, kF32Rtol);
+
+  // gate_up as bf16 storage (bf16 activations): the kernels and the CPU op read the same
+  // rounded values widened, so they agree as on fp32 inputs.
+  std::vector<std::uint16_t> gate_up_bits(gate_up.size());
+  for (std::size_t i = 0; i < gate_up.size(); ++i)
+    gate_up_bits[i] = core::float_to_bf16_bits(gate_up[i]);
+  const Tensor bf16_gate_up = Tensor::view_of(gate_up_bits.data(), {rows, 2 * inner}, DType::bf16);
+  std::vector<float> out16(rows * inner), dgate_up16(rows * 2 * inner);
+  ops::swiglu_fused_forward(cpu, bf16_gate_up, view(out16, {rows, inner}));
+  ops::swiglu_fused_backward(cpu, view(dout, {rows, inner}), bf16_gate_up,
+                             view(dgate_up16, {rows, 2 * inner}));
+  const DeviceBuffer<kernels::bf16> d_gate_up16 = to_device_bf16(gate_up);
+  const kernels::bf16* base16 = d_gate_up16.get();
+  kernels::swiglu_forward(base16, base16 + inner, 2 * inner, d_out.get(), rows, inner, nullptr);
+  kernels::swiglu_backward(d_dout.get(), base16, base16 + inner, 2 * inner, d_dgate_up.get(),
+                           d_dgate_up.get() + inner, 2 * inner, rows, inner, nullptr);
+  expect_close("swiglu fused forward, bf16 gate_up", d_out.download(), out16, kF32AtolRel,
+               kF32Rtol);
+  expect_close("swiglu fused backward, bf16 gate_up", d_dgate_up.download(), dgate_up16,
+               kF32AtolRel, kF32Rtol);
+  double largest = 0;
+  for (std::size_t i = 0; i < out16.size(); ++i)
+    largest = std::max(largest, std::abs(double(out16[i]) - double(fused_out[i])));
+  expect(largest > 0, "bf16 gate_up output differs from the fp32 one");
 }
 
 GPU_TEST(adamw_three_steps) {

@@ -249,6 +249,13 @@ void CudaHybridOps::l2norm_backward(const OpContext& ctx, const Tensor& dy, cons
 void CudaHybridOps::gated_rmsnorm_forward(const OpContext& ctx, const Tensor& x, const Tensor& z,
                                           const Tensor& weight, double eps, const Tensor& y,
                                           RmsNormSaved& saved) {
+  if (x.dtype() == core::DType::bf16) {  // bf16 activations' kept rule output and z
+    kernels::gated_rmsnorm_forward(static_cast<const kernels::bf16*>(x.raw_data()),
+                                   static_cast<const kernels::bf16*>(z.raw_data()), f32(weight),
+                                   static_cast<float>(eps), f32(y), f32(saved.inv_rms), rows_of(x),
+                                   x.shape().last(), stream_of(ctx));
+    return;
+  }
   kernels::gated_rmsnorm_forward(f32(x), f32(z), f32(weight), static_cast<float>(eps), f32(y),
                                  f32(saved.inv_rms), rows_of(x), x.shape().last(), stream_of(ctx));
 }
@@ -257,6 +264,13 @@ void CudaHybridOps::gated_rmsnorm_backward(const OpContext& ctx, const Tensor& d
                                            const Tensor& z, const Tensor& weight,
                                            const RmsNormSaved& saved, const Tensor& dx,
                                            const Tensor& dz, const Tensor& dweight) {
+  if (x.dtype() == core::DType::bf16) {  // bf16 activations' kept rule output and z
+    kernels::gated_rmsnorm_backward(f32(dy), static_cast<const kernels::bf16*>(x.raw_data()),
+                                    static_cast<const kernels::bf16*>(z.raw_data()), f32(weight),
+                                    f32(saved.inv_rms), f32(dx), f32(dz), f32(dweight), rows_of(x),
+                                    x.shape().last(), stream_of(ctx));
+    return;
+  }
   kernels::gated_rmsnorm_backward(f32(dy), f32(x), f32(z), f32(weight), f32(saved.inv_rms), f32(dx),
                                   f32(dz), f32(dweight), rows_of(x), x.shape().last(),
                                   stream_of(ctx));

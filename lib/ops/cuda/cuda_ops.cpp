@@ -150,6 +150,12 @@ class CudaOps final : public CudaHybridOps {
                             const Tensor& out) override {
     const Tensor om = out.as_matrix();
     const std::int64_t width = om.size(1);
+    if (gate_up.dtype() == DType::bf16) {  // bf16 activations' kept gate_up
+      const bf16* base = static_cast<const bf16*>(gate_up.raw_data());
+      kernels::swiglu_forward(base, base + width, 2 * width, f32(out), om.size(0), width,
+                              stream_of(ctx));
+      return;
+    }
     const float* base = f32(gate_up);
     kernels::swiglu_forward(base, base + width, 2 * width, f32(out), om.size(0), width,
                             stream_of(ctx));
@@ -159,8 +165,14 @@ class CudaOps final : public CudaHybridOps {
                              const Tensor& dgate_up) override {
     const Tensor dm = dout.as_matrix();
     const std::int64_t width = dm.size(1);
-    const float* base = f32(gate_up);
     float* grad = f32(dgate_up);
+    if (gate_up.dtype() == DType::bf16) {  // bf16 activations' kept gate_up
+      const bf16* base = static_cast<const bf16*>(gate_up.raw_data());
+      kernels::swiglu_backward(f32(dout), base, base + width, 2 * width, grad, grad + width,
+                               2 * width, dm.size(0), width, stream_of(ctx));
+      return;
+    }
+    const float* base = f32(gate_up);
     kernels::swiglu_backward(f32(dout), base, base + width, 2 * width, grad, grad + width,
                              2 * width, dm.size(0), width, stream_of(ctx));
   }
