@@ -94,6 +94,26 @@ void check_bin(const PackedBin& bin) {
                                                 bin.loss_mask.describe());
 }
 
+// The bin's positions and the model's MoE and recompute settings, as every layer reads them.
+void set_bin_and_moe_options(LayerRunContext& run, const PackedBin& bin,
+                             const ModelOptions& model_options, const BinOptions& options,
+                             std::vector<std::int64_t>& sequence_lengths) {
+  run.positions = bin.positions;
+  run.cu_seqlens = bin.cu_seqlens;
+  run.token_is_real = bin.token_is_real;
+  if (run.architecture->rope_scaling.rope_type == "dynamic") {
+    fill_sequence_lengths(bin, sequence_lengths);
+    run.sequence_lengths = sequence_lengths;
+  }
+  run.aux_loss = model_options.aux_loss;
+  run.aux_num_sequences_global = options.aux_num_sequences_global;
+  run.aux_loss_grad_scale = options.aux_loss_grad_scale;
+  run.recompute = model_options.selective;
+  run.moe_grouped_gemm = model_options.moe_grouped_gemm;
+  run.moe_permute_fusion = model_options.moe_permute_fusion;
+  run.moe_router_force_load_balancing = model_options.moe_router_force_load_balancing;
+}
+
 }  // namespace
 
 Qwen3MoeModel::Qwen3MoeModel(const config::ModelArchitecture& architecture, ModelOptions options)
@@ -171,20 +191,7 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
   run.seam.scratch = &scratch_;
   run.seams = seams;
   run.architecture = &a;
-  run.positions = bin.positions;
-  run.cu_seqlens = bin.cu_seqlens;
-  run.token_is_real = bin.token_is_real;
-  if (a.rope_scaling.rope_type == "dynamic") {
-    fill_sequence_lengths(bin, sequence_lengths_);
-    run.sequence_lengths = sequence_lengths_;
-  }
-  run.aux_loss = options_.aux_loss;
-  run.aux_num_sequences_global = options.aux_num_sequences_global;
-  run.aux_loss_grad_scale = options.aux_loss_grad_scale;
-  run.recompute = options_.selective;
-  run.moe_grouped_gemm = options_.moe_grouped_gemm;
-  run.moe_permute_fusion = options_.moe_permute_fusion;
-  run.moe_router_force_load_balancing = options_.moe_router_force_load_balancing;
+  set_bin_and_moe_options(run, bin, options_, options, sequence_lengths_);
 
   SeamContext bin_context = run.seam;
   bin_context.activations = &activations_;
