@@ -76,6 +76,11 @@ struct MemoryEstimateInput {
   bool bf16_products = false;        // mixed_precision: bf16_mixed
   bool on_gpu = false;               // dist.device: cuda (bf16 copies are 2 bytes, not 4)
   std::string largest_cp_group_why;  // how largest_cp_group was derived, for the table
+  // Tensor parallelism: heads, FFN columns, vocabulary and their weights over tp (experts over
+  // expert_tensor_parallel_size); the residual stream over tp only under sequence parallelism.
+  std::int64_t tensor_model_parallel_size = 1;
+  std::int64_t expert_tensor_parallel_size = 1;
+  bool sequence_parallel = false;
 };
 
 struct MemoryLine {
@@ -100,6 +105,11 @@ std::int64_t count_parameters(const config::ModelArchitecture& architecture,
 // The part of count_parameters in routed experts' tensors (gate_up and down of MoE layers).
 std::int64_t count_expert_parameters(const config::ModelArchitecture& architecture,
                                      std::int64_t expert_model_parallel_size = 1);
+// The values tensor parallelism replicates on every TP rank: the norms' weights (residual,
+// q/k, final, the gated norm's), the routers and the shared-expert gates. The rest of the
+// dense parameters is split over tp.
+std::int64_t count_tensor_parallel_replicated_parameters(
+    const config::ModelArchitecture& architecture);
 
 MemoryEstimate estimate_memory(const MemoryEstimateInput& input);
 

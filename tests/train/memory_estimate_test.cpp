@@ -464,3 +464,41 @@ TEST_CASE("memory estimate: the fit verdict compares every rank's total with wha
         std::string::npos);
   CHECK(train::host_memory_bytes() > 0);
 }
+
+TEST_CASE("memory estimate: TP divides heads, FFN columns, vocabulary and their weights",
+          "[train][memory][tp]") {
+  // The same dp 2 x cp 2 pool at tp 1 (4 ranks) and tp 2 (8 ranks).
+  const auto estimate = [](std::int64_t world, std::vector<std::string> overrides) {
+    return train::estimate_memory(train::memory_estimate_input(smoke_config(world, overrides)));
+  };
+  const auto one = estimate(4, {});
+  const auto whole_experts =
+      estimate(8, {"model.tensor_model_parallel_size=2", "model.expert_tensor_parallel_size=1"});
+  const auto split_experts = estimate(8, {"model.tensor_model_parallel_size=2"});
+  const auto sequence_parallel =
+      estimate(8, {"model.tensor_model_parallel_size=2", "model.sequence_parallel=true"});
+
+  auto architecture = smoke_config(4).model.architecture;
+  architecture.resolve();
+  const std::int64_t experts = train::count_expert_parameters(architecture, 2);
+  const std::int64_t dense = train::count_parameters(architecture, 2) - experts;
+  const std::int64_t replicated = train::count_tensor_parallel_replicated_parameters(architecture);
+  REQUIRE(replicated > 0);
+  REQUIRE(replicated < dense);
+  CHECK(one.num_parameters == dense + experts);
+  CHECK(whole_experts.num_parameters == (dense - replicated + 1) / 2 + replicated + experts);
+  CHECK(split_experts.num_parameters ==
+        (dense - replicated + 1) / 2 + replicated + (experts + 1) / 2);
+  CHECK(line_bytes(whole_experts, "weights") ==
+        Approx(4.0 * static_cast<double>(whole_experts.num_parameters)));
+  // K/V are split by heads: the all-gather's buffers halve.
+  CHECK(line_bytes(whole_experts, "CP all-gather") == Approx(line_bytes(one, "CP all-gather") / 2));
+  CHECK(line_bytes(whole_experts, "saved activations") < line_bytes(one, "saved activations"));
+  // The residual stream is replicated over TP, and sharded along the sequence under SP.
+  CHECK(line_bytes(whole_experts, "layer inputs + final norm") ==
+        Approx(line_bytes(one, "layer inputs + final norm")));
+  CHECK(line_bytes(sequence_parallel, "layer inputs + final norm") ==
+        Approx(line_bytes(one, "layer inputs + final norm") / 2));
+  CHECK(line_bytes(sequence_parallel, "saved activations") <
+        line_bytes(split_experts, "saved activations"));
+}
