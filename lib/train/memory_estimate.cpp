@@ -425,7 +425,10 @@ void add_precision_and_device_buffers(MemoryEstimate& out, const MemoryEstimateI
     // The CUDA gated delta rule's (chunked) backward, one layer at a time: prepared rows, the
     // outgoing-state gradient of every chunk (T / 64 chunks, as the saved chunk states count
     // them), the per-chunk kernel's slots and per-head dq, dk rows.
-    const ops::GatedDeltaRuleScratchShape shape{input.tokens_per_rank, a.linear_num_value_heads,
+    // Under TP a rank runs its tp-th of the value heads.
+    const std::int64_t value_heads = std::max<std::int64_t>(
+        a.linear_num_value_heads / std::max<std::int64_t>(input.tensor_model_parallel_size, 1), 1);
+    const ops::GatedDeltaRuleScratchShape shape{input.tokens_per_rank, value_heads,
                                                 a.linear_key_head_dim, a.linear_value_head_dim};
     const std::int64_t chunks = (input.tokens_per_rank + shape.chunk - 1) / shape.chunk;
     out.lines.push_back(

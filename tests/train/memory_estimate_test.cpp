@@ -501,4 +501,17 @@ TEST_CASE("memory estimate: TP divides heads, FFN columns, vocabulary and their 
         Approx(line_bytes(one, "layer inputs + final norm") / 2));
   CHECK(line_bytes(sequence_parallel, "saved activations") <
         line_bytes(split_experts, "saved activations"));
+
+  // The hybrid on the GPU: the gated delta rule's backward scratch follows the value heads.
+  const auto hybrid = [](std::int64_t world, std::vector<std::string> overrides) {
+    overrides.push_back("dist.device=cuda");
+    auto config = config::load_config_file(
+        std::string(DYNCP_SOURCE_DIR) + "/configs/smoke/tiny_hybrid_mock.yaml", overrides);
+    config::resolve_config(config, world);
+    return train::estimate_memory(train::memory_estimate_input(config));
+  };
+  const double one_rank = line_bytes(hybrid(4, {}), "DeltaNet backward (GPU)");
+  REQUIRE(one_rank > 0);
+  CHECK(line_bytes(hybrid(8, {"model.tensor_model_parallel_size=2"}), "DeltaNet backward (GPU)") <
+        one_rank);
 }
