@@ -76,6 +76,25 @@ __device__ void stage(T* dst, int ld_dst, const float* src, std::int64_t ld_src,
   }
 }
 
+// The same from bf16 storage (bf16 activations, bf16 products only): the stored value is the
+// staged operand; scalar loads.
+__device__ inline void put(bf16* at, bf16 v) {
+  *at = v;
+}
+template <typename T>
+__device__ void stage(T* dst, int ld_dst, const bf16* src, std::int64_t ld_src,
+                      std::int64_t rows_valid, std::int64_t cols_valid, int tile_rows,
+                      int tile_cols) {
+  for (int i = threadIdx.x; i < tile_rows * tile_cols; i += blockDim.x) {
+    const int r = i / tile_cols, c = i % tile_cols;
+    if (r < rows_valid && c < cols_valid) {
+      put(dst + r * ld_dst + c, src[r * ld_src + c]);
+    } else {
+      put(dst + r * ld_dst + c, 0.0f);
+    }
+  }
+}
+
 // The 64x64 accumulator of a block. bf16: each warp holds a 32x32 quarter as 2x2 WMMA
 // fragments. A is [64 x 32] and B [32 x 64] in shared memory, each row- or column-major.
 template <typename T, bool kARowMajor, bool kBRowMajor>
@@ -205,17 +224,18 @@ struct RowsLayout {
 // gradient: w_e is [k, n]) or w_e[n * k_dim + kk] (column-major, the forward: w_e is [n, k]).
 // Mode: the operand type in shared memory (T) and B's layout, one parameter so that the launch
 // macro sees no comma.
-template <typename Operand, bool kBRow>
+template <typename Operand, bool kBRow, typename AInput = float>
 struct RowsMode {
   using T = Operand;
+  using A = AInput;  // the row-grouped operand in memory: fp32, or bf16 storage
   static constexpr bool b_row_major = kBRow;
 };
 
 template <typename Mode>
 __global__ void __launch_bounds__(kThreads)
-    grouped_rows_kernel(const std::int64_t* offsets, int experts, std::int64_t rows, const float* a,
-                        const float* w, std::int64_t k_dim, std::int64_t n_dim, float* c,
-                        bool accumulate) {
+    grouped_rows_kernel(const std::int64_t* offsets, int experts, std::int64_t rows,
+                        const typename Mode::A* a, const float* w, std::int64_t k_dim,
+                        std::int64_t n_dim, float* c, bool accumulate) {
   using T = typename Mode::T;
   constexpr bool kBRowMajor = Mode::b_row_major;
   using L = RowsLayout<T, kBRowMajor>;
@@ -256,11 +276,20 @@ struct WeightGradLayout {
   static constexpr int bytes = c_offset + kBM * kLdC * 4;
 };
 
+// The operand type in shared memory and x's type in memory (fp32, or bf16 storage).
+template <typename Operand, typename XInput>
+struct WeightGradMode {
+  using T = Operand;
+  using X = XInput;
+};
+
 // dw_e [out, in] += Σ_{r in group e} dy[r]ᵀ x[r]; grid (out tiles x in tiles, experts).
-template <typename T>
+template <typename Mode>
 __global__ void __launch_bounds__(kThreads)
     grouped_weight_grad_kernel(const std::int64_t* offsets, std::int64_t rows, const float* dy,
-                               const float* x, std::int64_t in, std::int64_t out, float* dw) {
+                               const typename Mode::X* x, std::int64_t in, std::int64_t out,
+                               float* dw) {
+  using T = typename Mode::T;
   using L = WeightGradLayout<T>;
   const int e = static_cast<int>(blockIdx.y);
   std::int64_t begin = 0, end = 0;
@@ -290,25 +319,26 @@ unsigned tiles(std::int64_t n, int tile) {
   return static_cast<unsigned>((n + tile - 1) / tile);
 }
 
-template <typename T, bool kBRowMajor>
-void launch_rows(const GroupedGemmShape& s, const float* a, const float* w, std::int64_t k_dim,
+template <typename T, bool kBRowMajor, typename A>
+void launch_rows(const GroupedGemmShape& s, const A* a, const float* w, std::int64_t k_dim,
                  std::int64_t n_dim, float* c, bool accumulate, cudaStream_t stream) {
   if (s.rows == 0 || n_dim == 0 || s.experts == 0) return;
   // Σ_e ceil(rows_e / 64) <= floor(rows / 64) + E tiles.
   const dim3 grid(tiles(s.rows, kBM) + static_cast<unsigned>(s.experts), tiles(n_dim, kBN));
-  using Mode = RowsMode<T, kBRowMajor>;
+  using Mode = RowsMode<T, kBRowMajor, A>;
   constexpr int shared_bytes = RowsLayout<T, kBRowMajor>::bytes;
   DYNCP_LAUNCH(grouped_rows_kernel<Mode>, grid, kThreads, shared_bytes, stream)
   (s.offsets, s.experts, s.rows, a, w, k_dim, n_dim, c, accumulate);
   DYNCP_CUDA_CHECK_LAUNCH();
 }
 
-template <typename T>
-void launch_weight_grad(const GroupedGemmShape& s, const float* dy, const float* x, float* dw,
+template <typename T, typename X>
+void launch_weight_grad(const GroupedGemmShape& s, const float* dy, const X* x, float* dw,
                         cudaStream_t stream) {
   if (s.rows == 0 || s.in == 0 || s.out == 0 || s.experts == 0) return;
   const dim3 grid(tiles(s.out, kBM) * tiles(s.in, kBN), static_cast<unsigned>(s.experts));
-  DYNCP_LAUNCH(grouped_weight_grad_kernel<T>, grid, kThreads, WeightGradLayout<T>::bytes, stream)
+  using Mode = WeightGradMode<T, X>;
+  DYNCP_LAUNCH(grouped_weight_grad_kernel<Mode>, grid, kThreads, WeightGradLayout<T>::bytes, stream)
   (s.offsets, s.rows, dy, x, s.in, s.out, dw);
   DYNCP_CUDA_CHECK_LAUNCH();
 }
@@ -332,6 +362,14 @@ void grouped_gemm_forward(const GroupedGemmShape& shape, const float* x, const f
   }
 }
 
+void grouped_gemm_forward(const GroupedGemmShape& shape, const bf16* x, const float* w, float* y,
+                          cudaStream_t stream) {
+  check_shape(shape, "grouped_gemm_forward");
+  if (!shape.bf16_products)
+    core::throw_runtime_error("kernels::grouped_gemm_forward: bf16 rows need bf16 products");
+  launch_rows<bf16, false>(shape, x, w, shape.in, shape.out, y, false, stream);
+}
+
 void grouped_gemm_data_grad(const GroupedGemmShape& shape, const float* dy, const float* w,
                             float* dx, bool accumulate, cudaStream_t stream) {
   check_shape(shape, "grouped_gemm_data_grad");
@@ -350,6 +388,14 @@ void grouped_gemm_weight_grad(const GroupedGemmShape& shape, const float* dy, co
   } else {
     launch_weight_grad<float>(shape, dy, x, dw, stream);
   }
+}
+
+void grouped_gemm_weight_grad(const GroupedGemmShape& shape, const float* dy, const bf16* x,
+                              float* dw, cudaStream_t stream) {
+  check_shape(shape, "grouped_gemm_weight_grad");
+  if (!shape.bf16_products)
+    core::throw_runtime_error("kernels::grouped_gemm_weight_grad: bf16 rows need bf16 products");
+  launch_weight_grad<bf16>(shape, dy, x, dw, stream);
 }
 
 }  // namespace dyncp::kernels

@@ -14,6 +14,7 @@
 // [0, rows] and treat a decreasing pair as an empty group, so a bad one cannot write out of
 // bounds. Empty groups are skipped (their weight gradient is left untouched).
 
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -37,5 +38,12 @@ void grouped_gemm_data_grad(const GroupedGemmShape& shape, const float* dy, cons
 // dw[e] [out, in] += dy_eᵀ · x_e over the rows of group e (accumulates; empty groups untouched).
 void grouped_gemm_weight_grad(const GroupedGemmShape& shape, const float* dy, const float* x,
                               float* dw, cudaStream_t stream);
+// The forward and weight gradient with x in bf16 storage (bf16 activations: the experts' kept
+// rows), bf16 products only: the staged operand is the stored value, so the products are those
+// of the fp32 x it was rounded from.
+void grouped_gemm_forward(const GroupedGemmShape& shape, const __nv_bfloat16* x, const float* w,
+                          float* y, cudaStream_t stream);
+void grouped_gemm_weight_grad(const GroupedGemmShape& shape, const float* dy,
+                              const __nv_bfloat16* x, float* dw, cudaStream_t stream);
 
 }  // namespace dyncp::kernels

@@ -67,6 +67,11 @@ void swiglu_backward(const float* dout, const float* gate, const float* up, std:
 void router_forward(const float* logits, std::int64_t tokens, int experts, int top_k,
                     bool normalize_top_k, std::int32_t* expert_ids, float* weights, float* probs,
                     cudaStream_t stream);
+// ops::balanced_router_forward: positions i32 [T]; ids S_j = (position * k + j + layer) mod E.
+void balanced_router_forward(const float* logits, const std::int32_t* positions,
+                             std::int64_t tokens, int experts, int layer, int top_k,
+                             bool normalize_top_k, std::int32_t* expert_ids, float* weights,
+                             float* probs, cudaStream_t stream);
 void router_backward(const float* dweights, const std::int32_t* expert_ids, const float* weights,
                      const float* probs, std::int64_t tokens, int experts, int top_k,
                      bool normalize_top_k, float* dlogits, cudaStream_t stream);
@@ -88,6 +93,13 @@ void unpermute_forward(const float* y_perm, const std::int32_t* assignment_row,
                        const float* weights, float* y, std::int64_t tokens, int top_k,
                        std::int64_t hidden, cudaStream_t stream);
 void unpermute_backward(const float* dy, const float* y_perm, const std::int32_t* assignment_row,
+                        const float* weights, float* dy_perm, float* dweights, std::int64_t tokens,
+                        int top_k, std::int64_t hidden, cudaStream_t stream);
+// The same reading y_perm as bf16 storage (bf16 activations), widened exactly.
+void unpermute_forward(const bf16* y_perm, const std::int32_t* assignment_row, const float* weights,
+                       float* y, std::int64_t tokens, int top_k, std::int64_t hidden,
+                       cudaStream_t stream);
+void unpermute_backward(const float* dy, const bf16* y_perm, const std::int32_t* assignment_row,
                         const float* weights, float* dy_perm, float* dweights, std::int64_t tokens,
                         int top_k, std::int64_t hidden, cudaStream_t stream);
 

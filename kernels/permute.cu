@@ -62,20 +62,30 @@ __global__ void permute_backward_kernel(const float* dx_perm, const std::int32_t
 }
 
 // y[t] = Σ_j w[t, j] · y_perm[assignment_row[t·k + j]]; one block per token.
-__global__ void unpermute_forward_kernel(const float* y_perm, const std::int32_t* assignment_row,
+// y_perm is fp32, or bf16 storage (bf16 activations) read widened.
+__device__ inline float widened(float v) {
+  return v;
+}
+__device__ inline float widened(bf16 v) {
+  return __bfloat162float(v);
+}
+
+template <typename Y>
+__global__ void unpermute_forward_kernel(const Y* y_perm, const std::int32_t* assignment_row,
                                          const float* weights, float* y, int top_k,
                                          std::int64_t hidden) {
   const std::int64_t t = blockIdx.x;
   for (std::int64_t c = threadIdx.x; c < hidden; c += blockDim.x) {
     float sum = 0.0f;
     for (int j = 0; j < top_k; ++j)
-      sum += weights[t * top_k + j] * y_perm[assignment_row[t * top_k + j] * hidden + c];
+      sum += weights[t * top_k + j] * widened(y_perm[assignment_row[t * top_k + j] * hidden + c]);
     y[t * hidden + c] = sum;
   }
 }
 
 // One block per assignment: dy_perm[row] = w · dy[t]; dweights[a] = dy[t] · y_perm[row].
-__global__ void unpermute_backward_kernel(const float* dy, const float* y_perm,
+template <typename Y>
+__global__ void unpermute_backward_kernel(const float* dy, const Y* y_perm,
                                           const std::int32_t* assignment_row, const float* weights,
                                           float* dy_perm, float* dweights, int top_k,
                                           std::int64_t hidden) {
@@ -86,7 +96,7 @@ __global__ void unpermute_backward_kernel(const float* dy, const float* y_perm,
   for (std::int64_t c = threadIdx.x; c < hidden; c += blockDim.x) {
     const float g = dy[t * hidden + c];
     dy_perm[row * hidden + c] = w * g;
-    dot += g * y_perm[row * hidden + c];
+    dot += g * widened(y_perm[row * hidden + c]);
   }
   dot = detail::block_sum(dot, partial);
   if (threadIdx.x == 0) dweights[a] = dot;
@@ -124,22 +134,56 @@ void permute_backward(const float* dx_perm, const std::int32_t* assignment_row, 
   DYNCP_CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+
+template <typename Y>
+void launch_unpermute_forward(const Y* y_perm, const std::int32_t* assignment_row,
+                              const float* weights, float* y, std::int64_t tokens, int top_k,
+                              std::int64_t hidden, cudaStream_t stream) {
+  if (tokens == 0) return;
+  DYNCP_LAUNCH(unpermute_forward_kernel<Y>, static_cast<unsigned>(tokens), kBlock, 0, stream)
+  (y_perm, assignment_row, weights, y, top_k, hidden);
+  DYNCP_CUDA_CHECK_LAUNCH();
+}
+
+template <typename Y>
+void launch_unpermute_backward(const float* dy, const Y* y_perm, const std::int32_t* assignment_row,
+                               const float* weights, float* dy_perm, float* dweights,
+                               std::int64_t tokens, int top_k, std::int64_t hidden,
+                               cudaStream_t stream) {
+  if (tokens == 0) return;
+  DYNCP_LAUNCH(unpermute_backward_kernel<Y>, static_cast<unsigned>(tokens * top_k), kBlock, 0,
+               stream)
+  (dy, y_perm, assignment_row, weights, dy_perm, dweights, top_k, hidden);
+  DYNCP_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
 void unpermute_forward(const float* y_perm, const std::int32_t* assignment_row,
                        const float* weights, float* y, std::int64_t tokens, int top_k,
                        std::int64_t hidden, cudaStream_t stream) {
-  if (tokens == 0) return;
-  DYNCP_LAUNCH(unpermute_forward_kernel, static_cast<unsigned>(tokens), kBlock, 0, stream)
-  (y_perm, assignment_row, weights, y, top_k, hidden);
-  DYNCP_CUDA_CHECK_LAUNCH();
+  launch_unpermute_forward(y_perm, assignment_row, weights, y, tokens, top_k, hidden, stream);
+}
+
+void unpermute_forward(const bf16* y_perm, const std::int32_t* assignment_row, const float* weights,
+                       float* y, std::int64_t tokens, int top_k, std::int64_t hidden,
+                       cudaStream_t stream) {
+  launch_unpermute_forward(y_perm, assignment_row, weights, y, tokens, top_k, hidden, stream);
 }
 
 void unpermute_backward(const float* dy, const float* y_perm, const std::int32_t* assignment_row,
                         const float* weights, float* dy_perm, float* dweights, std::int64_t tokens,
                         int top_k, std::int64_t hidden, cudaStream_t stream) {
-  if (tokens == 0) return;
-  DYNCP_LAUNCH(unpermute_backward_kernel, static_cast<unsigned>(tokens * top_k), kBlock, 0, stream)
-  (dy, y_perm, assignment_row, weights, dy_perm, dweights, top_k, hidden);
-  DYNCP_CUDA_CHECK_LAUNCH();
+  launch_unpermute_backward(dy, y_perm, assignment_row, weights, dy_perm, dweights, tokens, top_k,
+                            hidden, stream);
+}
+
+void unpermute_backward(const float* dy, const bf16* y_perm, const std::int32_t* assignment_row,
+                        const float* weights, float* dy_perm, float* dweights, std::int64_t tokens,
+                        int top_k, std::int64_t hidden, cudaStream_t stream) {
+  launch_unpermute_backward(dy, y_perm, assignment_row, weights, dy_perm, dweights, tokens, top_k,
+                            hidden, stream);
 }
 
 }  // namespace dyncp::kernels

@@ -79,6 +79,18 @@ __global__ void router_forward_kernel(const float* logits, std::int64_t tokens, 
   }
 }
 
+__global__ void balanced_router_forward_kernel(const float* logits, const std::int32_t* positions,
+                                               std::int64_t tokens, int experts, int layer,
+                                               int top_k, bool normalize, std::int32_t* ids,
+                                               float* weights, float* probs) {
+  for (std::int64_t t = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; t < tokens;
+       t += std::int64_t(gridDim.x) * blockDim.x) {
+    detail::route_token_balanced(logits + t * experts, probs + t * experts, experts, top_k,
+                                 normalize, positions[t], layer, ids + t * top_k,
+                                 weights + t * top_k);
+  }
+}
+
 __global__ void router_backward_kernel(const float* dweights, const std::int32_t* ids,
                                        const float* weights, const float* probs,
                                        std::int64_t tokens, int experts, int top_k, bool normalize,
@@ -150,6 +162,20 @@ void router_forward(const float* logits, std::int64_t tokens, int experts, int t
   if (tokens == 0) return;
   DYNCP_LAUNCH(router_forward_kernel, grid_for(tokens, 128), 128, 0, stream)
   (logits, tokens, experts, top_k, normalize_top_k, expert_ids, weights, probs);
+  DYNCP_CUDA_CHECK_LAUNCH();
+}
+
+void balanced_router_forward(const float* logits, const std::int32_t* positions,
+                             std::int64_t tokens, int experts, int layer, int top_k,
+                             bool normalize_top_k, std::int32_t* expert_ids, float* weights,
+                             float* probs, cudaStream_t stream) {
+  if (top_k < 1 || top_k > experts || layer < 0) {
+    core::throw_runtime_error("kernels::balanced_router_forward: top_k " + std::to_string(top_k) +
+                              " must be in [1, " + std::to_string(experts) + "], layer >= 0");
+  }
+  if (tokens == 0) return;
+  DYNCP_LAUNCH(balanced_router_forward_kernel, grid_for(tokens, 128), 128, 0, stream)
+  (logits, positions, tokens, experts, layer, top_k, normalize_top_k, expert_ids, weights, probs);
   DYNCP_CUDA_CHECK_LAUNCH();
 }
 

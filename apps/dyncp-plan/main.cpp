@@ -43,6 +43,8 @@ struct Options {
   bool print_schedule = false;
   std::optional<double> device_tflops;
   std::optional<double> microbatch_overhead_ms;
+  std::optional<std::int64_t> pp;   // pipeline stages (the cost model's bubble)
+  std::optional<std::int64_t> vpp;  // virtual chunks per stage (interleaved 1F1B)
 };
 
 void warn(const std::string& message) {
@@ -99,17 +101,27 @@ packing::CostModel make_cost_model(const Options& options) {
   if (options.microbatch_overhead_ms) {
     parameters.microbatch_overhead_seconds = *options.microbatch_overhead_ms * 1e-3;
   }
+  if (options.pp) parameters.pipeline_stages = *options.pp;
+  if (options.vpp) parameters.pipeline_virtual_chunks = *options.vpp;
+  if (parameters.pipeline_virtual_chunks > 1 && parameters.pipeline_stages == 1) {
+    core::throw_usage_error("--vpp " + std::to_string(parameters.pipeline_virtual_chunks) +
+                            ": virtual pipeline chunks need --pp > 1");
+  }
   return packing::CostModel(packing::model_cost_from_architecture(architecture), parameters);
 }
 
-int run(const Options& options) {
+void check_scheduler_name(const std::string& scheduler) {
   const auto& names = plan::scheduler_names();
-  if (std::find(names.begin(), names.end(), options.scheduler) == names.end()) {
+  if (std::find(names.begin(), names.end(), scheduler) == names.end()) {
     std::string known;
     for (const auto& name : names) known += (known.empty() ? "" : ", ") + name;
-    core::throw_usage_error("--scheduler: unknown scheduler '" + options.scheduler +
+    core::throw_usage_error("--scheduler: unknown scheduler '" + scheduler +
                             "'; expected one of [" + known + "]");
   }
+}
+
+int run(const Options& options) {
+  check_scheduler_name(options.scheduler);
   if (options.lengths_path.empty() == options.distribution.empty()) {
     core::throw_usage_error("give exactly one of --lengths FILE or --distribution SPEC");
   }
@@ -306,6 +318,14 @@ int main(int argc, char** argv) {
   app.add_option("--microbatch-overhead-ms", options.microbatch_overhead_ms,
                  "Cost model: fixed time per microbatch per rank (default 0.5)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--pp", options.pp,
+                 "Pipeline stages: every stage runs 1/pp of each microbatch's layers in 1F1B "
+                 "order, and the modelled step includes the bubble (default 1)")
+      ->check(CLI::Range(1, 1 << 10));
+  app.add_option("--vpp", options.vpp,
+                 "Virtual chunks per stage (interleaved 1F1B; needs --pp > 1); a step's "
+                 "microbatches are padded to a multiple of pp with empty ones")
+      ->check(CLI::Range(1, 1 << 10));
   app.set_version_flag("--version", dyncp::core::version_string);
 
   return dyncp::apps::parse_and_run(app, argc, argv, "dyncp-plan", [&] { return run(options); });

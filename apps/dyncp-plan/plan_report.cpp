@@ -134,6 +134,7 @@ std::string render_json(const PlanSettings& settings, const StepPlan& plan) {
                            {"max", 1e3 * plan.modelled.max_rank_busy_seconds}};
   stats["balance"] = plan.modelled.mean_rank_busy_seconds / plan.modelled.step_seconds;
   stats["modelled_step_ms"] = 1e3 * plan.modelled.step_seconds;
+  stats["pipeline_bubble_fraction"] = plan.modelled.pipeline_bubble_fraction;
   stats["static_step_ms"] =
       plan.static_step_ms ? nlohmann::json(*plan.static_step_ms) : nlohmann::json(nullptr);
   stats["default_dynamic_cp_step_ms"] =
@@ -174,6 +175,11 @@ std::string render_table(const PlanSettings& settings, const StepPlan& plan, boo
   os << "  balance (mean/step)       "
      << format("%.3f", plan.modelled.mean_rank_busy_seconds / plan.modelled.step_seconds) << "\n";
   os << "  modelled step             " << format("%.1f", step_ms) << " ms\n";
+  if (plan.modelled.pipeline_bubble_fraction > 0) {
+    os << "  pipeline bubble           "
+       << format("%.1f", 100.0 * plan.modelled.pipeline_bubble_fraction)
+       << "% of the step (per-stage loads above; 1F1B order, packing/pipeline_schedule.hpp)\n";
+  }
   if (plan.static_fallback) {
     os << "  layout                    static (Megatron's greedy models a longer step)\n";
   }

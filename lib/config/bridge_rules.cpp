@@ -52,7 +52,7 @@ I train.manual_gc_eval : memory, GC, signal, sync and sanity-check knobs
 I train.check_optimizer_step_success : memory, GC, signal, sync and sanity-check knobs
 I train.skip_sync_grad_norm_across_mp : memory, GC, signal, sync and sanity-check knobs
 H model.tensor_model_parallel_size -> model.tensor_model_parallel_size
-R model.pipeline_model_parallel_size = 1 : pipeline parallelism (PP > 1)
+H model.pipeline_model_parallel_size -> model.pipeline_model_parallel_size
 H model.context_parallel_size -> model.context_parallel_size
 H model.expert_model_parallel_size -> model.expert_model_parallel_size
 H model.sequence_parallel -> model.sequence_parallel
@@ -149,10 +149,10 @@ I model.mtp_grad_scale_func : runtime callback
 R model.multi_latent_attention = false : multi-latent attention (MLA)
 I model.dsa_* : DeepSeek sparse attention settings (used only with experimental_attention_variant=dsa)
 R model.experimental_attention_variant_loss_scale_func : an attention-variant loss
-R model.num_layers_in_first_pipeline_stage : uneven pipeline stages
-R model.num_layers_in_last_pipeline_stage : uneven pipeline stages
+H model.num_layers_in_first_pipeline_stage -> model.num_layers_in_first_pipeline_stage
+H model.num_layers_in_last_pipeline_stage -> model.num_layers_in_last_pipeline_stage
 R model.pipeline_model_parallel_layout : a pipeline layout
-R model.virtual_pipeline_model_parallel_size = null|1 : virtual pipeline parallelism
+H model.virtual_pipeline_model_parallel_size -> model.virtual_pipeline_model_parallel_size
 H model.expert_tensor_parallel_size -> model.expert_tensor_parallel_size
 R model.expert_tensor_parallel_num_weight_shards : expert tensor parallelism
 R model.tensor_parallel_num_weight_shards : tensor-parallel weight sharding
@@ -184,7 +184,7 @@ R model.moe_router_dtype = null|fp32 : an fp64 router
 R model.moe_router_enable_expert_bias : expert-bias (aux-loss-free) balancing
 I model.moe_router_bias_update_rate : expert-bias update rate (used only with moe_router_enable_expert_bias)
 I model.moe_router_quantile_balancing_ema : a balancing statistic (used only with quantile balancing)
-R model.moe_router_force_load_balancing : forced uniform routing (benchmarking)
+H model.moe_router_force_load_balancing -> model.moe_router_force_load_balancing
 R model.moe_router_force_biased : forced biased routing (benchmarking)
 R model.moe_z_loss_coeff = null|0|0.0 : the router z-loss
 R model.moe_input_jitter_eps : router input jitter
@@ -265,7 +265,8 @@ I model.wgrad_deferral_limit : PP scheduling
 I model.microbatch_group_size_per_vp_stage : PP scheduling
 I model.variable_seq_lengths : PP communication shapes
 I model.deallocate_pipeline_outputs : PP memory
-I model.account_for_* : PP layer split
+H model.account_for_embedding_in_pipeline_split -> model.account_for_embedding_in_pipeline_split
+H model.account_for_loss_in_pipeline_split -> model.account_for_loss_in_pipeline_split
 I model.cpu_offloading* : activation offloading (memory only)
 I model.fine_grained_* : activation offloading (memory only)
 I model.offload_modules : activation offloading (memory only)

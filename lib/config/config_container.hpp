@@ -19,9 +19,17 @@ struct ModelConfig {
   std::string hf_model_path;  // HF checkpoint folder or config.json: fills `architecture`
   ModelArchitecture architecture;
 
-  // Parallelism. PP = 1 is the only supported value; dp = world / (tp x cp).
+  // Parallelism; world = pp x dp x cp x tp (docs/dist.md), so dp = world / (pp x cp x tp).
   std::int64_t tensor_model_parallel_size = 1;
+  // Pipeline parallelism (Megatron's keys; docs/dist.md "Pipeline stages"): the stages, the
+  // virtual chunks per stage (interleaved 1F1B), the uneven first/last stages and whether the
+  // embedding / loss count as a layer in the split.
   std::int64_t pipeline_model_parallel_size = 1;
+  std::optional<std::int64_t> virtual_pipeline_model_parallel_size;  // unset: no interleaving
+  std::optional<std::int64_t> num_layers_in_first_pipeline_stage;
+  std::optional<std::int64_t> num_layers_in_last_pipeline_stage;
+  bool account_for_embedding_in_pipeline_split = false;
+  bool account_for_loss_in_pipeline_split = false;
   std::int64_t context_parallel_size = 1;
   std::int64_t expert_model_parallel_size = 1;
   bool sequence_parallel = false;
@@ -43,6 +51,9 @@ struct ModelConfig {
   // Loss.
   bool calculate_per_token_loss = true;
   LoadBalancingType moe_router_load_balancing_type = LoadBalancingType::aux_loss;
+  // Uniform routing (Bridge's performance recipes): every token's experts come from its position,
+  // not its router logits, so every expert gets the same load (ops/router.hpp).
+  bool moe_router_force_load_balancing = false;
 
   // The MoE layer's GPU kernels (docs/model.md "MoE dispatch"): one grouped launch per expert
   // projection with the expert offsets left in device memory, and routing, plan and permuted
@@ -147,8 +158,8 @@ struct CheckpointConfig {
   std::optional<std::int64_t> save_interval;  // unset: save at the end only
   std::int64_t most_recent_k = -1;            // -1: keep every checkpoint
   std::string export_hf;                      // folder for an HF export at the end
-  bool sharded = false;     // every rank writes its own shard (train/sharded_checkpoint.hpp)
-  bool async_save = false;  // sharded saves written in the background (implies sharded)
+  bool sharded = true;      // every rank writes its own shard (train/sharded_checkpoint.hpp)
+  bool async_save = false;  // sharded saves written in the background (needs sharded)
 };
 
 struct LoggerConfig {
@@ -197,7 +208,9 @@ struct PackingCostConfig {
 
 // Filled by resolve_config; not keys. The parallel layout for one world size.
 struct ParallelLayout {
-  std::int64_t world_size = 1;  // tp x dp x cp
+  std::int64_t world_size = 1;  // pp x dp x cp x tp
+  std::int64_t pipeline_model_parallel_size = 1;
+  std::int64_t virtual_pipeline_model_parallel_size = 1;
   std::int64_t data_parallel_size = 1;
   std::int64_t context_parallel_size = 1;
   std::int64_t pool_size = 1;  // dp x cp

@@ -27,7 +27,37 @@ void append_parallel_keys(std::vector<KeySpec>& keys) {
                          "memory estimate): training refuses it until the TP model is built"}));
   keys.push_back(make_key(
       "model.pipeline_model_parallel_size", DYNCP_FIELD(model.pipeline_model_parallel_size),
-      "Pipeline-parallel size (PP)", {.rules = "must be 1 (PP is not supported)"}));
+      "Pipeline-parallel size (pp): the layers are split over pp stages, world = pp x dp x cp",
+      {.rules = ">= 1, divides the world; training runs pp = 1 only (a dry run lays out and "
+                "estimates pp > 1)",
+       .feature =
+           "pipeline-parallel training (built: pp 1; a dry run lays out and estimates pp > 1)"}));
+  keys.push_back(make_key(
+      "model.virtual_pipeline_model_parallel_size",
+      DYNCP_FIELD(model.virtual_pipeline_model_parallel_size),
+      "Virtual pipeline chunks per stage (interleaved 1F1B); unset: one chunk per stage",
+      {.rules = "needs pp > 1; every stage's layers divide into it; a step's microbatches must "
+                "be a multiple of pp"}));
+  keys.push_back(
+      make_key("model.num_layers_in_first_pipeline_stage",
+               DYNCP_FIELD(model.num_layers_in_first_pipeline_stage),
+               "Layers of the first pipeline stage (uneven split); unset: an even share",
+               {.rules = ">= 1; the layers left divide evenly over the middle stages; not with "
+                         "account_for_*_in_pipeline_split"}));
+  keys.push_back(make_key("model.num_layers_in_last_pipeline_stage",
+                          DYNCP_FIELD(model.num_layers_in_last_pipeline_stage),
+                          "Layers of the last pipeline stage (uneven split); unset: an even share",
+                          {.rules = ">= 1; as num_layers_in_first_pipeline_stage"}));
+  keys.push_back(
+      make_key("model.account_for_embedding_in_pipeline_split",
+               DYNCP_FIELD(model.account_for_embedding_in_pipeline_split),
+               "The embedding counts as one layer of the first stage in the pipeline split",
+               {.rules = "num_hidden_layers + 1 (+ 1 with the loss) divisible by pp x vpp"}));
+  keys.push_back(
+      make_key("model.account_for_loss_in_pipeline_split",
+               DYNCP_FIELD(model.account_for_loss_in_pipeline_split),
+               "The loss counts as one layer of the last stage in the pipeline split",
+               {.rules = "num_hidden_layers + 1 (+ 1 with the embedding) divisible by pp x vpp"}));
   keys.push_back(make_key("model.context_parallel_size", DYNCP_FIELD(model.context_parallel_size),
                           "Static context-parallel size (cp); dp = world size / cp",
                           {.rules = "must divide the world size"}));
@@ -51,6 +81,10 @@ void append_parallel_keys(std::vector<KeySpec>& keys) {
                           {.max = detail::max_sequence_tokens,
                            .rules = "multiple of the alignment multiple; <= pool x "
                                     "model.max_seqlen_per_dp_cp_rank"}));
+}
+
+// The dynamic-CP, packing and scheduler keys of the layout (after the parallel sizes).
+void append_packing_layout_keys(std::vector<KeySpec>& keys) {
   keys.push_back(make_key(
       "model.dynamic_context_parallel", DYNCP_FIELD(model.dynamic_context_parallel),
       "Dynamic CP: each microbatch runs on CP groups sized for its sequences, drawn from the "
@@ -103,6 +137,13 @@ void append_parallel_keys(std::vector<KeySpec>& keys) {
   keys.push_back(make_key("model.moe_router_load_balancing_type",
                           DYNCP_FIELD(model.moe_router_load_balancing_type),
                           "MoE load-balancing loss (coefficient: model.router_aux_loss_coef)"));
+  keys.push_back(make_key(
+      "model.moe_router_force_load_balancing", DYNCP_FIELD(model.moe_router_force_load_balancing),
+      "Uniform routing: each token's top-k experts follow from its position in its sequence "
+      "(experts (position x k + j + layer) mod E), not from the router logits; the weights are "
+      "still the router's probabilities of those experts, so the router still trains",
+      {.rules = "a benchmarking switch (every expert gets the same load); routes through the "
+                "unfused router and permutation on the GPU"}));
   keys.push_back(make_key(
       "model.moe_grouped_gemm", DYNCP_FIELD(model.moe_grouped_gemm),
       "GPU path: each expert projection (gate/up, down; forward, data and weight gradients) is "
@@ -381,12 +422,14 @@ void append_runtime_keys(std::vector<KeySpec>& keys) {
                           {.min = -1, .rules = "-1 or >= 1", .aliases = {"checkpoint.keep"}}));
   keys.push_back(make_key("checkpoint.export_hf", DYNCP_FIELD(checkpoint.export_hf),
                           "Folder for an HF safetensors export at the end; empty: none"));
-  keys.push_back(make_key("checkpoint.sharded", DYNCP_FIELD(checkpoint.sharded),
-                          "Every rank writes the state it owns into its own file, in parallel, "
-                          "with an index (checkpoint format 3); false: rank 0 writes everything"));
+  keys.push_back(
+      make_key("checkpoint.sharded", DYNCP_FIELD(checkpoint.sharded),
+               "Every rank writes the state it owns into its own file, in parallel, "
+               "with an index (checkpoint format 3, like Megatron's torch_dist); false: rank 0 "
+               "writes everything into safetensors files (format 2)"));
   keys.push_back(make_key("checkpoint.async_save", DYNCP_FIELD(checkpoint.async_save),
                           "Write each checkpoint from a host snapshot on a background thread "
-                          "while training goes on (sharded checkpoints: implies sharded)"));
+                          "while training goes on (sharded checkpoints only)"));
   keys.push_back(make_key("logger.log_interval", DYNCP_FIELD(logger.log_interval),
                           "Steps between console metric lines"));
   keys.push_back(make_key("logger.metrics_path", DYNCP_FIELD(logger.metrics_path),
@@ -440,6 +483,7 @@ void append_runtime_keys(std::vector<KeySpec>& keys) {
 std::vector<KeySpec> build_table() {
   std::vector<KeySpec> keys;
   append_parallel_keys(keys);
+  append_packing_layout_keys(keys);
   detail::append_model_architecture_keys(keys);
   append_data_keys(keys);
   append_training_keys(keys);

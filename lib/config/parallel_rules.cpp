@@ -1,13 +1,14 @@
 // Rules for the parallel layout and global-batch packing, after Megatron-Bridge's
 // ConfigContainer.validate and MCore's dynamic-CP checks, plus this program's own limits
-// (PP = 1; tensor parallelism's own rules are in tensor_parallel_rules.cpp). Every rule names
-// the key, the value, the rule and the fix.
+// (training runs TP = PP = 1, train/pipeline_support.hpp; tensor parallelism's own rules are in
+// tensor_parallel_rules.cpp). Every rule names the key, the value, the rule and the fix.
 
 #include <algorithm>
 #include <string>
 #include <vector>
 
 #include "config/head_sharding.hpp"
+#include "config/pipeline_split.hpp"
 #include "config/validation_rules.hpp"
 
 namespace dyncp::config::detail {
@@ -20,14 +21,6 @@ std::string str(std::int64_t value) {
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
   return (a + b - 1) / b;
-}
-
-void check_unsupported_parallelism(const ModelConfig& model, ProblemList& problems) {
-  if (model.pipeline_model_parallel_size != 1) {
-    problems.add("model.pipeline_model_parallel_size", str(model.pipeline_model_parallel_size),
-                 "only 1 is supported (pipeline parallelism is not implemented, and packed "
-                 "dynamic-CP microbatches need PP = 1); set it to 1");
-  }
 }
 
 std::string list_text(const std::vector<std::int64_t>& values) {
@@ -182,10 +175,84 @@ void resolve_scheduler(ModelConfig& model, ProblemList& problems) {
 
 }  // namespace
 
+// The pipeline's split of the layers, the world's pp factor, and the interleaved schedule's
+// microbatch rule. Returns the ranks of one stage (world / pp; the world when pp does not
+// divide it, so the later rules still run).
+std::int64_t check_pipeline(const ConfigContainer& config, std::int64_t world_size,
+                            ProblemList& problems) {
+  const auto& model = config.model;
+  for (const auto& problem : pipeline_split_problems(pipeline_split_input(model)))
+    problems.add(problem.key, problem.value, problem.rule);
+  const std::int64_t pp = model.pipeline_model_parallel_size;
+  if (pp < 1) return world_size;
+  if (world_size % pp != 0) {
+    problems.add("model.pipeline_model_parallel_size", str(pp),
+                 "must divide the world size " + str(world_size) +
+                     " (world = pp x dp x cp); launch a multiple of " + str(pp) + " ranks");
+    return world_size;
+  }
+  return world_size / pp;
+}
+
+// Interleaved 1F1B runs a step's microbatches in groups of pp (packing/pipeline_schedule.hpp);
+// the scheduler can give a step at most global_batch_size microbatches under dynamic CP (one
+// sample on the whole pool each) and global_batch_size / dp with static CP.
+void check_pipeline_microbatches(const ConfigContainer& config, std::int64_t dp,
+                                 ProblemList& problems) {
+  const auto& model = config.model;
+  const std::int64_t pp = model.pipeline_model_parallel_size;
+  const std::int64_t vpp = model.virtual_pipeline_model_parallel_size.value_or(1);
+  if (pp <= 1 || vpp <= 1 || dp < 1) return;
+  const std::int64_t gbs = config.train.global_batch_size;
+  const std::int64_t most = model.dynamic_context_parallel ? gbs : gbs / dp;
+  if (most < pp) {
+    problems.add(
+        "train.global_batch_size", str(gbs),
+        "interleaved 1F1B (model.virtual_pipeline_model_parallel_size " + str(vpp) +
+            ") needs at least pp = " + str(pp) +
+            " microbatches per step, and this batch can form at most " + str(most) +
+            (model.dynamic_context_parallel ? " (one sample each)"
+                                            : " (global_batch_size / dp " + str(dp) + ")") +
+            "; raise it to at least " + str(model.dynamic_context_parallel ? pp : pp * dp) +
+            " or unset the virtual pipeline");
+  }
+}
+
+// A stage's ranks = tp x cp x dp; the dp x cp pool is the ranks of one TP index. Returns dp, or
+// 0 when cp (or tp) does not divide the stage.
+std::int64_t data_parallel_size_of(const ModelConfig& model, std::int64_t world_size,
+                                   std::int64_t full_world, ProblemList& problems) {
+  const std::int64_t cp = model.context_parallel_size;
+  const std::int64_t tp = std::max<std::int64_t>(model.tensor_model_parallel_size, 1);
+  if (world_size % tp != 0) return 0;  // check_tensor_parallel names it
+  const std::int64_t pool_world = world_size / tp;
+  if (cp >= 1 && pool_world % cp == 0) return pool_world / cp;
+  const bool staged = world_size != full_world;
+  if (tp == 1) {
+    problems.add("model.context_parallel_size", str(cp),
+                 (staged ? "must divide the " + str(world_size) +
+                               " ranks of one pipeline stage (dp = world / (pp x cp))"
+                         : "must divide the world size " + str(world_size) + " (dp = world / cp)") +
+                     "; use a divisor of " + str(world_size) + " or launch a multiple of " +
+                     str(cp) + " ranks");
+  } else {
+    problems.add("model.context_parallel_size", str(cp),
+                 (staged ? "must divide " + str(world_size) + " ranks (one pipeline stage) / "
+                         : "must divide world " + str(world_size) + " / ") +
+                     "tensor_model_parallel_size " + str(tp) + " = " + str(pool_world) +
+                     (staged ? " (dp = world / (pp x tp x cp))" : " (dp = world / (tp x cp))") +
+                     "; use a divisor of " + str(pool_world) + " or launch a multiple of " +
+                     str(tp * cp) + " ranks" + (staged ? " per stage" : ""));
+  }
+  return 0;
+}
+
 void check_parallel_and_packing(ConfigContainer& config, std::int64_t world_size,
                                 ProblemList& problems) {
   auto& model = config.model;
-  check_unsupported_parallelism(model, problems);
+  const std::int64_t full_world = world_size;
+  // Every rule below is about one stage's ranks (tp x cp x dp; each stage has its own).
+  world_size = check_pipeline(config, full_world, problems);
   check_tensor_parallel(config, world_size, problems);
   check_packing_switches(config, problems);
   resolve_scheduler(model, problems);
@@ -193,30 +260,13 @@ void check_parallel_and_packing(ConfigContainer& config, std::int64_t world_size
   const bool dynamic = model.dynamic_context_parallel;
   const std::int64_t cp = model.context_parallel_size;
   const std::int64_t seq_length = model.seq_length;
-  // world = tp x cp x dp; the dp x cp pool is the ranks of one TP index.
   const std::int64_t tp = std::max<std::int64_t>(model.tensor_model_parallel_size, 1);
-  const bool tp_divides = world_size % tp == 0;
-  const std::int64_t pool_world = tp_divides ? world_size / tp : 0;
-  const bool layout_known = tp_divides && pool_world % cp == 0;
-  if (tp_divides && !layout_known) {
-    if (tp == 1) {
-      problems.add("model.context_parallel_size", str(cp),
-                   "must divide the world size " + str(world_size) +
-                       " (dp = world / cp); use a divisor of " + str(world_size) +
-                       " or launch a multiple of " + str(cp) + " ranks");
-    } else {
-      problems.add("model.context_parallel_size", str(cp),
-                   "must divide world " + str(world_size) + " / tensor_model_parallel_size " +
-                       str(tp) + " = " + str(pool_world) +
-                       " (dp = world / (tp x cp)); use a "
-                       "divisor of " +
-                       str(pool_world) + " or launch a multiple of " + str(tp * cp) + " ranks");
-    }
-  }
-  const std::int64_t dp = layout_known ? pool_world / cp : 0;
+  const std::int64_t dp = data_parallel_size_of(model, world_size, full_world, problems);
+  const bool layout_known = dp > 0;
   const std::int64_t pool = dp * cp;
   const std::string pool_text = "dp " + str(dp) + " x cp " + str(cp) + " = " + str(pool);
 
+  check_pipeline_microbatches(config, dp, problems);
   if (layout_known && config.train.global_batch_size % dp != 0) {
     const auto gbs = config.train.global_batch_size;
     problems.add("train.global_batch_size", str(gbs),
@@ -319,7 +369,11 @@ void check_parallel_and_packing(ConfigContainer& config, std::int64_t world_size
 
   auto& layout = config.layout;
   layout = ParallelLayout{};
-  layout.world_size = world_size;
+  layout.world_size = full_world;
+  layout.pipeline_model_parallel_size =
+      std::max<std::int64_t>(model.pipeline_model_parallel_size, 1);
+  layout.virtual_pipeline_model_parallel_size =
+      std::max<std::int64_t>(model.virtual_pipeline_model_parallel_size.value_or(1), 1);
   layout.data_parallel_size = dp;
   layout.context_parallel_size = cp;
   layout.pool_size = pool;

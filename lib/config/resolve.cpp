@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "config/key_table.hpp"
+#include "config/pipeline_split.hpp"
 #include "config/problem_list.hpp"
 #include "config/recompute_modules.hpp"
 #include "config/validation_rules.hpp"
@@ -134,9 +135,20 @@ std::string describe_layout(const ConfigContainer& config) {
   const bool dynamic = config.model.dynamic_context_parallel;
   std::ostringstream out;
   out << "parallel layout:\n";
+  const bool pipelined = layout.pipeline_model_parallel_size > 1;
+  const bool tensor = layout.tensor_model_parallel_size > 1;
   out << "  world size:              " << layout.world_size
-      << (layout.tensor_model_parallel_size > 1 ? " (tp x cp x dp, TP fastest)" : "") << "\n";
-  if (layout.tensor_model_parallel_size > 1) {
+      << (pipelined && tensor ? " (pp x dp x cp x tp: TP fastest, stage slowest)"
+          : tensor            ? " (tp x cp x dp, TP fastest)"
+                              : "")
+      << "\n";
+  if (pipelined) {
+    out << "  pipeline parallel (pp):  " << layout.pipeline_model_parallel_size
+        << " stages (each with its own dp x cp pool" << (tensor ? " per TP rank" : "") << "), "
+        << layout.virtual_pipeline_model_parallel_size << " virtual chunk(s) per stage\n";
+    out << "  layer split:\n" << split_layers(pipeline_split_input(config.model)).describe();
+  }
+  if (tensor) {
     out << "  tensor parallel (tp):    " << layout.tensor_model_parallel_size
         << (config.model.sequence_parallel ? " with sequence parallelism" : " (no SP)") << "\n";
     out << "  expert tensor parallel:  " << layout.expert_tensor_parallel_size

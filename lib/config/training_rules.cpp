@@ -197,6 +197,12 @@ void check_runtime(ConfigContainer& config, ProblemList& problems) {
                  "model.safetensors.index.json); export a Megatron checkpoint to HF first "
                  "(Bridge's AutoBridge export)");
   }
+  if (config.checkpoint.async_save && !config.checkpoint.sharded) {
+    problems.add("checkpoint.async_save", "true",
+                 "asynchronous saves are sharded (every rank writes its own shard in the "
+                 "background), but checkpoint.sharded is false (rank 0 writes everything); drop "
+                 "checkpoint.sharded=false or set checkpoint.async_save=false");
+  }
   if (config.checkpoint.most_recent_k == 0) {
     problems.add("checkpoint.most_recent_k", "0",
                  "keeping no checkpoint is not allowed; use -1 (all) or a count >= 1");

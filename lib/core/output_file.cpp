@@ -38,6 +38,13 @@ std::optional<std::uint64_t> injected_enospc_limit(const std::filesystem::path& 
 
 }  // namespace
 
+void check_injected_write_fault(const std::filesystem::path& path, std::size_t bytes) {
+  const auto limit = injected_enospc_limit(path);
+  if (!limit) return;
+  if (bytes_written_in_process.load() + bytes > *limit) throw_write_error(path, "writing", ENOSPC);
+  bytes_written_in_process += bytes;
+}
+
 OutputFile::OutputFile(const std::filesystem::path& path) : path_(path) {
   file_ = std::fopen(path.c_str(), "wb");
   if (file_ == nullptr) throw_write_error(path, "opening", errno);

@@ -47,6 +47,11 @@ void write_file_replacing(const std::filesystem::path& path,
                           const std::function<void(OutputFile&)>& write,
                           std::string_view temporary_suffix = ".partial");
 
+// For writers that do not go through OutputFile (positioned writes of several processes into
+// one file): throws the ENOSPC error of the fault injection above when `bytes` more written to
+// `path` pass its limit, else counts them.
+void check_injected_write_fault(const std::filesystem::path& path, std::size_t bytes);
+
 // A write past the file-size limit (RLIMIT_FSIZE, `ulimit -f`) kills the process with SIGXFSZ
 // before it can say anything. Called first in main: with the signal ignored such a write fails
 // with EFBIG and is reported like a full disk.

@@ -16,16 +16,25 @@ bool is_power_of_two(int value) {
 
 void check_rank(const ParallelLayout& layout, int rank) {
   if (rank < 0 || rank >= layout.world_size()) {
-    if (layout.tensor_model_parallel_size == 1) {
+    if (layout.tensor_model_parallel_size == 1 && layout.pipeline_model_parallel_size == 1) {
       core::throw_runtime_error(
           fmt::format("rank {} is outside the pool of {} ranks (dp {} x cp {})", rank,
                       layout.pool_size(), layout.data_parallel_size, layout.context_parallel_size));
     }
-    core::throw_runtime_error(
-        fmt::format("rank {} is outside the world of {} ranks (tp {} x dp {} x cp {})", rank,
-                    layout.world_size(), layout.tensor_model_parallel_size,
-                    layout.data_parallel_size, layout.context_parallel_size));
+    const int pp = layout.pipeline_model_parallel_size;
+    const int tp = layout.tensor_model_parallel_size;
+    core::throw_runtime_error(fmt::format(
+        "rank {} is outside the world of {} ranks ({}dp {} x cp {}{})", rank, layout.world_size(),
+        pp > 1 ? fmt::format("pp {} x ", pp) : std::string(), layout.data_parallel_size,
+        layout.context_parallel_size, tp > 1 ? fmt::format(" x tp {}", tp) : std::string()));
   }
+}
+
+// A group of stage 0 moved to `stage`: its ranks and its color shift by whole stages.
+RankGroup on_stage(const ParallelLayout& layout, RankGroup group, int stage, int groups_per_stage) {
+  group.first_rank += stage * layout.stage_size();
+  group.index += stage * groups_per_stage;
+  return group;
 }
 
 }  // namespace
@@ -50,6 +59,17 @@ std::vector<std::string> layout_problems(const ParallelLayout& layout) {
         "tensor_model_parallel_size ({}) (each expert split over the TP group)",
         etp, tp));
   }
+  const int pp = layout.pipeline_model_parallel_size;
+  const int vpp = layout.virtual_pipeline_model_parallel_size;
+  if (pp < 1) {
+    problems.push_back(fmt::format("model.pipeline_model_parallel_size: {}: must be >= 1", pp));
+  }
+  if (vpp < 1 || (vpp > 1 && pp == 1)) {
+    problems.push_back(fmt::format(
+        "model.virtual_pipeline_model_parallel_size: {}: must be >= 1, and > 1 only with "
+        "model.pipeline_model_parallel_size > 1",
+        vpp));
+  }
   if (!problems.empty()) return problems;
   const int pool = layout.pool_size();
   if (tp == 1 && pool % ep != 0) {
@@ -57,12 +77,12 @@ std::vector<std::string> layout_problems(const ParallelLayout& layout) {
         "model.expert_model_parallel_size: {}: must divide the pool of data_parallel_size ({}) x "
         "context_parallel_size ({}) = {} ranks",
         ep, dp, cp, pool));
-  } else if (tp > 1 && layout.world_size() % (etp * ep) != 0) {
+  } else if (tp > 1 && layout.stage_size() % (etp * ep) != 0) {
     problems.push_back(fmt::format(
         "model.expert_model_parallel_size: {}: expert_tensor_parallel_size ({}) x {} must divide "
-        "the world of tensor_model_parallel_size ({}) x data_parallel_size ({}) x "
-        "context_parallel_size ({}) = {} ranks",
-        ep, etp, ep, tp, dp, cp, layout.world_size()));
+        "the {} ranks of a pipeline stage: tensor_model_parallel_size ({}) x data_parallel_size "
+        "({}) x context_parallel_size ({})",
+        ep, etp, ep, layout.stage_size(), tp, dp, cp));
   }
   if (layout.dynamic_context_parallel) {
     if (!is_power_of_two(pool) || pool < 2) {
@@ -93,35 +113,51 @@ void validate_layout(const ParallelLayout& layout) {
 
 ParallelLayout layout_for_world(int world_size, int context_parallel_size,
                                 int expert_model_parallel_size, bool dynamic_context_parallel,
-                                int min_dynamic_context_parallel_size,
-                                int tensor_model_parallel_size, int expert_tensor_parallel_size) {
-  if (tensor_model_parallel_size < 1 || world_size % tensor_model_parallel_size != 0) {
+                                int min_dynamic_context_parallel_size, PipelineSizes pipeline,
+                                TensorSizes tensor) {
+  if (pipeline.stages < 1 || world_size % pipeline.stages != 0) {
+    core::throw_config_error(
+        "model.pipeline_model_parallel_size",
+        fmt::format("{}: must be >= 1 and divide the world of {} ranks (world = "
+                    "pipeline_model_parallel_size x data_parallel_size x context_parallel_size x "
+                    "tensor_model_parallel_size)",
+                    pipeline.stages, world_size));
+  }
+  const int stage_ranks = world_size / pipeline.stages;
+  if (tensor.tensor < 1 || stage_ranks % tensor.tensor != 0) {
     core::throw_config_error(
         "model.tensor_model_parallel_size",
-        fmt::format("{}: must be >= 1 and divide the world of {} ranks (world = "
-                    "tensor_model_parallel_size x context_parallel_size x data_parallel_size)",
-                    tensor_model_parallel_size, world_size));
+        fmt::format("{}: must be >= 1 and divide the {} ranks of a pipeline stage (world {} = "
+                    "pipeline_model_parallel_size {} x tensor_model_parallel_size x "
+                    "context_parallel_size x data_parallel_size)",
+                    tensor.tensor, stage_ranks, world_size, pipeline.stages));
   }
-  if (tensor_model_parallel_size > 1) {
-    const int pool = world_size / tensor_model_parallel_size;
-    if (context_parallel_size < 1 || pool % context_parallel_size != 0) {
-      core::throw_config_error(
-          "model.context_parallel_size",
-          fmt::format("{}: must be >= 1 and divide world {} / tensor_model_parallel_size {} = {} "
-                      "(world = tp x cp x dp)",
-                      context_parallel_size, world_size, tensor_model_parallel_size, pool));
-    }
-  } else if (context_parallel_size < 1 || world_size % context_parallel_size != 0) {
+  const int pool = stage_ranks / tensor.tensor;
+  if (tensor.tensor > 1 && (context_parallel_size < 1 || pool % context_parallel_size != 0)) {
     core::throw_config_error(
         "model.context_parallel_size",
-        fmt::format("{}: must be >= 1 and divide the world of {} ranks (TP = PP = 1, so world = "
-                    "data_parallel_size x context_parallel_size)",
-                    context_parallel_size, world_size));
+        fmt::format("{}: must be >= 1 and divide world {} / (pipeline_model_parallel_size {} x "
+                    "tensor_model_parallel_size {}) = {} (world = pp x dp x cp x tp)",
+                    context_parallel_size, world_size, pipeline.stages, tensor.tensor, pool));
+  }
+  if (context_parallel_size < 1 || pool % context_parallel_size != 0) {
+    core::throw_config_error(
+        "model.context_parallel_size",
+        pipeline.stages == 1
+            ? fmt::format("{}: must be >= 1 and divide the world of {} ranks (TP = PP = 1, so "
+                          "world = data_parallel_size x context_parallel_size)",
+                          context_parallel_size, world_size)
+            : fmt::format("{}: must be >= 1 and divide the {} ranks of a pipeline stage (TP = 1, "
+                          "so world = pipeline_model_parallel_size ({}) x data_parallel_size x "
+                          "context_parallel_size)",
+                          context_parallel_size, pool, pipeline.stages));
   }
   ParallelLayout layout;
-  layout.tensor_model_parallel_size = tensor_model_parallel_size;
-  layout.expert_tensor_parallel_size = expert_tensor_parallel_size;
-  layout.data_parallel_size = world_size / tensor_model_parallel_size / context_parallel_size;
+  layout.tensor_model_parallel_size = tensor.tensor;
+  layout.expert_tensor_parallel_size = tensor.expert;
+  layout.pipeline_model_parallel_size = pipeline.stages;
+  layout.virtual_pipeline_model_parallel_size = pipeline.virtual_chunks;
+  layout.data_parallel_size = pool / context_parallel_size;
   layout.context_parallel_size = context_parallel_size;
   layout.expert_model_parallel_size = expert_model_parallel_size;
   layout.dynamic_context_parallel = dynamic_context_parallel;
@@ -179,19 +215,32 @@ RankCoordinates coordinates_of(const ParallelLayout& layout, int rank) {
   const int cp = layout.context_parallel_size;
   const int ep = layout.expert_model_parallel_size;
   const int etp = layout.expert_tensor_parallel_size;
+  const int stage_size = layout.stage_size();
+  const int local = rank % stage_size;  // the rank inside its stage
   RankCoordinates at;
-  at.tensor_parallel_index = rank % tp;
-  at.pool_rank = rank / tp;
+  at.pipeline_parallel_index = rank / stage_size;
+  at.tensor_parallel_index = local % tp;
+  at.pool_rank = local / tp;
   at.data_parallel_index = at.pool_rank / cp;
   at.context_parallel_index = at.pool_rank % cp;
-  at.expert_tensor_parallel_index = rank % etp;
-  at.expert_parallel_index = rank / etp % ep;
-  at.expert_data_parallel_index = rank / (etp * ep);
+  at.expert_tensor_parallel_index = local % etp;
+  at.expert_parallel_index = local / etp % ep;
+  at.expert_data_parallel_index = local / (etp * ep);
   return at;
 }
 
-RankGroup group_of(const ParallelLayout& layout, GroupAxis axis, int rank) {
-  const RankCoordinates where = coordinates_of(layout, rank);
+RankGroup pipeline_group_of(const ParallelLayout& layout, int rank) {
+  check_rank(layout, rank);
+  const int stage_size = layout.stage_size();
+  const int local = rank % stage_size;
+  return RankGroup{local, stage_size, layout.pipeline_model_parallel_size, local};
+}
+
+namespace {
+
+// The group of `axis` holding the stage-0 rank `local` (coordinates `where`).
+RankGroup group_in_stage(const ParallelLayout& layout, GroupAxis axis, int local,
+                         const RankCoordinates& where) {
   const int tp = layout.tensor_model_parallel_size;
   const int dp = layout.data_parallel_size;
   const int cp = layout.context_parallel_size;
@@ -210,17 +259,25 @@ RankGroup group_of(const ParallelLayout& layout, GroupAxis axis, int rank) {
     case GroupAxis::pool:
       return RankGroup{t, tp, pool, t};
     case GroupAxis::expert_parallel:
-      return RankGroup{rank - rank % expert_block + where.expert_tensor_parallel_index, etp, ep,
+      return RankGroup{local - local % expert_block + where.expert_tensor_parallel_index, etp, ep,
                        where.expert_data_parallel_index * etp + where.expert_tensor_parallel_index};
     case GroupAxis::expert_data_parallel:
-      return RankGroup{rank % expert_block, expert_block, layout.world_size() / expert_block,
-                       rank % expert_block};
+      return RankGroup{local % expert_block, expert_block, layout.stage_size() / expert_block,
+                       local % expert_block};
     case GroupAxis::tensor_parallel:
-      return RankGroup{rank - t, 1, tp, where.pool_rank};
+      return RankGroup{local - t, 1, tp, where.pool_rank};
     case GroupAxis::expert_tensor_parallel:
-      return RankGroup{rank - where.expert_tensor_parallel_index, 1, etp, rank / etp};
+      return RankGroup{local - where.expert_tensor_parallel_index, 1, etp, local / etp};
   }
   core::throw_runtime_error("unknown group axis");
+}
+
+}  // namespace
+
+RankGroup group_of(const ParallelLayout& layout, GroupAxis axis, int rank) {
+  const RankCoordinates where = coordinates_of(layout, rank);
+  return on_stage(layout, group_in_stage(layout, axis, rank % layout.stage_size(), where),
+                  where.pipeline_parallel_index, num_groups(layout, axis));
 }
 
 int num_groups(const ParallelLayout& layout, GroupAxis axis) {
@@ -233,13 +290,13 @@ int num_groups(const ParallelLayout& layout, GroupAxis axis) {
     case GroupAxis::pool:
       return tp;
     case GroupAxis::expert_parallel:
-      return layout.world_size() / layout.expert_model_parallel_size;
+      return layout.stage_size() / layout.expert_model_parallel_size;
     case GroupAxis::expert_data_parallel:
       return layout.expert_tensor_parallel_size * layout.expert_model_parallel_size;
     case GroupAxis::tensor_parallel:
       return layout.pool_size();
     case GroupAxis::expert_tensor_parallel:
-      return layout.world_size() / layout.expert_tensor_parallel_size;
+      return layout.stage_size() / layout.expert_tensor_parallel_size;
   }
   return 0;
 }
@@ -267,10 +324,12 @@ RankGroup dynamic_cp_group_of(const ParallelLayout& layout, int size, int rank) 
         size, layout.dynamic_context_parallel, layout.min_dynamic_context_parallel_size,
         layout.pool_size()));
   }
+  const RankCoordinates where = coordinates_of(layout, rank);
   const int tp = layout.tensor_model_parallel_size;
-  const int pool_rank = rank / tp;
-  const int t = rank % tp;
-  return RankGroup{(pool_rank - pool_rank % size) * tp + t, tp, size, pool_rank / size * tp + t};
+  const int t = where.tensor_parallel_index;
+  const int r = where.pool_rank;
+  return on_stage(layout, RankGroup{(r - r % size) * tp + t, tp, size, r / size * tp + t},
+                  where.pipeline_parallel_index, tp * layout.pool_size() / size);
 }
 
 namespace {
@@ -297,8 +356,10 @@ std::vector<RankGroup> first_groups(int world_size, int count, int limit, GroupO
 
 std::string format_layout(const ParallelLayout& layout, int max_groups_listed) {
   const int tp = layout.tensor_model_parallel_size;
+  const int pp = layout.pipeline_model_parallel_size;
+  const int expert_block = layout.expert_tensor_parallel_size * layout.expert_model_parallel_size;
   std::string text;
-  if (tp == 1) {
+  if (tp == 1 && pp == 1) {
     text = fmt::format(
         "parallel layout: world {} = data_parallel {} x context_parallel {} (TP = PP = 1, CP "
         "fastest: rank = dp_index * {} + cp_index); expert_parallel {} x expert_data_parallel "
@@ -306,16 +367,33 @@ std::string format_layout(const ParallelLayout& layout, int max_groups_listed) {
         layout.pool_size(), layout.data_parallel_size, layout.context_parallel_size,
         layout.context_parallel_size, layout.expert_model_parallel_size,
         layout.pool_size() / layout.expert_model_parallel_size);
-  } else {
-    const int expert_block = layout.expert_tensor_parallel_size * layout.expert_model_parallel_size;
+  } else if (tp == 1) {
     text = fmt::format(
-        "parallel layout: world {} = tensor_parallel {} x context_parallel {} x data_parallel {} "
-        "(PP = 1, Megatron order tp-cp-dp, TP fastest: rank = (dp_index * {} + cp_index) * {} + "
-        "tp_index; one dp x cp pool of {} ranks per TP rank); expert_tensor_parallel {} x "
-        "expert_parallel {} x expert_data_parallel {}\n",
-        layout.world_size(), tp, layout.context_parallel_size, layout.data_parallel_size,
-        layout.context_parallel_size, tp, layout.pool_size(), layout.expert_tensor_parallel_size,
-        layout.expert_model_parallel_size, layout.world_size() / expert_block);
+        "parallel layout: world {} = pipeline {} x data_parallel {} x context_parallel {} (TP = "
+        "1; stage slowest, CP fastest: rank = stage * {} + dp_index * {} + cp_index); "
+        "{} virtual chunk(s) per stage; each stage's pool: expert_parallel {} x "
+        "expert_data_parallel {}; the groups of stage 0 (stage s: + s * {})\n",
+        layout.world_size(), pp, layout.data_parallel_size, layout.context_parallel_size,
+        layout.pool_size(), layout.context_parallel_size,
+        layout.virtual_pipeline_model_parallel_size, layout.expert_model_parallel_size,
+        layout.pool_size() / layout.expert_model_parallel_size, layout.pool_size());
+  } else {
+    text = fmt::format(
+        "parallel layout: world {} = pipeline {} x data_parallel {} x context_parallel {} x "
+        "tensor_parallel {} (Megatron order tp-cp-dp-pp, TP fastest, stage slowest: rank = "
+        "stage * {} + (dp_index * {} + cp_index) * {} + tp_index; one dp x cp pool of {} ranks "
+        "per TP rank and stage); {} virtual chunk(s) per stage; each stage's experts: "
+        "expert_tensor_parallel {} x expert_parallel {} x expert_data_parallel {}{}\n",
+        layout.world_size(), pp, layout.data_parallel_size, layout.context_parallel_size, tp,
+        layout.stage_size(), layout.context_parallel_size, tp, layout.pool_size(),
+        layout.virtual_pipeline_model_parallel_size, layout.expert_tensor_parallel_size,
+        layout.expert_model_parallel_size, layout.stage_size() / expert_block,
+        pp > 1 ? fmt::format("; the groups of stage 0 (stage s: + s * {})", layout.stage_size())
+               : std::string());
+  }
+  if (pp > 1) {
+    text += fmt::format("  pipeline_parallel ({} groups): {} ...\n", layout.stage_size(),
+                        pipeline_group_of(layout, 0).to_string());
   }
   auto list_groups = [&](const std::string& label, int count, auto group_of_rank) {
     text += fmt::format("  {} ({} group{}):", label, count, count == 1 ? "" : "s");

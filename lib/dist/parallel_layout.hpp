@@ -3,27 +3,33 @@
 // group. No communication here, so every rule is testable for a 4096-rank pool without MPI;
 // ParallelState (parallel_state.hpp) turns these groups into communicators.
 //
-// World = tensor_model_parallel_size x pool (PP = 1), Megatron's order tp-cp-dp, TP fastest:
-//   world rank r = pool_rank * tp + tp_index,   pool_rank = dp_index * cp + cp_index.
-// The dp x cp pool of a TP rank is the pool_size ranks with its tp_index; every CP, DP, pool
-// and dynamic CP group lies inside one such pool, and under each pool rank sits one TP group
-// of tp consecutive ranks. With tp = 1 (below) world rank and pool rank coincide.
-// Tensor-parallel groups:
+// World = pipeline_model_parallel_size x stage, stage = tensor_model_parallel_size x pool,
+// pool = data_parallel_size x context_parallel_size, in Megatron's order tp-cp-dp-pp: TP
+// fastest, the pipeline stage slowest, so every stage holds S = tp x P consecutive ranks:
+//   world rank r = stage * S + pool_rank * tp + tp_index,   pool_rank = dp_index * cp + cp_index.
+// Every group below lies inside one stage (the ranks given are those of stage 0; stage s adds
+// s * S). The pipeline group is the one that crosses stages:
+//   pipeline_parallel       ranks l + s * S, s = 0..pp-1 (l = r % S, the same stage position)
+// Inside a stage, the dp x cp pool of a TP rank is the P ranks with its tp_index; every CP, DP,
+// pool and dynamic CP group lies inside one such pool, and under each pool rank sits one TP
+// group of tp consecutive ranks. With tp = 1 (below) stage rank and pool rank coincide.
+// Tensor-parallel groups (r a rank of stage 0):
 //   tensor_parallel         ranks [r - r % tp, r - r % tp + tp)                stride 1
-//   every pool group below  the same pool ranks p, as world ranks p * tp + tp_index (stride x tp)
-// Expert groups follow Megatron's expert order etp-ep-edp over the whole world, where etp
+//   every pool group below  the same pool ranks p, as ranks p * tp + tp_index (stride x tp)
+// Expert groups follow Megatron's expert order etp-ep-edp over a stage's S ranks, where etp
 // (expert_tensor_parallel_size) is 1 or tp:
 //   expert_tensor_parallel  ranks [r - r % etp, r - r % etp + etp)             stride 1
 //   expert_parallel         ranks r - r % (etp ep) + r % etp + k * etp, k < ep   stride etp
 //   expert_data_parallel    ranks r % (etp ep) + k * etp * ep                  stride etp x ep
-// so with etp = 1 an EP group is ep consecutive world ranks (it crosses TP groups), and with
+// so with etp = 1 an EP group is ep consecutive ranks (it crosses TP groups), and with
 // etp = tp it holds the same TP rank of ep consecutive TP groups.
 // Worked example, tp = 2, dp = 2, cp = 2, ep = 2, etp = 1 (world 8), rank 5 = tp_index 1,
 // pool rank 2 (dp_index 1, cp_index 0): tensor_parallel [4, 5]; context_parallel [5, 7];
 // data_parallel [1, 5]; pool [1, 3, 5, 7]; expert_parallel [4, 5]; expert_data_parallel
 // [1, 3, 5, 7]; dynamic CP size 2 [5, 7]. With etp = 2: expert_parallel [5, 7],
-// expert_data_parallel [1, 5].
-// With tp = 1 the groups are (every group is an arithmetic progression of ranks):
+// expert_data_parallel [1, 5]. With pp = 2 on top (world 16), rank 13 is rank 5 of stage 1:
+// every group above plus 8, and pipeline_parallel [5, 13].
+// With tp = 1 the groups of a stage are (every group is an arithmetic progression of ranks):
 //   context_parallel      ranks [dp_index * cp, dp_index * cp + cp)           stride 1
 //   data_parallel         ranks cp_index + k * cp, k = 0..dp-1                stride cp
 //   pool                  ranks 0..P-1
@@ -52,19 +58,33 @@ struct ParallelLayout {
   // expert_tensor_parallel_size ranks (1 or tensor_model_parallel_size).
   int tensor_model_parallel_size = 1;
   int expert_tensor_parallel_size = 1;
+  // Pipeline parallelism: stages, and virtual chunks per stage (interleaved 1F1B).
+  int pipeline_model_parallel_size = 1;
+  int virtual_pipeline_model_parallel_size = 1;
 
   int pool_size() const { return data_parallel_size * context_parallel_size; }
-  int world_size() const { return tensor_model_parallel_size * pool_size(); }
+  // The ranks of one pipeline stage: a dp x cp pool per TP rank.
+  int stage_size() const { return tensor_model_parallel_size * pool_size(); }
+  int world_size() const { return pipeline_model_parallel_size * stage_size(); }
 };
 
-// Derives data_parallel_size = world_size / (tensor_model_parallel_size x
-// context_parallel_size) and validates the result. Throws a config error listing every
-// problem (key path, value, rule) at once.
+struct PipelineSizes {
+  int stages = 1;          // model.pipeline_model_parallel_size
+  int virtual_chunks = 1;  // model.virtual_pipeline_model_parallel_size (unset: 1)
+};
+
+struct TensorSizes {
+  int tensor = 1;  // model.tensor_model_parallel_size
+  int expert = 1;  // model.expert_tensor_parallel_size (1 or tensor)
+};
+
+// Derives data_parallel_size = world_size / (stages x tensor x context_parallel_size) and
+// validates the result. Throws a config error listing every problem (key path, value, rule) at
+// once.
 ParallelLayout layout_for_world(int world_size, int context_parallel_size,
                                 int expert_model_parallel_size, bool dynamic_context_parallel,
-                                int min_dynamic_context_parallel_size,
-                                int tensor_model_parallel_size = 1,
-                                int expert_tensor_parallel_size = 1);
+                                int min_dynamic_context_parallel_size, PipelineSizes pipeline = {},
+                                TensorSizes tensor = {});
 
 // Every problem as "key.path: value: rule"; empty when the layout is valid.
 std::vector<std::string> layout_problems(const ParallelLayout& layout);
@@ -113,13 +133,16 @@ struct RankCoordinates {
   int tensor_parallel_index = 0;       // position inside the TP group
   int pool_rank = 0;                   // dp_index * cp + cp_index: the rank schedules name
   int expert_tensor_parallel_index = 0;
+  int pipeline_parallel_index = 0;  // the stage
 };
 
 // All of these take world ranks and throw a runtime error for a rank outside the world or an
-// invalid size.
+// invalid size. num_groups counts the groups of one stage.
 RankCoordinates coordinates_of(const ParallelLayout& layout, int rank);
 RankGroup group_of(const ParallelLayout& layout, GroupAxis axis, int rank);
 int num_groups(const ParallelLayout& layout, GroupAxis axis);
+// The ranks at rank's pool position in every stage, stage order (activations flow along it).
+RankGroup pipeline_group_of(const ParallelLayout& layout, int rank);
 
 // Powers of two from min_dynamic_context_parallel_size to the pool size, ascending; empty
 // without dynamic CP.

@@ -221,21 +221,36 @@ double moe_forward(const LayerRunContext& run, int layer, const DecoderLayerPara
       (run.moe_grouped_gemm ? keep : host).allocate({n.experts + 1}, DType::i64);
   saved.plan.tokens_per_expert = Tensor{};
   // x_perm is only an input of the expert computation; the dispatcher keeps what it needs.
-  const Tensor x_perm = keep.allocate({assignments, n.hidden}, dtype);
+  // With bf16 activations it is bf16 (the permutation runs into an fp32 copy first; the expert
+  // products read the rounded rows), and a temporary of this forward when the dispatcher sends
+  // the rows elsewhere.
+  const bool bf16_rows = run.seam.bf16_activations;
+  const bool x_perm_kept = run.seams.experts->keeps_x_perm() || !bf16_rows;
+  std::optional<core::ArenaScope> send_scope;
+  if (!x_perm_kept) send_scope.emplace(scratch);
+  const Tensor x_perm = (x_perm_kept ? keep : scratch)
+                            .allocate({assignments, n.hidden}, bf16_rows ? DType::bf16 : dtype);
   {
     core::ArenaScope temporaries(scratch);
+    const Tensor permuted = bf16_rows ? scratch.allocate({assignments, n.hidden}, dtype) : x_perm;
     const Tensor logits = scratch.allocate({n.tokens, n.experts}, dtype);
     ops::linear_forward(router_context(ctx), saved.normed_mid, params.moe.router.value, logits);
-    if (run.moe_permute_fusion) {
+    if (run.moe_router_force_load_balancing) {
+      ops::balanced_router_forward(ctx, logits, run.positions, layer, top_k, a.norm_topk_prob,
+                                   saved.expert_ids, saved.routing_weights, saved.router);
+      ops::build_permute_plan(ctx, saved.expert_ids, static_cast<int>(n.experts), saved.plan);
+      ops::permute_forward(ctx, saved.normed_mid, saved.plan, x_perm);
+    } else if (run.moe_permute_fusion) {
       ops::route_and_permute(ctx, logits, top_k, a.norm_topk_prob, saved.normed_mid,
                              saved.expert_ids, saved.routing_weights, saved.router, saved.plan,
-                             x_perm);
+                             permuted);
     } else {
       ops::router_forward(ctx, logits, top_k, a.norm_topk_prob, saved.expert_ids,
                           saved.routing_weights, saved.router);
       ops::build_permute_plan(ctx, saved.expert_ids, static_cast<int>(n.experts), saved.plan);
-      ops::permute_forward(ctx, saved.normed_mid, saved.plan, x_perm);
+      ops::permute_forward(ctx, saved.normed_mid, saved.plan, permuted);
     }
+    if (bf16_rows) ops::convert(ctx, permuted, x_perm);
   }
 
   double aux_loss = 0.0;
@@ -260,10 +275,14 @@ double moe_forward(const LayerRunContext& run, int layer, const DecoderLayerPara
     }
   }
 
-  saved.y_perm = keep.allocate({assignments, n.hidden}, dtype);
+  // bf16 activations: the expert outputs are kept (and, under EP, come home) in bf16, and the
+  // un-permutation reads those rounded values in forward and backward alike.
+  saved.y_perm =
+      keep.allocate({assignments, n.hidden}, run.seam.bf16_activations ? DType::bf16 : dtype);
   saved.experts.recompute_hidden = run.recompute.moe_act;
   run.seams.experts->forward(run.seam, layer, x_perm, saved.plan.expert_offsets, params.moe.experts,
                              saved.y_perm, saved.experts);
+  send_scope.reset();
   ops::unpermute_forward(ctx, saved.y_perm, saved.plan, saved.routing_weights, mlp_out);
 
   if (params.moe.has_shared_expert) {

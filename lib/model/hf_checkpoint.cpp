@@ -93,8 +93,7 @@ DiskLayout detect_disk_layout(const SafetensorsCheckpoint& checkpoint) {
 // The layout an export writes: what transformers' own class for the model type saves.
 DiskLayout export_layout(const config::ModelArchitecture& architecture) {
   DiskLayout layout;
-  layout.fused_experts =
-      architecture.model_type == "qwen3_5_moe" || architecture.model_type == "qwen3_5_moe_text";
+  layout.fused_experts = export_fuses_experts(architecture);
   return layout;
 }
 
@@ -177,6 +176,10 @@ std::unique_ptr<Qwen3MoeModel> load_hf_model(const std::string& folder, ModelOpt
   auto model = std::make_unique<Qwen3MoeModel>(architecture, options);
   load_hf_weights(folder, model->parameters());
   return model;
+}
+
+bool export_fuses_experts(const config::ModelArchitecture& architecture) {
+  return architecture.model_type == "qwen3_5_moe" || architecture.model_type == "qwen3_5_moe_text";
 }
 
 void save_hf_checkpoint(const std::string& folder, const Qwen3MoeParameters& parameters,

@@ -31,4 +31,9 @@ void save_hf_checkpoint(const std::string& folder, const Qwen3MoeParameters& par
                         StoredDType dtype = StoredDType::bf16, std::uint64_t max_shard_bytes = 0,
                         ExpertGather* gather = nullptr, bool write = true);
 
+// Whether an export of `architecture` stores each MoE layer's experts fused
+// (`mlp.experts.gate_up_proj` [E, 2I, h], `mlp.experts.down_proj` [E, h, I]) rather than one
+// tensor per expert: what transformers' own class for the model type saves.
+bool export_fuses_experts(const config::ModelArchitecture& architecture);
+
 }  // namespace dyncp::model

@@ -1,6 +1,7 @@
 #include "model/local_seams.hpp"
 
 #include "core/error.hpp"
+#include "ops/elementwise.hpp"
 #include "ops/gemm.hpp"
 #include "ops/swiglu.hpp"
 
@@ -13,15 +14,28 @@ void run_experts_forward(const SeamContext& context, const Tensor& rows,
   const std::int64_t twice_intermediate = weights.gate_up.value.size(1);
   saved.rows = rows;
   saved.group_offsets = group_offsets;
-  saved.gate_up = context.activations->allocate({num_rows, twice_intermediate}, rows.dtype());
+  // rows may be bf16 storage (bf16 activations); the products compute in the weights' dtype.
+  const core::DType dtype = weights.gate_up.value.dtype();
+  saved.gate_up = context.activations->allocate({num_rows, twice_intermediate}, dtype);
   core::ArenaScope temporaries(*context.scratch);
-  core::Arena& hidden_arena = saved.recompute_hidden ? *context.scratch : *context.activations;
-  const Tensor hidden = hidden_arena.allocate({num_rows, twice_intermediate / 2}, rows.dtype());
+  // bf16 activations keep the SwiGLU output (the down product's input, which the product
+  // rounds to bf16 anyway) in bf16, computed into an fp32 temporary.
+  const bool bf16_hidden = context.bf16_activations && !saved.recompute_hidden;
+  const core::Shape hidden_shape{num_rows, twice_intermediate / 2};
+  core::Arena& hidden_arena =
+      saved.recompute_hidden || bf16_hidden ? *context.scratch : *context.activations;
+  const Tensor hidden = hidden_arena.allocate(hidden_shape, dtype);
+  const Tensor kept_hidden =
+      bf16_hidden ? context.activations->allocate(hidden_shape, core::DType::bf16) : hidden;
+  // A bf16 y (bf16 activations) is the rounded copy of the products' fp32 output.
+  const Tensor out = y.dtype() == dtype ? y : context.scratch->allocate(y.shape(), dtype);
   ops::grouped_linear_forward(context.ops, rows, weights.gate_up.value, group_offsets,
                               saved.gate_up);
   ops::swiglu_fused_forward(context.ops, saved.gate_up, hidden);
-  ops::grouped_linear_forward(context.ops, hidden, weights.down.value, group_offsets, y);
-  saved.hidden = saved.recompute_hidden ? Tensor{} : hidden;
+  if (bf16_hidden) ops::convert(context.ops, hidden, kept_hidden);
+  ops::grouped_linear_forward(context.ops, kept_hidden, weights.down.value, group_offsets, out);
+  if (out.raw_data() != y.raw_data()) ops::convert(context.ops, out, y);
+  saved.hidden = saved.recompute_hidden ? Tensor{} : kept_hidden;
 }
 
 void run_experts_backward(const SeamContext& context, const Tensor& dy,

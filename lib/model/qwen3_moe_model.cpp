@@ -1,12 +1,14 @@
 #include "model/qwen3_moe_model.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/error.hpp"
 #include "model/decoder_layer.hpp"
 #include "ops/cross_entropy.hpp"
+#include "ops/elementwise.hpp"
 #include "ops/embedding.hpp"
 #include "ops/rmsnorm.hpp"
 
@@ -15,7 +17,9 @@ namespace dyncp::model {
 using core::DType;
 
 struct Qwen3MoeModel::LayerActivations {
-  std::vector<Tensor> layer_inputs;                // L + 1 tensors [T, h]; the last is the output
+  // L + 1 tensors [T, h]; the last is the output (the final norm's input). With bf16
+  // activations the first L are bf16 and the last is fp32 scratch.
+  std::vector<Tensor> layer_inputs;
   std::vector<DecoderLayerActivations> per_layer;  // empty views under recompute
   // Where each kept layer's saved activations start in the layer arena: released after the
   // layer's backward (layers are saved in order and released in reverse).
@@ -90,6 +94,26 @@ void check_bin(const PackedBin& bin) {
                                                 bin.loss_mask.describe());
 }
 
+// The bin's positions and the model's MoE and recompute settings, as every layer reads them.
+void set_bin_and_moe_options(LayerRunContext& run, const PackedBin& bin,
+                             const ModelOptions& model_options, const BinOptions& options,
+                             std::vector<std::int64_t>& sequence_lengths) {
+  run.positions = bin.positions;
+  run.cu_seqlens = bin.cu_seqlens;
+  run.token_is_real = bin.token_is_real;
+  if (run.architecture->rope_scaling.rope_type == "dynamic") {
+    fill_sequence_lengths(bin, sequence_lengths);
+    run.sequence_lengths = sequence_lengths;
+  }
+  run.aux_loss = model_options.aux_loss;
+  run.aux_num_sequences_global = options.aux_num_sequences_global;
+  run.aux_loss_grad_scale = options.aux_loss_grad_scale;
+  run.recompute = model_options.selective;
+  run.moe_grouped_gemm = model_options.moe_grouped_gemm;
+  run.moe_permute_fusion = model_options.moe_permute_fusion;
+  run.moe_router_force_load_balancing = model_options.moe_router_force_load_balancing;
+}
+
 }  // namespace
 
 Qwen3MoeModel::Qwen3MoeModel(const config::ModelArchitecture& architecture, ModelOptions options)
@@ -106,6 +130,13 @@ Qwen3MoeModel::Qwen3MoeModel(const config::ModelArchitecture& architecture, Mode
         "build the model with dtype f32 (got " +
         std::string(core::dtype_name(options.dtype)) + ")");
   }
+  const bool bf16_products = options.precision == ops::ComputePrecision::bf16;
+  bf16_activations_ =
+      options.bf16_activations.value_or(bf16_products && options.device == core::Device::cuda);
+  if (bf16_activations_ && !bf16_products)
+    core::throw_runtime_error(
+        "Qwen3MoeModel: bf16 activation storage needs bf16 products (mixed_precision: "
+        "bf16_mixed); an fp32 run keeps every activation in fp32");
   layer_activations_ = std::make_unique<LayerActivations>();
   const auto layers = static_cast<std::size_t>(parameters_.architecture().num_hidden_layers);
   layer_activations_->layer_inputs.resize(layers + 1);
@@ -150,6 +181,7 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
   run.seam.ops.precision = options_.precision;
   run.seam.host = &host_saves_;
   run.seam.ops.scratch = &scratch_;
+  run.seam.bf16_activations = bf16_activations_;
   const auto recomputed = [this](std::size_t layer) {
     return options_.recompute_full &&
            (options_.recompute_first_layers < 0 ||
@@ -159,19 +191,7 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
   run.seam.scratch = &scratch_;
   run.seams = seams;
   run.architecture = &a;
-  run.positions = bin.positions;
-  run.cu_seqlens = bin.cu_seqlens;
-  run.token_is_real = bin.token_is_real;
-  if (a.rope_scaling.rope_type == "dynamic") {
-    fill_sequence_lengths(bin, sequence_lengths_);
-    run.sequence_lengths = sequence_lengths_;
-  }
-  run.aux_loss = options_.aux_loss;
-  run.aux_num_sequences_global = options.aux_num_sequences_global;
-  run.aux_loss_grad_scale = options.aux_loss_grad_scale;
-  run.recompute = options_.selective;
-  run.moe_grouped_gemm = options_.moe_grouped_gemm;
-  run.moe_permute_fusion = options_.moe_permute_fusion;
+  set_bin_and_moe_options(run, bin, options_, options, sequence_lengths_);
 
   SeamContext bin_context = run.seam;
   bin_context.activations = &activations_;
@@ -188,17 +208,35 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
         activations_.allocate({static_cast<std::int64_t>(per_layer.size()), 1}, DType::f64);
     run.aux_losses.fill_zero();
   }
-  inputs[0] = activations_.allocate({tokens, hidden}, dtype);
-  ops::embedding_forward(run.seam.ops, bin.token_ids, parameters_.embed_tokens.value, inputs[0]);
+  // bf16 activations: the kept layer inputs are bf16 and the layers run on two fp32 buffers in
+  // scratch (the residual stream rounded to bf16 at every layer boundary, as Megatron keeps its
+  // hidden states), which live until the final norm's backward. The final norm's input (the last
+  // layer's output) stays fp32.
+  std::optional<core::ArenaScope> stream_scope;
+  if (bf16_activations_) stream_scope.emplace(scratch_);
+  core::Arena& stream_arena = bf16_activations_ ? scratch_ : activations_;
+  Tensor current = stream_arena.allocate({tokens, hidden}, dtype);
+  Tensor spare = bf16_activations_ ? scratch_.allocate({tokens, hidden}, dtype) : Tensor{};
+  ops::embedding_forward(run.seam.ops, bin.token_ids, parameters_.embed_tokens.value, current);
   for (std::size_t layer = 0; layer < per_layer.size(); ++layer) {
-    inputs[layer + 1] = activations_.allocate({tokens, hidden}, dtype);
+    if (bf16_activations_) {
+      inputs[layer] = activations_.allocate({tokens, hidden}, DType::bf16);
+      ops::convert(run.seam.ops, current, inputs[layer]);
+      ops::convert(run.seam.ops, inputs[layer], current);  // the layer reads what it keeps
+    } else {
+      inputs[layer] = current;
+    }
+    const Tensor output =
+        bf16_activations_ ? spare : activations_.allocate({tokens, hidden}, dtype);
     saved_from[layer] = layer_saves_->mark();
-    result.aux_loss +=
-        decoder_layer_forward(run, static_cast<int>(layer), parameters_.layers[layer],
-                              inputs[layer], per_layer[layer], inputs[layer + 1]);
+    result.aux_loss += decoder_layer_forward(
+        run, static_cast<int>(layer), parameters_.layers[layer], current, per_layer[layer], output);
     // A recomputed layer keeps only its input; backward rebuilds the rest.
     if (recomputed(layer)) layer_saves_->release(saved_from[layer]);
+    spare = current;
+    current = output;
   }
+  inputs.back() = current;
   if (run.aux_losses.defined()) {
     // Summed in layer order, as the returned values are (dense layers' rows stay 0).
     const Tensor host_aux = host_saves_.allocate(run.aux_losses.shape(), DType::f64);
@@ -208,7 +246,7 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
   }
 
   ops::RmsNormSaved final_norm_saved{activations_.allocate({tokens}, dtype)};
-  const Tensor normed_final = activations_.allocate({tokens, hidden}, dtype);
+  const Tensor normed_final = stream_arena.allocate({tokens, hidden}, dtype);
   const ops::RmsNormVariant norm_variant = residual_norm_variant(a);
   ops::rmsnorm_forward(run.seam.ops, inputs.back(), parameters_.final_norm.value, a.rms_norm_eps,
                        norm_variant, normed_final, final_norm_saved);
@@ -217,7 +255,7 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
   Tensor dnormed_final;
   Tensor dlm_head;
   if (options.compute_gradients) {
-    dnormed_final = activations_.allocate({tokens, hidden}, dtype);
+    dnormed_final = stream_arena.allocate({tokens, hidden}, dtype);
     dlm_head = parameters_.lm_head.grad;
   }
   ops::CrossEntropyOptions cross_entropy_options;
@@ -235,16 +273,25 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
   const Tensor grad = activations_.allocate({tokens, hidden}, dtype);
   ops::rmsnorm_backward(run.seam.ops, dnormed_final, inputs.back(), parameters_.final_norm.value,
                         norm_variant, final_norm_saved, grad, parameters_.final_norm.grad);
+  stream_scope.reset();  // bf16 activations: the fp32 stream and the final norm's rows go
   for (std::size_t layer = per_layer.size(); layer-- > 0;) {
+    // bf16 activations: the layer's input widened into scratch for its recompute and backward.
+    std::optional<core::ArenaScope> widened_scope;
+    Tensor input = inputs[layer];
+    if (bf16_activations_) {
+      widened_scope.emplace(scratch_);
+      input = scratch_.allocate({tokens, hidden}, dtype);
+      ops::convert(run.seam.ops, inputs[layer], input);
+    }
     // Kept layers sit below this point in reverse order of backward, so releasing to where a
     // layer's saves start frees exactly that layer; a recomputed one saves above the top.
     if (recomputed(layer)) {
       saved_from[layer] = layer_saves_->mark();
       const Tensor discarded_output = layer_saves_->allocate({tokens, hidden}, dtype);
-      decoder_layer_forward(run, static_cast<int>(layer), parameters_.layers[layer], inputs[layer],
+      decoder_layer_forward(run, static_cast<int>(layer), parameters_.layers[layer], input,
                             per_layer[layer], discarded_output);
     }
-    decoder_layer_backward(run, static_cast<int>(layer), parameters_.layers[layer], inputs[layer],
+    decoder_layer_backward(run, static_cast<int>(layer), parameters_.layers[layer], input,
                            per_layer[layer], grad);
     layer_saves_->release(saved_from[layer]);
   }

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "config/recompute_modules.hpp"
 #include "core/arena.hpp"
@@ -77,12 +78,19 @@ struct ModelOptions {
   // activations (ops::ComputePrecision); parameters (the fp32 master weights), gradients (fp32
   // main_grad) and the element-wise ops stay in `dtype`, which must then be f32.
   ops::ComputePrecision precision = ops::ComputePrecision::fp32;
+  // bf16 storage of activations under bf16 products (docs/precision.md, Megatron's bf16
+  // activations): the layer inputs kept for backward and recompute, the MoE layers' y_perm and,
+  // under EP, the rows the dispatcher sends and receives. The layers read the bf16-rounded
+  // values they keep, so forward, recompute and backward see the same numbers. Unset: on for
+  // bf16 products on the cuda device, off otherwise; true with fp32 products is refused.
+  std::optional<bool> bf16_activations;
   ops::MoeAuxLossType aux_loss = ops::MoeAuxLossType::none;
   std::int64_t cross_entropy_token_chunk = 256;
   std::int64_t cross_entropy_vocab_chunk = 32768;
   // model.moe_grouped_gemm / model.moe_permute_fusion (LayerRunContext).
   bool moe_grouped_gemm = true;
   bool moe_permute_fusion = true;
+  bool moe_router_force_load_balancing = false;  // model.moe_router_force_load_balancing
 };
 
 struct BinOptions {
@@ -131,11 +139,14 @@ class Qwen3MoeModel {
 
   // Bytes the arenas have reached (activation plan, logged by the trainer).
   std::size_t activation_high_water_bytes() const;
+  // Whether saved activations are stored in bf16 (ModelOptions::bf16_activations, resolved).
+  bool bf16_activations() const { return bf16_activations_; }
 
  private:
   struct LayerActivations;
   Qwen3MoeParameters parameters_;
   ModelOptions options_;
+  bool bf16_activations_ = false;
   core::Arena activations_;  // lives for the bin: what backward reads
   core::Arena scratch_;      // temporaries, released by each layer / op
   // What layers save for their backward: kept layers' saves stacked in order and released

@@ -406,6 +406,38 @@ std::int64_t Qwen3MoeParameters::count(const config::ModelArchitecture& architec
   return layout.total;
 }
 
+std::int64_t Qwen3MoeParameters::count_stage(const config::ModelArchitecture& architecture,
+                                             ExpertRange experts, const StageParts& parts,
+                                             std::int64_t* experts_out) {
+  config::ModelArchitecture a = architecture;
+  a.resolve();
+  if (experts.count == 0) experts.count = a.num_experts;
+  Param embed_tokens, final_norm, lm_head;
+  std::vector<DecoderLayerParams> layers;
+  const Layout layout = plan_layout(a, experts, {embed_tokens, layers, final_norm, lm_head});
+  const auto* layer_begin = reinterpret_cast<const char*>(layers.data());
+  const auto* layer_end = reinterpret_cast<const char*>(layers.data() + layers.size());
+  std::int64_t total = 0, routed = 0;
+  for (const Layout::Entry& entry : layout.entries) {
+    const auto* where = reinterpret_cast<const char*>(entry.param);
+    bool held = false;
+    if (entry.param == &embed_tokens) {
+      held = parts.embedding || (parts.head && a.tie_word_embeddings);
+    } else if (entry.param == &final_norm || entry.param == &lm_head) {
+      held = parts.head;
+    } else if (where >= layer_begin && where < layer_end) {
+      const auto layer = static_cast<std::int64_t>((where - layer_begin) /
+                                                   static_cast<std::ptrdiff_t>(sizeof(layers[0])));
+      held = layer >= parts.first_layer && layer < parts.first_layer + parts.num_layers;
+    }
+    if (!held) continue;
+    total += entry.shape.numel();
+    if (entry.offset >= layout.dense_total) routed += entry.shape.numel();
+  }
+  if (experts_out != nullptr) *experts_out = routed;
+  return total;
+}
+
 const HfTensor* Qwen3MoeParameters::find(const std::string& hf_name) const {
   for (const auto& tensor : hf_tensors_)
     if (tensor.name == hf_name) return &tensor;

@@ -116,6 +116,20 @@ class Qwen3MoeParameters {
   // allocating them (the memory estimate); `dense` receives the part before the experts.
   static std::int64_t count(const config::ModelArchitecture& architecture, ExpertRange experts,
                             std::int64_t* dense = nullptr);
+  // The elements of one pipeline stage's parameters (the memory estimate of a stage): the
+  // tensors of layers [first_layer, first_layer + num_layers), the embedding when
+  // `embedding`, the final norm and LM head when `head` (a tied head: the embedding, which the
+  // last stage then holds a copy of, as Megatron does). `experts_out` receives the routed
+  // experts' part. Alignment gaps are not counted.
+  struct StageParts {
+    std::int64_t first_layer = 0;
+    std::int64_t num_layers = 0;
+    bool embedding = false;
+    bool head = false;
+  };
+  static std::int64_t count_stage(const config::ModelArchitecture& architecture,
+                                  ExpertRange experts, const StageParts& parts,
+                                  std::int64_t* experts_out = nullptr);
 
   const config::ModelArchitecture& architecture() const { return architecture_; }
   const ExpertRange& expert_range() const { return expert_range_; }

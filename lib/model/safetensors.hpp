@@ -113,9 +113,29 @@ struct TensorToWrite {
 void write_safetensors_file(const std::string& path, std::span<const TensorToWrite> tensors,
                             StoredDType dtype);
 
-// Writes `model.safetensors` when everything fits in `max_shard_bytes` (0 = no limit), else
-// shards `model-0000k-of-0000n.safetensors` plus `model.safetensors.index.json`. Returns the
-// files written (shards first, index last).
+// The files write_safetensors_folder writes for `tensors` (their names and shapes only): one
+// `model.safetensors` when everything fits in `max_shard_bytes` (0 = no limit), else shards
+// `model-0000k-of-0000n.safetensors`, split greedily in the given order. Writers that fill one
+// file from several processes (each writing its tensors' byte ranges) lay it out from this.
+struct SafetensorsFilePlan {
+  std::string name;                    // in the folder
+  std::size_t first = 0, end = 0;      // tensors [first, end) of the list
+  std::string head;                    // the 8-byte length and the padded JSON header
+  std::vector<std::uint64_t> offsets;  // per tensor of the file: its data's offset in the file
+  std::uint64_t bytes = 0;             // the file's size
+};
+std::vector<SafetensorsFilePlan> plan_safetensors_folder(std::span<const TensorToWrite> tensors,
+                                                         StoredDType dtype,
+                                                         std::uint64_t max_shard_bytes = 0);
+// `model.safetensors.index.json` of a plan of more than one file.
+std::string safetensors_index_json(std::span<const TensorToWrite> tensors,
+                                   std::span<const SafetensorsFilePlan> files, StoredDType dtype);
+// `values` stored as `dtype` (F32, BF16 or F16) into `buffer`, resized to their bytes.
+void encode_safetensors_values(std::vector<std::uint8_t>& buffer, std::span<const float> values,
+                               StoredDType dtype);
+
+// Writes the files of plan_safetensors_folder, plus `model.safetensors.index.json` for shards.
+// Returns the files written (shards first, index last).
 std::vector<std::string> write_safetensors_folder(const std::string& folder,
                                                   std::span<const TensorToWrite> tensors,
                                                   StoredDType dtype,

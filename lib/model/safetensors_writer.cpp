@@ -35,9 +35,10 @@ std::uint16_t float_to_f16_bits(float value) {
   return static_cast<std::uint16_t>(sign | ((rebased + rounding) >> 13));
 }
 
-// Converts `values` into `buffer` (resized to their stored bytes).
-void encode_values(std::vector<std::uint8_t>& buffer, std::span<const float> values,
-                   StoredDType dtype) {
+}  // namespace
+
+void encode_safetensors_values(std::vector<std::uint8_t>& buffer, std::span<const float> values,
+                               StoredDType dtype) {
   buffer.resize(values.size() * stored_dtype_size(dtype));
   std::uint8_t* out = buffer.data();
   for (std::size_t i = 0; i < values.size(); ++i) {
@@ -61,8 +62,50 @@ void encode_values(std::vector<std::uint8_t>& buffer, std::span<const float> val
   }
 }
 
+namespace {
+
 std::uint64_t stored_bytes(const TensorToWrite& tensor, StoredDType dtype) {
   return static_cast<std::uint64_t>(tensor.numel()) * stored_dtype_size(dtype);
+}
+
+void require_writable_dtype(StoredDType dtype) {
+  if (dtype != StoredDType::f32 && dtype != StoredDType::bf16 && dtype != StoredDType::f16)
+    core::throw_usage_error(std::string("cannot write safetensors as ") + stored_dtype_name(dtype) +
+                            " (expected F32, BF16 or F16)");
+}
+
+// The length prefix and the header of a file holding `tensors` in order, padded with spaces so
+// the data buffer starts 8-byte aligned; `data_offsets` receives each tensor's offset in the
+// data buffer.
+std::string file_head(std::span<const TensorToWrite> tensors, StoredDType dtype,
+                      std::vector<std::uint64_t>& data_offsets) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  header["__metadata__"] = {{"format", "pt"}};
+  std::uint64_t offset = 0;
+  data_offsets.clear();
+  for (const auto& tensor : tensors) {
+    DYNCP_CHECK(tensor.fill || tensor.values.empty() ||
+                    tensor.numel() == static_cast<std::int64_t>(tensor.values.size()),
+                "shape and value count differ for " + tensor.name);
+    const std::uint64_t bytes = stored_bytes(tensor, dtype);
+    header[tensor.name] = {{"dtype", stored_dtype_name(dtype)},
+                           {"shape", tensor.shape},
+                           {"data_offsets", {offset, offset + bytes}}};
+    data_offsets.push_back(offset);
+    offset += bytes;
+  }
+  std::string header_text = header.dump();
+  header_text.append((8 - (8 + header_text.size()) % 8) % 8, ' ');
+  std::string head(8, '\0');
+  for (int i = 0; i < 8; ++i) head[i] = static_cast<char>(header_text.size() >> (8 * i));
+  return head + header_text;
+}
+
+std::string shard_name(std::size_t k, std::size_t count) {
+  if (count == 1) return "model.safetensors";
+  char name[64];
+  std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, count);
+  return name;
 }
 
 }  // namespace
@@ -75,33 +118,19 @@ std::int64_t TensorToWrite::numel() const {
 
 void write_safetensors_file(const std::string& path, std::span<const TensorToWrite> tensors,
                             StoredDType dtype) {
-  if (dtype != StoredDType::f32 && dtype != StoredDType::bf16 && dtype != StoredDType::f16)
-    core::throw_usage_error(std::string("cannot write safetensors as ") + stored_dtype_name(dtype) +
-                            " (expected F32, BF16 or F16)");
-  nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  header["__metadata__"] = {{"format", "pt"}};
-  std::uint64_t offset = 0;
+  require_writable_dtype(dtype);
   for (const auto& tensor : tensors) {
     DYNCP_CHECK(tensor.fill || tensor.numel() == static_cast<std::int64_t>(tensor.values.size()),
                 "shape and value count differ for " + tensor.name);
-    const std::uint64_t bytes = stored_bytes(tensor, dtype);
-    header[tensor.name] = {{"dtype", stored_dtype_name(dtype)},
-                           {"shape", tensor.shape},
-                           {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
   }
-  std::string header_text = header.dump();
-  header_text.append((8 - (8 + header_text.size()) % 8) % 8, ' ');
+  std::vector<std::uint64_t> data_offsets;
+  const std::string head = file_head(tensors, dtype, data_offsets);
 
   // Write to a temporary name and rename, so a crash never leaves a half-written file under
   // the final name; a failed write (full disk, file-size limit) removes the partial file.
   // One tensor at a time: memory beyond the caller's is one tensor's values and bytes.
   core::write_file_replacing(path, [&](core::OutputFile& out) {
-    std::uint8_t length[8];
-    for (int i = 0; i < 8; ++i)
-      length[i] = static_cast<std::uint8_t>(header_text.size() >> (8 * i));
-    out.write(length, 8);
-    out.write(header_text);
+    out.write(head);
     std::vector<float> produced;
     std::vector<std::uint8_t> bytes;
     for (const auto& tensor : tensors) {
@@ -111,10 +140,56 @@ void write_safetensors_file(const std::string& path, std::span<const TensorToWri
         tensor.fill(produced);
         values = produced;
       }
-      encode_values(bytes, values, dtype);
+      encode_safetensors_values(bytes, values, dtype);
       out.write(bytes.data(), bytes.size());
     }
   });
+}
+
+std::vector<SafetensorsFilePlan> plan_safetensors_folder(std::span<const TensorToWrite> tensors,
+                                                         StoredDType dtype,
+                                                         std::uint64_t max_shard_bytes) {
+  require_writable_dtype(dtype);
+  // Greedy split in the given order: a shard closes when the next tensor would overflow it.
+  std::vector<SafetensorsFilePlan> files(1);
+  std::uint64_t shard_bytes = 0;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const std::uint64_t bytes = stored_bytes(tensors[i], dtype);
+    if (max_shard_bytes > 0 && files.back().end > files.back().first &&
+        shard_bytes + bytes > max_shard_bytes) {
+      files.push_back({});
+      files.back().first = files.back().end = i;
+      shard_bytes = 0;
+    }
+    files.back().end = i + 1;
+    shard_bytes += bytes;
+  }
+  for (std::size_t k = 0; k < files.size(); ++k) {
+    SafetensorsFilePlan& file = files[k];
+    file.name = shard_name(k, files.size());
+    file.head = file_head(tensors.subspan(file.first, file.end - file.first), dtype, file.offsets);
+    file.bytes = file.head.size();
+    for (std::size_t i = file.first; i < file.end; ++i)
+      file.bytes += stored_bytes(tensors[i], dtype);
+    for (auto& offset : file.offsets) offset += file.head.size();
+  }
+  return files;
+}
+
+std::string safetensors_index_json(std::span<const TensorToWrite> tensors,
+                                   std::span<const SafetensorsFilePlan> files, StoredDType dtype) {
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  std::uint64_t total_bytes = 0;
+  for (const auto& file : files) {
+    for (std::size_t i = file.first; i < file.end; ++i) {
+      weight_map[tensors[i].name] = file.name;
+      total_bytes += stored_bytes(tensors[i], dtype);
+    }
+  }
+  nlohmann::ordered_json index;
+  index["metadata"] = {{"total_size", total_bytes}};
+  index["weight_map"] = weight_map;
+  return index.dump(2) + "\n";
 }
 
 std::vector<std::string> write_safetensors_folder(const std::string& folder,
@@ -123,42 +198,18 @@ std::vector<std::string> write_safetensors_folder(const std::string& folder,
                                                   std::uint64_t max_shard_bytes) {
   namespace fs = std::filesystem;
   fs::create_directories(folder);
-  // Greedy split in the given order: a shard closes when the next tensor would overflow it.
-  std::vector<std::vector<TensorToWrite>> shards(1);
-  std::uint64_t shard_bytes = 0;
-  std::uint64_t total_bytes = 0;
-  for (const auto& tensor : tensors) {
-    const std::uint64_t bytes = stored_bytes(tensor, dtype);
-    if (max_shard_bytes > 0 && !shards.back().empty() && shard_bytes + bytes > max_shard_bytes) {
-      shards.emplace_back();
-      shard_bytes = 0;
-    }
-    shards.back().push_back(tensor);
-    shard_bytes += bytes;
-    total_bytes += bytes;
-  }
+  const std::vector<SafetensorsFilePlan> files =
+      plan_safetensors_folder(tensors, dtype, max_shard_bytes);
   std::vector<std::string> written;
-  if (shards.size() == 1) {
-    const std::string path = (fs::path(folder) / "model.safetensors").string();
-    write_safetensors_file(path, shards[0], dtype);
-    written.push_back(path);
-    return written;
-  }
-  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
-  for (std::size_t k = 0; k < shards.size(); ++k) {
-    char name[64];
-    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, shards.size());
-    const std::string path = (fs::path(folder) / name).string();
-    write_safetensors_file(path, shards[k], dtype);
-    for (const auto& tensor : shards[k]) weight_map[tensor.name] = name;
+  for (const auto& file : files) {
+    const std::string path = (fs::path(folder) / file.name).string();
+    write_safetensors_file(path, tensors.subspan(file.first, file.end - file.first), dtype);
     written.push_back(path);
   }
-  nlohmann::ordered_json index;
-  index["metadata"] = {{"total_size", total_bytes}};
-  index["weight_map"] = weight_map;
+  if (files.size() == 1) return written;
   const std::string index_path = (fs::path(folder) / "model.safetensors.index.json").string();
   core::OutputFile out(index_path);
-  out.write(index.dump(2) + "\n");
+  out.write(safetensors_index_json(tensors, files, dtype));
   out.close();
   written.push_back(index_path);
   return written;

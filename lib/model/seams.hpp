@@ -39,6 +39,9 @@ struct SeamContext {
   // Host memory for the few values the host must know whatever the device (the experts' group
   // offsets, which size the grouped products and the expert exchange); lives for the bin.
   core::Arena* host = nullptr;
+  // Saved activations in bf16 storage (ModelOptions::bf16_activations): the expert dispatcher
+  // then moves its rows in bf16 and y_perm is a bf16 tensor.
+  bool bf16_activations = false;
 
   // Host memory for the bin: `host`, or the activations when there is none (they are then
   // host memory themselves).
@@ -106,9 +109,13 @@ class ExpertDispatcher {
   // x_perm [R, h]: rows grouped by GLOBAL expert, expert_offsets i64 [E + 1] (host). Writes
   // y_perm [R, h], the unweighted expert outputs of the same rows (weighting and un-permuting
   // happen in the layer). Saved state is allocated from context.activations.
+  // y_perm is f32, or bf16 under SeamContext::bf16_activations.
   virtual void forward(const SeamContext& context, int layer, const Tensor& x_perm,
                        const Tensor& expert_offsets, const ExpertWeights& weights,
                        const Tensor& y_perm, ExpertSaved& saved) = 0;
+  // Whether the backward reads x_perm itself (ExpertSaved::rows aliases it): then the layer
+  // keeps it for the bin; otherwise (rows sent to other ranks) it is a forward temporary.
+  virtual bool keeps_x_perm() const { return true; }
   // dx_perm [R, h]: overwrite. Expert weight gradients accumulate.
   virtual void backward(const SeamContext& context, int layer, const Tensor& dy_perm,
                         const Tensor& expert_offsets, const ExpertWeights& weights,

@@ -8,7 +8,7 @@ namespace dyncp::ops::detail {
 
 bool bf16_products(std::string_view op, const OpContext& ctx, const Tensor& operand) {
   if (ctx.precision != ComputePrecision::bf16) return false;
-  if (operand.dtype() != DType::f32) {
+  if (operand.dtype() != DType::f32 && operand.dtype() != DType::bf16) {
     fail(op, "bf16 products round fp32 operands; got " + operand.describe() +
                  " (use an fp32 context for f64 operands)");
   }
@@ -29,6 +29,12 @@ void round_to_bf16(float* values, std::int64_t count) {
 Tensor bf16_rounded_copy(core::Arena& scratch, const Tensor& x) {
   if (!x.defined()) return x;
   const Tensor copy = scratch.allocate(x.shape(), DType::f32);
+  if (x.dtype() == DType::bf16) {  // bf16 storage: widened, already rounded
+    float* out = copy.data<float>();
+    const std::uint16_t* bits = x.bf16_bits();
+    for (std::int64_t i = 0; i < x.numel(); ++i) out[i] = core::bf16_bits_to_float(bits[i]);
+    return copy;
+  }
   copy.copy_from(x);
   round_to_bf16(copy.data<float>(), copy.numel());
   return copy;

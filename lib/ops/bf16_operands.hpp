@@ -21,7 +21,8 @@ OpContext with_fp32_products(const OpContext& ctx);
 // Each value rounded to the nearest bf16 (ties to even), in place.
 void round_to_bf16(float* values, std::int64_t count);
 
-// An f32 copy of the CPU tensor `x` with every value rounded to bf16, allocated from `scratch`
+// An f32 copy of the CPU tensor `x` with every value rounded to bf16 (a bf16 `x`, bf16 storage,
+// widened), allocated from `scratch`
 // (the caller holds an ArenaScope). An undefined `x` gives an undefined copy.
 Tensor bf16_rounded_copy(core::Arena& scratch, const Tensor& x);
 

@@ -76,6 +76,10 @@ void DeviceOps::router_forward(const OpContext&, const Tensor&, int, bool, const
                                const Tensor&, RouterSaved&) {
   unsupported("router_forward");
 }
+void DeviceOps::balanced_router_forward(const OpContext&, const Tensor&, const Tensor&, int, int,
+                                        bool, const Tensor&, const Tensor&, RouterSaved&) {
+  unsupported("balanced_router_forward");
+}
 void DeviceOps::router_backward(const OpContext&, const Tensor&, const Tensor&, const Tensor&,
                                 const RouterSaved&, bool, const Tensor&) {
   unsupported("router_backward");
@@ -111,6 +115,9 @@ void DeviceOps::unpermute_backward(const OpContext&, const Tensor&, const Tensor
 }
 void DeviceOps::add(const OpContext&, const Tensor&, const Tensor&, const Tensor&) {
   unsupported("add");
+}
+void DeviceOps::convert(const OpContext&, const Tensor&, const Tensor&) {
+  unsupported("convert");
 }
 void DeviceOps::gemm(const OpContext&, const Tensor&, Transpose, const Tensor&, Transpose,
                      const Tensor&, double, bool) {

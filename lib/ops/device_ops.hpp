@@ -60,6 +60,10 @@ class DeviceOps {
   virtual void router_forward(const OpContext& ctx, const Tensor& logits, int top_k,
                               bool normalize_top_k, const Tensor& expert_ids, const Tensor& weights,
                               RouterSaved& saved);
+  virtual void balanced_router_forward(const OpContext& ctx, const Tensor& logits,
+                                       const Tensor& positions, int layer, int top_k,
+                                       bool normalize_top_k, const Tensor& expert_ids,
+                                       const Tensor& weights, RouterSaved& saved);
   virtual void router_backward(const OpContext& ctx, const Tensor& dweights,
                                const Tensor& expert_ids, const Tensor& weights,
                                const RouterSaved& saved, bool normalize_top_k,
@@ -80,6 +84,8 @@ class DeviceOps {
                                   const PermutePlan& plan, const Tensor& weights,
                                   const Tensor& dy_perm, const Tensor& dweights);
   virtual void add(const OpContext& ctx, const Tensor& a, const Tensor& b, const Tensor& out);
+  // f32 <-> bf16 (ops::convert; round to nearest even).
+  virtual void convert(const OpContext& ctx, const Tensor& src, const Tensor& dst);
   virtual void gemm(const OpContext& ctx, const Tensor& a, Transpose transpose_a, const Tensor& b,
                     Transpose transpose_b, const Tensor& c, double alpha, bool accumulate);
   // Rows [offsets[g], offsets[g + 1]) use weight[g]; `host_offsets` is the HOST copy of the

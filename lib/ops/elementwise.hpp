@@ -14,7 +14,8 @@ void axpy(const OpContext& ctx, double alpha, const Tensor& x, const Tensor& y);
 void scale(const OpContext& ctx, const Tensor& x, double factor);
 // x = 0 (any dtype)
 void zero(const OpContext& ctx, const Tensor& x);
-// dst = src (any dtype pair among f32, f64, bf16; bf16 rounds to nearest even)
+// dst = src (any dtype pair among f32, f64, bf16; bf16 rounds to nearest even). On a CUDA
+// context f32 <-> bf16 only: what bf16 activation storage (docs/precision.md) needs.
 void convert(const OpContext& ctx, const Tensor& src, const Tensor& dst);
 
 }  // namespace dyncp::ops

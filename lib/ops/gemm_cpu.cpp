@@ -133,6 +133,16 @@ void linear_backward(const OpContext& ctx, const Tensor& dy, const Tensor& x, co
 
 namespace {
 
+// x in bf16 storage (bf16 activations: the experts' kept rows) under bf16 products, which read
+// it as the rounded operand it is; refused with fp32 products.
+bool bf16_rows(std::string_view op, const OpContext& ctx, const Tensor& x) {
+  if (!x.defined() || x.dtype() != DType::bf16) return false;
+  detail::require_device(op, ctx, "x", x);
+  if (ctx.precision != ComputePrecision::bf16)
+    fail(op, "a bf16 x needs bf16 products (mixed_precision: bf16_mixed), got " + x.describe());
+  return true;
+}
+
 void check_grouped(std::string_view op, const OpContext& ctx, const Tensor& x, const Tensor& weight,
                    const Tensor& group_offsets, const Tensor& y) {
   detail::require_rank(op, "weight", weight, 3);
@@ -167,8 +177,9 @@ void check_grouped(std::string_view op, const OpContext& ctx, const Tensor& x, c
 void grouped_linear_forward(const OpContext& ctx, const Tensor& x, const Tensor& weight,
                             const Tensor& group_offsets, const Tensor& y) {
   constexpr std::string_view op = "grouped_linear_forward";
+  const Tensor float_x = bf16_rows(op, ctx, x) ? Tensor{} : x;
   detail::require_float_operands_on_any_device(op, ctx,
-                                               {{"x", &x}, {"weight", &weight}, {"y", &y}});
+                                               {{"x", &float_x}, {"weight", &weight}, {"y", &y}});
   check_grouped(op, ctx, x, weight, group_offsets, y);
   if (ctx.device == Device::cuda)
     return detail::device_ops(op).grouped_linear_forward(ctx, x, weight, group_offsets, y);
@@ -200,8 +211,10 @@ void grouped_linear_backward(const OpContext& ctx, const Tensor& dy, const Tenso
                              const Tensor& weight, const Tensor& group_offsets, const Tensor& dx,
                              const Tensor& dweight, GradMode dx_mode) {
   constexpr std::string_view op = "grouped_linear_backward";
+  const Tensor float_x = bf16_rows(op, ctx, x) ? Tensor{} : x;
   detail::require_float_operands_on_any_device(
-      op, ctx, {{"dy", &dy}, {"x", &x}, {"weight", &weight}, {"dx", &dx}, {"dweight", &dweight}});
+      op, ctx,
+      {{"dy", &dy}, {"x", &float_x}, {"weight", &weight}, {"dx", &dx}, {"dweight", &dweight}});
   check_grouped(op, ctx, x, weight, group_offsets, dy);
   if (dx.defined() && dx.shape() != x.shape())
     fail(op, "dx " + dx.describe() + " must match x " + x.describe());

@@ -193,7 +193,6 @@ double read_element(const Tensor& t, std::int64_t i) {
 
 void convert(const OpContext& ctx, const Tensor& src, const Tensor& dst) {
   constexpr std::string_view op = "convert";
-  detail::require_cpu_context(op, ctx);
   for (const Tensor* t : {&src, &dst}) {
     detail::require_defined(op, "src/dst", *t);
     detail::require_device(op, ctx, "src/dst", *t);
@@ -202,6 +201,14 @@ void convert(const OpContext& ctx, const Tensor& src, const Tensor& dst) {
     }
   }
   if (src.numel() != dst.numel()) detail::fail(op, src.describe() + " into " + dst.describe());
+  if (ctx.device == Device::cuda) {
+    const bool f32_bf16 = (src.dtype() == DType::f32 && dst.dtype() == DType::bf16) ||
+                          (src.dtype() == DType::bf16 && dst.dtype() == DType::f32);
+    if (!f32_bf16)
+      detail::fail(op, "on the device converts f32 <-> bf16 only, got " + src.describe() +
+                           " into " + dst.describe());
+    return detail::device_ops(op).convert(ctx, src, dst);
+  }
   for (std::int64_t i = 0; i < src.numel(); ++i) {
     const double value = read_element(src, i);
     switch (dst.dtype()) {

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "ops/device_ops.hpp"
 #include "ops/op_checks.hpp"
@@ -26,6 +27,35 @@ PlanDims check_plan(std::string_view op, const PermutePlan& plan, std::int64_t t
                          std::to_string(tokens) + " tokens");
   }
   return {tokens, tokens == 0 ? 0 : assignments / tokens, plan.expert_offsets.size(0) - 1};
+}
+
+// y_perm may be bf16 storage (bf16 activations, docs/precision.md) beside f32 weights and
+// outputs: it is read widened, exactly. Any other dtype mix is refused.
+void check_y_perm(std::string_view op, const OpContext& ctx, const Tensor& y_perm,
+                  const Tensor& weights) {
+  detail::require_defined(op, "y_perm", y_perm);
+  detail::require_device(op, ctx, "y_perm", y_perm);
+  if (y_perm.dtype() == DType::bf16 && weights.dtype() != DType::f32)
+    detail::fail(op, "bf16 y_perm needs f32 weights and outputs, got " + weights.describe());
+}
+
+// An element of y_perm as the compute type (a bf16 one widened, exactly).
+template <typename T>
+T widened(T value) {
+  return value;
+}
+inline float widened(std::uint16_t bf16_bits) {
+  return core::bf16_bits_to_float(bf16_bits);
+}
+
+// f(pointer to y_perm's elements): its own type, or bf16 bits beside f32 compute.
+template <typename T, typename F>
+void with_y_perm(const Tensor& y_perm, F&& f) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (y_perm.dtype() == DType::bf16)
+      return f(static_cast<const std::uint16_t*>(y_perm.bf16_bits()));
+  }
+  f(y_perm.data<T>());
 }
 
 }  // namespace
@@ -186,8 +216,10 @@ void permute_backward(const OpContext& ctx, const Tensor& dx_perm, const Permute
 void unpermute_forward(const OpContext& ctx, const Tensor& y_perm, const PermutePlan& plan,
                        const Tensor& weights, const Tensor& y) {
   constexpr std::string_view op = "unpermute_forward";
+  check_y_perm(op, ctx, y_perm, weights);
+  const Tensor same_dtype_y_perm = y_perm.dtype() == DType::bf16 ? Tensor{} : y_perm;
   detail::require_float_operands_on_any_device(
-      op, ctx, {{"y_perm", &y_perm}, {"weights", &weights}, {"y", &y}});
+      op, ctx, {{"y_perm", &same_dtype_y_perm}, {"weights", &weights}, {"y", &y}});
   detail::require_rank(op, "y", y, 2);
   const PlanDims dims = check_plan(op, plan, y.size(0));
   const std::int64_t hidden = y.size(1);
@@ -198,18 +230,19 @@ void unpermute_forward(const OpContext& ctx, const Tensor& y_perm, const Permute
     return detail::device_ops(op).unpermute_forward(ctx, y_perm, plan, weights, y);
   detail::dispatch_float(op, y.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const T* src = y_perm.data<T>();
     const T* w = weights.data<T>();
     T* dst = y.data<T>();
-    for (std::int64_t t = 0; t < dims.tokens; ++t) {
-      T* out = dst + t * hidden;
-      std::fill(out, out + hidden, T(0));
-      for (std::int64_t j = 0; j < dims.top_k; ++j) {
-        const T wj = w[t * dims.top_k + j];
-        const T* in = src + static_cast<std::int64_t>(row_of[t * dims.top_k + j]) * hidden;
-        for (std::int64_t c = 0; c < hidden; ++c) out[c] += wj * in[c];
+    with_y_perm<T>(y_perm, [&](const auto* src) {
+      for (std::int64_t t = 0; t < dims.tokens; ++t) {
+        T* out = dst + t * hidden;
+        std::fill(out, out + hidden, T(0));
+        for (std::int64_t j = 0; j < dims.top_k; ++j) {
+          const T wj = w[t * dims.top_k + j];
+          const auto* in = src + static_cast<std::int64_t>(row_of[t * dims.top_k + j]) * hidden;
+          for (std::int64_t c = 0; c < hidden; ++c) out[c] += wj * widened(in[c]);
+        }
       }
-    }
+    });
   });
 }
 
@@ -217,9 +250,11 @@ void unpermute_backward(const OpContext& ctx, const Tensor& dy, const Tensor& y_
                         const PermutePlan& plan, const Tensor& weights, const Tensor& dy_perm,
                         const Tensor& dweights) {
   constexpr std::string_view op = "unpermute_backward";
+  check_y_perm(op, ctx, y_perm, weights);
+  const Tensor same_dtype_y_perm = y_perm.dtype() == DType::bf16 ? Tensor{} : y_perm;
   detail::require_float_operands_on_any_device(op, ctx,
                                                {{"dy", &dy},
-                                                {"y_perm", &y_perm},
+                                                {"y_perm", &same_dtype_y_perm},
                                                 {"weights", &weights},
                                                 {"dy_perm", &dy_perm},
                                                 {"dweights", &dweights}});
@@ -237,25 +272,26 @@ void unpermute_backward(const OpContext& ctx, const Tensor& dy, const Tensor& y_
   detail::dispatch_float(op, dy.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* g = dy.data<T>();
-    const T* yp = y_perm.data<T>();
     const T* w = weights.data<T>();
     T* gp = dy_perm.data<T>();
     T* dw = dweights.data<T>();
-    for (std::int64_t t = 0; t < dims.tokens; ++t) {
-      const T* gt = g + t * hidden;
-      for (std::int64_t j = 0; j < dims.top_k; ++j) {
-        const std::int64_t row = row_of[t * dims.top_k + j];
-        const T wj = w[t * dims.top_k + j];
-        const T* in = yp + row * hidden;
-        T* out = gp + row * hidden;
-        T dot = 0;
-        for (std::int64_t c = 0; c < hidden; ++c) {
-          out[c] = wj * gt[c];
-          dot += gt[c] * in[c];
+    with_y_perm<T>(y_perm, [&](const auto* yp) {
+      for (std::int64_t t = 0; t < dims.tokens; ++t) {
+        const T* gt = g + t * hidden;
+        for (std::int64_t j = 0; j < dims.top_k; ++j) {
+          const std::int64_t row = row_of[t * dims.top_k + j];
+          const T wj = w[t * dims.top_k + j];
+          const auto* in = yp + row * hidden;
+          T* out = gp + row * hidden;
+          T dot = 0;
+          for (std::int64_t c = 0; c < hidden; ++c) {
+            out[c] = wj * gt[c];
+            dot += gt[c] * widened(in[c]);
+          }
+          dw[t * dims.top_k + j] = dot;
         }
-        dw[t * dims.top_k + j] = dot;
       }
-    }
+    });
   });
 }
 

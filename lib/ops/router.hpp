@@ -24,6 +24,19 @@ struct RouterSaved {
 void router_forward(const OpContext& ctx, const Tensor& logits, int top_k, bool normalize_top_k,
                     const Tensor& expert_ids, const Tensor& weights, RouterSaved& saved);
 
+// Uniform routing (model.moe_router_force_load_balancing): the same softmax into saved.probs,
+// but token t's experts come from its position in its sequence, not from p:
+//   S_j = (positions[t] * k + j + layer) mod E,  j = 0..k-1   (k distinct experts, k <= E)
+// so consecutive tokens of a sequence cycle through the experts and every expert receives the
+// same number of a sequence's tokens (to within one). The weights are p_{S_j} (renormalised
+// over S when asked), so router_backward's formulas (any fixed S) give the router its gradient.
+// Positions are those of the sample, whatever the layout, so every layout routes alike (the
+// invariant holds; Megatron's switch draws random logits instead, which no layout reproduces).
+// positions: i32 [T].
+void balanced_router_forward(const OpContext& ctx, const Tensor& logits, const Tensor& positions,
+                             int layer, int top_k, bool normalize_top_k, const Tensor& expert_ids,
+                             const Tensor& weights, RouterSaved& saved);
+
 // dweights: [T, k]; dlogits: [T, E], overwrite (the aux loss backward then accumulates into it).
 void router_backward(const OpContext& ctx, const Tensor& dweights, const Tensor& expert_ids,
                      const Tensor& weights, const RouterSaved& saved, bool normalize_top_k,

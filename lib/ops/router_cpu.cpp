@@ -67,6 +67,63 @@ void router_forward(const OpContext& ctx, const Tensor& logits, int top_k, bool 
   });
 }
 
+void balanced_router_forward(const OpContext& ctx, const Tensor& logits, const Tensor& positions,
+                             int layer, int top_k, bool normalize_top_k, const Tensor& expert_ids,
+                             const Tensor& weights, RouterSaved& saved) {
+  constexpr std::string_view op = "balanced_router_forward";
+  detail::require_float_operands_on_any_device(
+      op, ctx, {{"logits", &logits}, {"weights", &weights}, {"saved.probs", &saved.probs}});
+  detail::require_rank(op, "logits", logits, 2);
+  const std::int64_t tokens = logits.size(0), experts = logits.size(1);
+  if (top_k < 1 || top_k > experts || layer < 0) {
+    detail::fail(op, "top_k " + std::to_string(top_k) + " must be in [1, " +
+                         std::to_string(experts) + "] and layer " + std::to_string(layer) +
+                         " >= 0 for logits " + logits.describe());
+  }
+  detail::require_dtype(op, "positions", positions, DType::i32);
+  detail::require_shape(op, "positions", positions, Shape{tokens});
+  detail::require_dtype(op, "expert_ids", expert_ids, DType::i32);
+  detail::require_shape(op, "expert_ids", expert_ids, Shape{tokens, top_k});
+  detail::require_shape(op, "weights", weights, Shape{tokens, top_k});
+  detail::require_shape(op, "saved.probs", saved.probs, logits.shape());
+  if (ctx.device == Device::cuda)
+    return detail::device_ops(op).balanced_router_forward(
+        ctx, logits, positions, layer, top_k, normalize_top_k, expert_ids, weights, saved);
+  detail::dispatch_float(op, logits.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* l = logits.data<T>();
+    const std::int32_t* pos = positions.data<std::int32_t>();
+    T* p = saved.probs.data<T>();
+    std::int32_t* ids = expert_ids.data<std::int32_t>();
+    T* w = weights.data<T>();
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      const T* lt = l + t * experts;
+      T* pt = p + t * experts;
+      T max_logit = -std::numeric_limits<T>::infinity();
+      for (std::int64_t e = 0; e < experts; ++e) max_logit = std::max(max_logit, lt[e]);
+      T sum = 0;
+      for (std::int64_t e = 0; e < experts; ++e) {
+        pt[e] = std::exp(lt[e] - max_logit);
+        sum += pt[e];
+      }
+      for (std::int64_t e = 0; e < experts; ++e) pt[e] /= sum;
+      // A negative position (none is made here) still maps into [0, E).
+      const std::int64_t base =
+          (static_cast<std::int64_t>(pos[t]) * top_k + layer) % experts + experts;
+      T selected_sum = 0;
+      for (int j = 0; j < top_k; ++j) {
+        const std::int64_t e = (base + j) % experts;
+        ids[t * top_k + j] = static_cast<std::int32_t>(e);
+        w[t * top_k + j] = pt[e];
+        selected_sum += pt[e];
+      }
+      if (normalize_top_k) {
+        for (int j = 0; j < top_k; ++j) w[t * top_k + j] /= selected_sum;
+      }
+    }
+  });
+}
+
 void router_backward(const OpContext& ctx, const Tensor& dweights, const Tensor& expert_ids,
                      const Tensor& weights, const RouterSaved& saved, bool normalize_top_k,
                      const Tensor& dlogits) {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "config/head_sharding.hpp"
+#include "packing/pipeline_schedule.hpp"
 
 namespace dyncp::packing {
 
@@ -119,6 +120,9 @@ CostModelParameters cost_model_parameters(const config::PackingCostConfig& secti
                                           const config::ModelConfig& model) {
   CostModelParameters parameters = cost_model_parameters(section);
   parameters.cp_comm_type = model.cp_comm_type;
+  parameters.pipeline_stages = std::max<std::int64_t>(model.pipeline_model_parallel_size, 1);
+  parameters.pipeline_virtual_chunks =
+      std::max<std::int64_t>(model.virtual_pipeline_model_parallel_size.value_or(1), 1);
   if (!model.hierarchical_context_parallel_sizes.empty())
     parameters.hierarchical_inner_size = model.hierarchical_context_parallel_sizes.front();
   return parameters;
@@ -260,13 +264,16 @@ CostModel::StepTime CostModel::step_time(const Schedule& schedule,
                                          const AlignmentRule& alignment) const {
   std::vector<double> finish(static_cast<std::size_t>(schedule.pool_size), 0.0);
   std::vector<double> busy(static_cast<std::size_t>(schedule.pool_size), 0.0);
+  std::vector<double> microbatch_seconds;  // the slowest group of each microbatch
   std::vector<std::int64_t> bin;
   for (std::int64_t m = 0; m < schedule.num_microbatches(); ++m) {
+    microbatch_seconds.push_back(0.0);
     for (const auto& group : schedule.groups_of(m)) {
       bin.clear();
       for (const auto id : schedule.ids_of(group))
         bin.push_back(alignment.padded(lengths[static_cast<std::size_t>(id)], group.size));
       const double seconds = bin_seconds(bin, group.size);
+      microbatch_seconds.back() = std::max(microbatch_seconds.back(), seconds);
       const auto first = finish.begin() + group.start_rank;
       const double start = *std::max_element(first, first + group.size);
       std::fill(first, first + group.size, start + seconds);
@@ -283,7 +290,32 @@ CostModel::StepTime CostModel::step_time(const Schedule& schedule,
     result.mean_rank_busy_seconds += busy[r];
   }
   result.mean_rank_busy_seconds /= static_cast<double>(finish.size());
+  if (parameters_.pipeline_stages > 1 && !microbatch_seconds.empty())
+    apply_pipeline(result, microbatch_seconds);
   return result;
+}
+
+// Every stage's pool runs microbatch m on the same groups (the scheduler plans a step once for
+// all stages), 1 / pp of its layers: its pass lengths are the microbatch's / (pp v).
+void CostModel::apply_pipeline(StepTime& result,
+                               const std::vector<double>& microbatch_seconds) const {
+  const std::int64_t pp = parameters_.pipeline_stages;
+  const std::int64_t v = parameters_.pipeline_virtual_chunks;
+  const auto real = static_cast<std::int64_t>(microbatch_seconds.size());
+  const std::int64_t scheduled = scheduled_microbatches(pp, v, real);  // empty ones pad
+  const double share = 1.0 / static_cast<double>(pp * v);
+  const auto pass = [&](std::int64_t m, double fraction) {
+    return m < real ? microbatch_seconds[static_cast<std::size_t>(m)] * share * fraction : 0.0;
+  };
+  const PipelineTiming timing = simulate_pipeline(
+      pp, v, scheduled, [&](std::int64_t m, std::int64_t) { return pass(m, 1.0 / 3.0); },
+      [&](std::int64_t m, std::int64_t) { return pass(m, 2.0 / 3.0); });
+  const double per_stage = 1.0 / static_cast<double>(pp);
+  result.step_seconds = timing.step_seconds;
+  result.pipeline_bubble_fraction = timing.bubble_fraction;
+  result.mean_rank_busy_seconds *= per_stage;
+  result.max_rank_busy_seconds *= per_stage;
+  result.min_rank_busy_seconds *= per_stage;
 }
 
 double CostModel::lower_bound_seconds(std::span<const std::int64_t> lengths, std::int64_t pool_size,

@@ -47,6 +47,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "config/config_container.hpp"
 #include "config/model_architecture.hpp"
@@ -66,6 +67,12 @@ struct CostModelParameters {
   // The CP exchange priced (model.cp_comm_type) and a2a+p2p's inner size.
   config::CpCommType cp_comm_type = config::CpCommType::all_gather;
   std::int64_t hierarchical_inner_size = 0;
+  // Pipeline parallelism (model.pipeline_model_parallel_size, .virtual_pipeline_...): each stage
+  // runs 1 / pp of every microbatch's layers, a forward a third of a pass and a backward two
+  // thirds, in the 1F1B (or interleaved) order of packing/pipeline_schedule.hpp, so step_time
+  // includes the bubble. The point-to-point transfers between stages are not priced.
+  std::int64_t pipeline_stages = 1;
+  std::int64_t pipeline_virtual_chunks = 1;
 };
 
 // The parameters of a recipe's `packing` section; the keys it does not have keep the defaults.
@@ -152,7 +159,8 @@ class CostModel {
 
   struct StepTime {
     double step_seconds = 0.0;
-    double mean_rank_busy_seconds = 0.0;  // balance = mean_rank_busy / step
+    double pipeline_bubble_fraction = 0.0;  // of the step, with pipeline_stages > 1
+    double mean_rank_busy_seconds = 0.0;    // balance = mean_rank_busy / step
     double max_rank_busy_seconds = 0.0;
     double min_rank_busy_seconds = 0.0;
   };
@@ -160,6 +168,10 @@ class CostModel {
   StepTime step_time(const Schedule& schedule, std::span<const std::int64_t> lengths,
                      const AlignmentRule& alignment = {}) const;
 
+ private:
+  void apply_pipeline(StepTime& result, const std::vector<double>& microbatch_seconds) const;
+
+ public:
   // Both bounds let each sequence choose its group, so it is charged the padding of that
   // group (per-group padding) or the pool's (pool rule).
   double lower_bound_seconds(std::span<const std::int64_t> lengths, std::int64_t pool_size,

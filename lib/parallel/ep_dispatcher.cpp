@@ -5,6 +5,7 @@
 
 #include "core/error.hpp"
 #include "model/local_seams.hpp"
+#include "ops/elementwise.hpp"
 #include "parallel/row_copy.hpp"
 
 namespace dyncp::parallel {
@@ -63,8 +64,14 @@ void EpExpertDispatcher::fill_recv_counts(const Tensor& received_expert_rows,
   }
 }
 
-void EpExpertDispatcher::regroup(const Tensor& received_expert_rows, const Tensor& from,
-                                 const Tensor& to, bool source_major_to_expert_major) {
+void EpExpertDispatcher::regroup(const ops::OpContext& ctx, const Tensor& received_expert_rows,
+                                 const Tensor& from, const Tensor& to,
+                                 bool source_major_to_expert_major) {
+  const auto move = [&](std::int64_t from_row, std::int64_t to_row, std::int64_t count) {
+    if (from.dtype() == to.dtype()) return copy_rows(from, from_row, to, to_row, count);
+    if (count > 0)
+      ops::convert(ctx, from.slice(from_row, from_row + count), to.slice(to_row, to_row + count));
+  };
   const std::int64_t* rows = received_expert_rows.data<std::int64_t>();
   const std::int64_t sources = group_.size();
   // source_cursor_[s]: where the next (s, e) block starts in source-major order. Walking the
@@ -81,9 +88,9 @@ void EpExpertDispatcher::regroup(const Tensor& received_expert_rows, const Tenso
       const std::int64_t block = rows[s * num_local_experts_ + e];
       // Device rows move by device copies (row_copy.hpp), one per (source, expert) block.
       if (source_major_to_expert_major) {
-        copy_rows(from, source_major_offset, to, expert_major_offset, block);
+        move(source_major_offset, expert_major_offset, block);
       } else {
-        copy_rows(from, expert_major_offset, to, source_major_offset, block);
+        move(expert_major_offset, source_major_offset, block);
       }
       expert_major_offset += block;
       source_major_offset += block;
@@ -136,6 +143,10 @@ void EpExpertDispatcher::forward(const model::SeamContext& context, int layer, c
   if (counters_ != nullptr) counters_->expert_rows += received_rows;
 
   // 2-3. Rows to their experts' owners; regroup by local expert; run the experts.
+  // Under bf16 activations x_perm, the kept rows and y_perm are bf16: the rows travel in bf16
+  // both ways and the expert products read them as stored. The outputs are computed in the
+  // weights' dtype.
+  const DType row_dtype = local.gate_up.value.dtype();
   const Tensor rows = keep.allocate({received_rows, hidden}, x_perm.dtype());
   Tensor group_offsets = host.allocate({num_local_experts_ + 1}, DType::i64);
   {
@@ -161,14 +172,17 @@ void EpExpertDispatcher::forward(const model::SeamContext& context, int layer, c
     group_.all_to_all_v(x_perm.raw_data(), send_counts_, arrived.raw_data(), recv_counts_,
                         x_perm.dtype());
   }
-  regroup(received, arrived, rows, /*source_major_to_expert_major=*/true);
-  const Tensor outputs = scratch.allocate({received_rows, hidden}, x_perm.dtype());
+  regroup(context.ops, received, arrived, rows, /*source_major_to_expert_major=*/true);
+  const Tensor outputs = scratch.allocate({received_rows, hidden}, row_dtype);
   model::run_experts_forward(context, rows, group_offsets, local, outputs, saved);
 
-  // 4. Outputs home, in the order the rows came.
-  regroup(received, outputs, arrived, /*source_major_to_expert_major=*/false);
+  // 4. Outputs home, in the order the rows came (in y_perm's dtype).
+  const Tensor home = y_perm.dtype() == arrived.dtype()
+                          ? arrived
+                          : scratch.allocate({received_rows, hidden}, y_perm.dtype());
+  regroup(context.ops, received, outputs, home, /*source_major_to_expert_major=*/false);
   ScopedMilliseconds timer(ep_time());
-  group_.all_to_all_v(arrived.raw_data(), recv_counts_, y_perm.raw_data(), send_counts_,
+  group_.all_to_all_v(home.raw_data(), recv_counts_, y_perm.raw_data(), send_counts_,
                       y_perm.dtype());
 }
 
@@ -197,10 +211,10 @@ void EpExpertDispatcher::backward(const model::SeamContext& context, int layer,
                         dy_perm.dtype());
   }
   const Tensor dy_local = scratch.allocate({received_rows, hidden}, dy_perm.dtype());
-  regroup(received, arrived, dy_local, /*source_major_to_expert_major=*/true);
+  regroup(context.ops, received, arrived, dy_local, /*source_major_to_expert_major=*/true);
   const Tensor drows = scratch.allocate({received_rows, hidden}, dy_perm.dtype());
   model::run_experts_backward(context, dy_local, local, saved, drows);
-  regroup(received, drows, arrived, /*source_major_to_expert_major=*/false);
+  regroup(context.ops, received, drows, arrived, /*source_major_to_expert_major=*/false);
   ScopedMilliseconds timer(ep_time());
   group_.all_to_all_v(arrived.raw_data(), recv_counts_, dx_perm.raw_data(), send_counts_,
                       dx_perm.dtype());

@@ -39,6 +39,8 @@ class EpExpertDispatcher final : public model::ExpertDispatcher {
   void backward(const model::SeamContext& context, int layer, const core::Tensor& dy_perm,
                 const core::Tensor& expert_offsets, const model::ExpertWeights& weights,
                 const model::ExpertSaved& saved, const core::Tensor& dx_perm) override;
+  // Across ranks the rows are sent and received copies; x_perm is only the send buffer.
+  bool keeps_x_perm() const override { return group_.size() == 1; }
 
  private:
   // Throws unless `weights` are exactly this rank's experts (the model holds only its slice).
@@ -47,9 +49,10 @@ class EpExpertDispatcher final : public model::ExpertDispatcher {
   void fill_send_counts(const core::Tensor& expert_offsets, std::int64_t row_elements);
   // recv_counts_ (elements per source) from the received per-(source, expert) row counts.
   void fill_recv_counts(const core::Tensor& received_expert_rows, std::int64_t row_elements);
-  // Moves row blocks between (source, expert) order and (expert, source) order.
-  void regroup(const core::Tensor& received_expert_rows, const core::Tensor& from,
-               const core::Tensor& to, bool source_major_to_expert_major);
+  // Moves row blocks between (source, expert) order and (expert, source) order, converting
+  // each block (ops::convert on ctx) where `from` and `to` differ in dtype (bf16 activations).
+  void regroup(const ops::OpContext& ctx, const core::Tensor& received_expert_rows,
+               const core::Tensor& from, const core::Tensor& to, bool source_major_to_expert_major);
   double& ep_time() { return counters_ != nullptr ? counters_->ep_comm_ms : unreported_ms_; }
 
   dist::Comm& group_;

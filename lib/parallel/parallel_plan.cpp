@@ -39,9 +39,12 @@ ParallelPlan make_parallel_plan(const config::ConfigContainer& config, int world
       world_size, static_cast<int>(model.context_parallel_size),
       static_cast<int>(model.expert_model_parallel_size), model.dynamic_context_parallel,
       static_cast<int>(model.min_dynamic_context_parallel_size),
-      static_cast<int>(model.tensor_model_parallel_size),
-      static_cast<int>(
-          model.expert_tensor_parallel_size.value_or(model.tensor_model_parallel_size)));
+      {static_cast<int>(model.pipeline_model_parallel_size),
+       static_cast<int>(model.virtual_pipeline_model_parallel_size.value_or(1))},
+      {static_cast<int>(model.tensor_model_parallel_size),
+       static_cast<int>(
+           model.expert_tensor_parallel_size.value_or(model.tensor_model_parallel_size))});
+  plan.pipeline = config::split_layers(config::pipeline_split_input(model));
   plan.coordinates = dist::coordinates_of(plan.layout, rank);
   plan.scheduler = model.sequence_packing_scheduler.value_or(
       plan.layout.dynamic_context_parallel ? config::PackingScheduler::default_dynamic_cp
@@ -63,13 +66,18 @@ std::string summarize_parallel_plan(const ParallelPlan& plan) {
                            : std::string("per group (2 x group size)"))
           : "multiple " + std::to_string(plan.alignment.multiple(layout.context_parallel_size));
   const int tp = layout.tensor_model_parallel_size;
+  const std::string pipeline =
+      layout.pipeline_model_parallel_size > 1
+          ? fmt::format("pp {} (vpp {}) x ", layout.pipeline_model_parallel_size,
+                        layout.virtual_pipeline_model_parallel_size)
+          : std::string();
   const std::string tensor_part =
       tp == 1 ? std::string()
               : fmt::format("tp {}{} x ", tp, sp_factor > 1 ? " (sequence parallel)" : "");
   const std::string expert_part =
       tp == 1 ? std::string() : fmt::format(" (etp {})", layout.expert_tensor_parallel_size);
-  return fmt::format("world {} = {}dp {} x cp {}, ep {}{}, {} CP, alignment {}", plan.world_size,
-                     tensor_part, layout.data_parallel_size, layout.context_parallel_size,
+  return fmt::format("world {} = {}{}dp {} x cp {}, ep {}{}, {} CP, alignment {}", plan.world_size,
+                     pipeline, tensor_part, layout.data_parallel_size, layout.context_parallel_size,
                      layout.expert_model_parallel_size, expert_part,
                      layout.dynamic_context_parallel ? "dynamic" : "static", alignment);
 }
@@ -103,6 +111,11 @@ std::string describe_rank_groups(const ParallelPlan& plan, std::int64_t num_expe
                         etp > 1 ? fmt::format(", FFN column shard {} of {} of each",
                                               at.expert_tensor_parallel_index, etp)
                                 : std::string());
+  }
+  if (plan.layout.pipeline_model_parallel_size > 1) {
+    text += fmt::format("  {:<26}{} (stage {} of {})\n", "pipeline_parallel:",
+                        dist::pipeline_group_of(plan.layout, plan.rank).to_string(),
+                        at.pipeline_parallel_index, plan.layout.pipeline_model_parallel_size);
   }
   return text;
 }

@@ -1,8 +1,9 @@
 #pragma once
 // The run's parallel plan: one value, built once from the resolved config and the world, that
-// everything after start-up asks about layout. It holds the size of every dimension (dp, cp,
-// the dp x cp pool, ep and expert-dp, tp and expert-tp; PP = 1 today), Megatron's rank order
-// (tp fastest), this rank's
+// everything after start-up asks about layout. It holds the size of every dimension (pp, dp, cp,
+// the dp x cp pool of each stage and TP rank, ep and expert-dp, tp and expert-tp), Megatron's
+// rank order (tp fastest, pp slowest), the split of the layers over the pipeline stages, this
+// rank's
 // coordinates and experts, the dynamic CP group sizes, the scheduler that runs, the capacity per
 // pool rank and the alignment rule. Pure: no communication, so `--dry-run` builds the very plan
 // of rank 0 that a real run logs at start-up. A new parallel dimension is a new field here (and
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "config/config_container.hpp"
+#include "config/pipeline_split.hpp"
 #include "dist/parallel_layout.hpp"
 #include "model/qwen3_moe_parameters.hpp"
 #include "packing/alignment.hpp"
@@ -30,6 +32,9 @@ struct ParallelPlan {
   std::int64_t max_seqlen_per_dp_cp_rank = 0;  // capacity of one pool rank, in padded tokens
   packing::AlignmentRule alignment;
   model::ExpertRange experts;  // this rank's experts: [first, first + count) of num_experts
+  // Pipeline parallelism: every stage's layer chunks; this rank runs the chunks of stage
+  // coordinates.pipeline_parallel_index.
+  config::PipelineSplit pipeline;
 
   // The largest CP group a step can form: the pool under dynamic CP, else cp.
   int largest_cp_group() const;

@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "model/hf_checkpoint.hpp"
 #include "train/hf_export.hpp"
+#include "train/hf_export_writer.hpp"
 #include "train/training_checkpoint.hpp"
 
 namespace dyncp::train {
@@ -109,19 +110,20 @@ bool CheckpointSaver::save(const LoopState& state) {
 }
 
 void CheckpointSaver::export_hf(const fs::path& tokenizer_folder) {
+  // Every rank writes the pieces it holds (train/hf_export_writer.hpp); rank 0 adds the
+  // tokenizer and generation config once the weights are in place.
   const std::string& folder = config_.checkpoint.export_hf;
   const model::Qwen3MoeParameters& parameters = host_parameters_.download();
-  if (writer_group_ && world_.rank() != 0) {
-    model::save_hf_checkpoint(folder, parameters, model::StoredDType::bf16, hf_export_shard_bytes,
-                              &expert_gather_,
-                              /*write=*/false);
-  }
+  const std::uint64_t written = write_hf_weights_in_parallel(
+      world_, folder, parameters, model::StoredDType::bf16, hf_export_shard_bytes);
+  std::uint64_t most = written, total = written;
+  world_.all_reduce(&most, &most, 1, core::DType::i64, dist::ReduceOp::max);
+  world_.all_reduce(&total, &total, 1, core::DType::i64, dist::ReduceOp::sum);
   if (world_.rank() == 0) {
-    model::save_hf_checkpoint(folder, parameters, model::StoredDType::bf16, hf_export_shard_bytes,
-                              &expert_gather_);
     complete_hf_export(folder, tokenizer_folder, model::StoredDType::bf16,
                        config_.model.architecture);
-    spdlog::info("HF weights exported to {}", folder);
+    spdlog::info("HF weights exported to {} by {} ranks ({} bytes, at most {} from one rank)",
+                 folder, world_.size(), total, most);
   }
   world_.barrier();
 }

@@ -1,10 +1,12 @@
 #pragma once
 // Writes a run's training checkpoints (checkpoint.save, through train::CheckpointStore) and its
-// HF export (checkpoint.export_hf). Rank 0 writes; the other ranks of its EP group send it
-// their experts one MoE layer at a time (parallel::EpExpertGather), and the distributed
-// optimizer's pieces are gathered into full-size moments first, so what is written does not
-// depend on the layout. With checkpoint.sharded (or checkpoint.async_save) every rank writes
-// its own pieces instead (train/sharded_checkpoint_saver.hpp), loadable under any layout too;
+// HF export (checkpoint.export_hf). Single-writer checkpoints (checkpoint.sharded false): rank 0
+// writes; the other ranks of its EP group send it their experts one MoE layer at a time
+// (parallel::EpExpertGather), and the distributed optimizer's pieces are gathered into
+// full-size moments first, so what is written does not depend on the layout. With
+// checkpoint.sharded (or checkpoint.async_save) every rank writes its own pieces instead
+// (train/sharded_checkpoint_saver.hpp), loadable under any layout too. The HF export is
+// always written by the ranks holding its tensors (train/hf_export_writer.hpp);
 // asynchronously, save() returns once the state is copied, poll() publishes at a later step
 // boundary, and wait() ends the save in flight (a failed one throws: exit 1). Every method is
 // collective over the world.

@@ -1,5 +1,6 @@
 #include "train/dry_run.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -96,7 +97,9 @@ SchedulePreview preview_first_step(const config::ConfigContainer& config,
       preview.padded_tokens += alignment.padded(lengths[static_cast<std::size_t>(id)], group.size);
   }
 
-  preview.step_seconds = cost_model.step_time(schedule, lengths, alignment).step_seconds;
+  const packing::CostModel::StepTime step = cost_model.step_time(schedule, lengths, alignment);
+  preview.step_seconds = step.step_seconds;
+  preview.pipeline_bubble_fraction = step.pipeline_bubble_fraction;
   // Static CP as it would run: its own layout's padding (2 x cp).
   packing::SchedulerInput static_input = input;
   static_input.min_group_size = 1;
@@ -148,8 +151,14 @@ std::string format_schedule_preview(const SchedulePreview& preview) {
       << "  groups by CP size:  " << format_group_histogram(preview.group_sizes) << "\n"
       << "  schedule check:     "
       << (preview.check_problem.empty() ? "ok" : "FAILED: " + preview.check_problem) << "\n"
-      << "  modelled step:      " << milliseconds(preview.step_seconds) << "\n"
-      << "  static CP:          ";
+      << "  modelled step:      " << milliseconds(preview.step_seconds) << "\n";
+  if (preview.pipeline_bubble_fraction > 0) {
+    char bubble[64];
+    std::snprintf(bubble, sizeof bubble, "%.1f%%", 100.0 * preview.pipeline_bubble_fraction);
+    out << "  pipeline bubble:    " << bubble
+        << " of the modelled step (every stage runs 1/pp of each microbatch in 1F1B order)\n";
+  }
+  out << "  static CP:          ";
   if (preview.static_cp_step_seconds >= 0) {
     out << milliseconds(preview.static_cp_step_seconds) << " (dp_balanced; "
         << ratio(preview.static_cp_step_seconds, preview.step_seconds) << " the modelled step)\n";
@@ -164,7 +173,9 @@ std::string format_schedule_preview(const SchedulePreview& preview) {
 
 std::string suggest_static_layout(const config::ConfigContainer& config) {
   const auto& model = config.model;
-  const std::int64_t world = config.layout.world_size;
+  // One stage's ranks: every stage has its own dp x cp pool.
+  const std::int64_t world = config.layout.world_size /
+                             std::max<std::int64_t>(config.layout.pipeline_model_parallel_size, 1);
   const std::int64_t seq_length = model.seq_length;
   std::int64_t cap = model.max_seqlen_per_dp_cp_rank.value_or(seq_length);
   // The rules a static layout must pass (config/parallel_rules.cpp): cp divides the world,
@@ -193,6 +204,44 @@ std::string suggest_static_layout(const config::ConfigContainer& config) {
          std::to_string(seq_length) + why + ")";
 }
 
+std::string format_pipeline_stage_memory(const config::ConfigContainer& config,
+                                         std::int64_t microbatches, MemoryEstimateInput* largest,
+                                         MemoryEstimate* largest_estimate) {
+  const std::int64_t stages = config.layout.pipeline_model_parallel_size;
+  const std::int64_t vpp = config.layout.virtual_pipeline_model_parallel_size;
+  std::ostringstream out;
+  out << "memory estimate per pipeline stage, per rank (" << stages << " stages"
+      << (vpp > 1 ? ", " + std::to_string(vpp) + " virtual chunks each, interleaved 1F1B"
+                  : std::string(", 1F1B"))
+      << ": a stage keeps the activations of the microbatches in flight "
+      << (vpp > 1 ? "(2 (pp - s - 1) + (v - 1) pp + 1 chunks)" : "(pp - s)")
+      << (microbatches > 0 ? ", at most the first step's " + std::to_string(microbatches)
+                           : std::string())
+      << "; training with pp > 1 is not built yet):\n";
+  double worst = -1;
+  char line[256];
+  for (std::int64_t stage = 0; stage < stages; ++stage) {
+    const MemoryEstimateInput input = memory_estimate_input_for_stage(config, stage, microbatches);
+    const MemoryEstimate estimate = estimate_memory(input);
+    std::int64_t layers = 0;
+    for (const auto& run : input.stage_layers) layers += run.second;
+    std::snprintf(line, sizeof line,
+                  "  stage %-3lld %3lld layers %12.1f MiB  (parameters and optimizer %.1f MiB, "
+                  "activations and buffers %.1f MiB; %.2f microbatches in flight)\n",
+                  static_cast<long long>(stage), static_cast<long long>(layers),
+                  estimate.total_bytes() / (1024.0 * 1024.0),
+                  estimate.parameter_state_bytes / (1024.0 * 1024.0),
+                  estimate.per_bin_bytes / (1024.0 * 1024.0), input.pipeline_in_flight);
+    out << line;
+    if (estimate.total_bytes() > worst) {
+      worst = estimate.total_bytes();
+      if (largest != nullptr) *largest = input;
+      if (largest_estimate != nullptr) *largest_estimate = estimate;
+    }
+  }
+  return out.str();
+}
+
 bool write_dry_run_report(std::ostream& out, const config::ConfigContainer& config,
                           std::int64_t max_records) {
   bool valid = true;
@@ -218,9 +267,15 @@ bool write_dry_run_report(std::ostream& out, const config::ConfigContainer& conf
   }
   if (config.model.dynamic_context_parallel)
     out << "static-CP baseline of this recipe: " << suggest_static_layout(config) << "\n";
-  const MemoryEstimateInput input = memory_estimate_input(config);
-  const MemoryEstimate estimate = estimate_memory(input);
-  out << "memory estimate per rank ("
+  MemoryEstimateInput input = memory_estimate_input(config);
+  MemoryEstimate estimate = estimate_memory(input);
+  const std::int64_t stages = config.layout.pipeline_model_parallel_size;
+  if (stages > 1) {
+    // Every stage's ranks hold other layers: the table is the largest stage's, the list all.
+    out << format_pipeline_stage_memory(config, preview.microbatches, &input, &estimate);
+  }
+  out << (stages > 1 ? "memory estimate of the largest stage, per rank ("
+                     : "memory estimate per rank (")
       << (input.bf16_products ? std::string("bf16_mixed: fp32 master weights, main_grad and "
                                             "activations, bf16 operand copies") +
                                     (input.on_gpu ? " on the GPU" : " held as fp32 on the CPU")
@@ -245,6 +300,9 @@ bool write_dry_run_report(std::ostream& out, const config::ConfigContainer& conf
   } else {
     out << memory_fit_line(estimate, 1, 0, "a dry run does not query GPU memory");
   }
+  if (stages > 1)
+    out << "note: the modelled GPU step below is the whole model's on one pool (pp 1); the "
+           "schedule preview's modelled step is the pipelined one\n";
   out << format_step_model_report(config, data.source ? &preview.schedule : nullptr,
                                   preview.lengths);
   out << format_checkpoint_estimate(estimate_checkpoint(config),

@@ -12,6 +12,7 @@
 #include "config/config_container.hpp"
 #include "data/sample.hpp"
 #include "packing/schedule.hpp"
+#include "train/memory_estimate.hpp"
 
 namespace dyncp::train {
 
@@ -26,9 +27,10 @@ struct SchedulePreview {
   std::int64_t real_tokens = 0;    // sum of original lengths
   std::int64_t padded_tokens = 0;  // lengths padded for the groups the schedule chose
   std::int64_t pool_size = 1;
-  std::string check_problem;           // packing::check_schedule's verdict; empty when valid
-  double step_seconds = 0;             // cost model, the configured scheduler
-  double static_cp_step_seconds = -1;  // dp_balanced on the static layout; < 0: cannot run
+  std::string check_problem;              // packing::check_schedule's verdict; empty when valid
+  double step_seconds = 0;                // cost model, the configured scheduler
+  double pipeline_bubble_fraction = 0.0;  // of step_seconds, with pp > 1
+  double static_cp_step_seconds = -1;     // dp_balanced on the static layout; < 0: cannot run
   double lower_bound_seconds = 0;
   packing::Schedule schedule;         // the previewed step, for the modelled GPU step
   std::vector<std::int64_t> lengths;  // its real lengths, by schedule id
@@ -52,6 +54,14 @@ std::string milliseconds(double seconds);
 // max_seqlen_per_dp_cp_rank, the smallest cp that holds seq_length (the cap grows only when
 // even cp = world cannot). Followed by a note on the layout it gives.
 std::string suggest_static_layout(const config::ConfigContainer& config);
+
+// One line per pipeline stage: its layers and memory per rank (parameter state, activations
+// of the microbatches in flight, buffers); `largest` / `largest_estimate` receive the stage with
+// the largest total. `microbatches` bounds the microbatches in flight (<= 0: not bounded).
+std::string format_pipeline_stage_memory(const config::ConfigContainer& config,
+                                         std::int64_t microbatches,
+                                         MemoryEstimateInput* largest = nullptr,
+                                         MemoryEstimate* largest_estimate = nullptr);
 
 // Writes the dry-run report that follows the layout: the preview (or a note saying why it is
 // skipped), the memory table and the modelled GPU step (train/step_model_report.hpp).

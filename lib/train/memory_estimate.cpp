@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "config/head_sharding.hpp"
+#include "config/pipeline_split.hpp"
 #include "model/qwen3_moe_parameters.hpp"
 #include "ops/gated_delta_rule_scratch.hpp"
 #include "packing/alignment.hpp"
@@ -71,15 +72,21 @@ double norm_outputs_saved_per_token(const Shape& s, bool recompute_layernorm) {
   return recompute_layernorm ? 0.0 : 2 * s.hidden;
 }
 
+// With bf16 activations (model::ModelOptions::bf16_activations) x_perm, y_perm and the
+// EP-received rows are bf16 (half a value a row element), and under EP x_perm is only the bf16
+// send buffer (counted in "EP dispatch").
 double moe_saved_per_token(const Shape& s, std::int64_t ep,
-                           const config::SelectiveRecompute& recompute) {
-  const double rows = s.top_k;                      // every token is routed to k experts
-  double values = s.experts                         // router probabilities
-                  + 4 * s.top_k                     // expert ids, weights, permute order and rows
-                  + 2 * rows * s.hidden             // x_perm, y_perm
-                  + 2 * rows * s.moe_intermediate;  // expert gate_up
-  if (!recompute.moe_act) values += rows * s.moe_intermediate;  // expert hidden (SwiGLU output)
-  if (ep > 1) values += rows * s.hidden;                        // rows received from the EP group
+                           const config::SelectiveRecompute& recompute, bool bf16_activations) {
+  const double rows = s.top_k;  // every token is routed to k experts
+  const double bf16 = bf16_activations ? 0.5 : 1.0;
+  const double x_perm = bf16_activations && ep > 1 ? 0.0 : bf16;
+  const double y_perm = bf16;
+  double values = s.experts      // router probabilities
+                  + 4 * s.top_k  // expert ids, weights, permute order and rows
+                  + (x_perm + y_perm) * rows * s.hidden                // x_perm, y_perm
+                  + 2 * rows * s.moe_intermediate;                     // expert gate_up
+  if (!recompute.moe_act) values += bf16 * rows * s.moe_intermediate;  // expert SwiGLU output
+  if (ep > 1) values += bf16 * rows * s.hidden;  // rows received from the EP group
   return values;
 }
 
@@ -185,12 +192,19 @@ std::int64_t count_expert_parameters(const config::ModelArchitecture& a,
   return total - dense;
 }
 
-std::int64_t count_tensor_parallel_replicated_parameters(const config::ModelArchitecture& a) {
+namespace {
+
+// The values TP replicates on every rank (norms, q/k norms, routers, shared-expert gates) of the
+// layers `holds` accepts, plus the final norm when `final_norm`.
+template <typename Holds>
+std::int64_t replicated_parameters(const config::ModelArchitecture& a, Holds holds,
+                                   bool final_norm) {
   const std::int64_t head_dim =
       a.head_dim > 0 ? a.head_dim
                      : a.hidden_size / std::max<std::int64_t>(a.num_attention_heads, 1);
-  std::int64_t values = a.hidden_size;  // final norm
+  std::int64_t values = final_norm ? a.hidden_size : 0;
   for (std::int64_t layer = 0; layer < a.num_hidden_layers; ++layer) {
+    if (!holds(layer)) continue;
     values += 2 * a.hidden_size;  // input and post-attention norms
     values += a.mixer_of_layer(layer) == config::LayerMixer::linear_attention
                   ? a.linear_value_head_dim  // gated RMSNorm weight, per head dim
@@ -203,6 +217,13 @@ std::int64_t count_tensor_parallel_replicated_parameters(const config::ModelArch
   return values;
 }
 
+}  // namespace
+
+std::int64_t count_tensor_parallel_replicated_parameters(const config::ModelArchitecture& a) {
+  return replicated_parameters(
+      a, [](std::int64_t) { return true; }, true);
+}
+
 namespace {
 
 bool has_layers(const config::ModelArchitecture& a, bool moe) {
@@ -212,17 +233,56 @@ bool has_layers(const config::ModelArchitecture& a, bool moe) {
 }
 
 // weights, gradients and AdamW moments: the first three lines, in parameter_state_bytes.
+// This rank's parameters and their routed-expert part: the whole model, or one stage's.
+std::int64_t held_parameters(const MemoryEstimateInput& input, std::int64_t ep,
+                             std::int64_t* experts) {
+  const auto& a = input.architecture;
+  if (input.stage_layers.empty()) {
+    *experts = count_expert_parameters(a, ep);
+    return count_parameters(a, ep);
+  }
+  std::int64_t total = 0;
+  *experts = 0;
+  for (std::size_t i = 0; i < input.stage_layers.size(); ++i) {
+    std::int64_t routed = 0;
+    const bool first = i == 0;
+    total += model::Qwen3MoeParameters::count_stage(
+        a, {0, std::max<std::int64_t>(a.num_experts / ep, 1)},
+        {input.stage_layers[i].first, input.stage_layers[i].second,
+         first && input.stage_holds_embedding, first && input.stage_holds_loss},
+        &routed);
+    *experts += routed;
+  }
+  return total;
+}
+
+// Whether `layer` is one of this estimate's layers.
+bool estimates_layer(const MemoryEstimateInput& input, std::int64_t layer) {
+  if (input.stage_layers.empty()) return true;
+  for (const auto& [first, count] : input.stage_layers)
+    if (layer >= first && layer < first + count) return true;
+  return false;
+}
+
+// The replicated values of this estimate's layers (the final norm sits with the loss).
+std::int64_t held_replicated_parameters(const MemoryEstimateInput& input) {
+  return replicated_parameters(
+      input.architecture, [&](std::int64_t layer) { return estimates_layer(input, layer); },
+      input.stage_layers.empty() || input.stage_holds_loss);
+}
+
 void add_parameter_state(MemoryEstimate& out, const MemoryEstimateInput& input) {
   const auto& a = input.architecture;
   // Under EP a rank holds only its E/ep experts of every MoE layer.
   const std::int64_t ep = std::max<std::int64_t>(input.expert_model_parallel_size, 1);
   const std::int64_t tp = std::max<std::int64_t>(input.tensor_model_parallel_size, 1);
   const std::int64_t etp = std::max<std::int64_t>(input.expert_tensor_parallel_size, 1);
-  // Under TP a rank holds 1/tp of the dense tensors but all of the replicated ones, and
-  // 1/etp of each of its experts.
-  const std::int64_t all_experts_here = count_expert_parameters(a, ep);
-  const std::int64_t replicated = tp > 1 ? count_tensor_parallel_replicated_parameters(a) : 0;
-  const std::int64_t dense_here = count_parameters(a, ep) - all_experts_here;
+  // Under TP a rank holds 1/tp of the dense tensors of its stage but all of the replicated
+  // ones, and 1/etp of each of its experts.
+  std::int64_t all_experts_here = 0;
+  const std::int64_t held = held_parameters(input, ep, &all_experts_here);
+  const std::int64_t replicated = tp > 1 ? held_replicated_parameters(input) : 0;
+  const std::int64_t dense_here = held - all_experts_here;
   const std::int64_t experts_here = (all_experts_here + etp - 1) / etp;
   out.num_parameters = (dense_here - replicated + tp - 1) / tp + replicated + experts_here;
   const double parameter_bytes = static_cast<double>(out.num_parameters) * bytes_per_value;
@@ -234,10 +294,12 @@ void add_parameter_state(MemoryEstimate& out, const MemoryEstimateInput& input) 
   const std::string parameters =
       with_commas(static_cast<double>(out.num_parameters)) + " fp32" +
       (input.bf16_products ? std::string(" (master)") : std::string()) +
-      (ep > 1 ? " (experts 1/" + std::to_string(ep) + ": " +
-                    with_commas(static_cast<double>(experts_here)) + " of " +
-                    with_commas(static_cast<double>(count_expert_parameters(a))) + ")"
-              : "") +
+      (!input.stage_layers.empty() ? std::string(" of this stage") : std::string()) +
+      (ep > 1 && input.stage_layers.empty()
+           ? " (experts 1/" + std::to_string(ep) + ": " +
+                 with_commas(static_cast<double>(experts_here)) + " of " +
+                 with_commas(static_cast<double>(count_expert_parameters(a))) + ")"
+           : "") +
       tensor_part;
   out.lines.push_back({"weights", parameter_bytes, parameters});
   out.lines.push_back({"gradients", parameter_bytes,
@@ -254,7 +316,7 @@ void add_parameter_state(MemoryEstimate& out, const MemoryEstimateInput& input) 
   if (input.distributed_optimizer && input.pool_size > 1) {
     const std::int64_t pool = input.pool_size;
     // This rank's experts are split over the pool / ep ranks of its expert-DP group.
-    // Dense pieces over this TP rank's pool; experts over world / (etp x ep) ranks.
+    // Dense pieces over this TP rank's pool; experts over the stage's ranks / (etp x ep).
     const std::int64_t experts = experts_here;
     const std::int64_t dense = out.num_parameters - experts;
     const std::int64_t expert_shards = std::max<std::int64_t>(pool * tp / (etp * ep), 1);
@@ -292,7 +354,16 @@ void add_activations(MemoryEstimate& out, const MemoryEstimateInput& input, cons
   double largest_layer = 0;
   bool any_moe = false;
   bool any_dense = false;
+  std::int64_t num_layers = 0;
+  for (std::int64_t layer = 0; layer < a.num_hidden_layers; ++layer)
+    num_layers += estimates_layer(input, layer) ? 1 : 0;
+  // Every microbatch in flight keeps its layer inputs and saved activations.
+  const double in_flight = input.pipeline ? input.pipeline_in_flight : 1.0;
+  const std::string in_flight_text =
+      input.pipeline ? " x " + std::to_string(in_flight).substr(0, 4) + " microbatches in flight"
+                     : std::string();
   for (std::int64_t layer = 0; layer < a.num_hidden_layers; ++layer) {
+    if (!estimates_layer(input, layer)) continue;
     const bool moe = a.is_moe_layer(layer);
     any_moe = any_moe || moe;
     any_dense = any_dense || !moe;
@@ -302,7 +373,8 @@ void add_activations(MemoryEstimate& out, const MemoryEstimateInput& input, cons
              ? deltanet_saved_per_token(per_rank)
              : attention_saved_per_token(s) + (a.is_hybrid() ? 2 * s.q_width : 0.0));  // gate
     const double per_token =
-        mixer + (moe ? moe_saved_per_token(s, input.expert_model_parallel_size, input.selective) +
+        mixer + (moe ? moe_saved_per_token(s, input.expert_model_parallel_size, input.selective,
+                                           input.bf16_activations) +
                            shared_expert_saved_per_token(per_rank, input.selective)
                      : dense_saved_per_token(s, input.selective.mlp));
     const bool recomputed = input.recompute_full && (input.recompute_first_layers < 0 ||
@@ -314,16 +386,29 @@ void add_activations(MemoryEstimate& out, const MemoryEstimateInput& input, cons
     }
   }
   const std::string at_tokens = "at " + std::to_string(input.tokens_per_rank) + " tokens/rank";
-  const double residual_stream =
-      (static_cast<double>(a.num_hidden_layers) + 1 + 3) * s.hidden * tokens * bytes_per_value;
-  out.lines.push_back({"layer inputs + final norm", residual_stream,
-                       std::to_string(a.num_hidden_layers + 1) +
-                           " layer inputs + final norm and gradients, [T, h] each, " + at_tokens});
+  const double layers = static_cast<double>(num_layers);
+  if (input.bf16_activations) {
+    // The kept inputs in bf16, the residual gradient and, in backward, the layer's input
+    // widened to fp32. Forward runs on two fp32 rows in scratch instead of the last two, and the
+    // final norm's input, output and gradient (fp32) are held only until the final norm's
+    // backward, while no layer's saves or backward scratch are held: a smaller phase.
+    out.lines.push_back({"layer inputs + final norm",
+                         (layers * in_flight / 2 + 2) * s.hidden * tokens * bytes_per_value,
+                         std::to_string(num_layers) + " layer inputs in bf16" + in_flight_text +
+                             " + the residual gradient and one widened input, [T, h] each, " +
+                             at_tokens});
+  } else {
+    const double residual_stream =
+        ((layers + 1) * in_flight + 3) * s.hidden * tokens * bytes_per_value;
+    out.lines.push_back({"layer inputs + final norm", residual_stream,
+                         std::to_string(num_layers + 1) + " layer inputs" + in_flight_text +
+                             " + final norm and gradients, [T, h] each, " + at_tokens});
+  }
   if (!input.recompute_full) {
     const std::string selective = config::dropped_modules(input.selective);
-    out.lines.push_back({"saved activations", kept_layers * tokens * bytes_per_value,
+    out.lines.push_back({"saved activations", kept_layers * tokens * bytes_per_value * in_flight,
                          "every layer, incl. " + std::to_string(a.num_experts_per_tok) +
-                             " top-k copies per token" +
+                             " top-k copies per token" + in_flight_text +
                              (selective.empty() ? "" : " (recomputed: " + selective + ")")});
   } else if (kept_layers == 0) {
     out.lines.push_back({"saved activations", (largest_layer + s.hidden) * tokens * bytes_per_value,
@@ -347,8 +432,16 @@ void add_activations(MemoryEstimate& out, const MemoryEstimateInput& input, cons
   const double vocab_chunk =
       std::min(static_cast<double>(input.cross_entropy_vocab_chunk), s.vocab);
   out.lines.push_back(
-      {"cross-entropy chunk", token_chunk * (vocab_chunk + 2 * s.hidden + 5) * bytes_per_value,
-       with_commas(token_chunk) + " tokens x " + with_commas(vocab_chunk) + " vocab tile"});
+      {"cross-entropy chunk",
+       input.stage_holds_loss ? token_chunk * (vocab_chunk + 2 * s.hidden + 5) * bytes_per_value
+                              : 0.0,
+       input.stage_holds_loss
+           ? with_commas(token_chunk) + " tokens x " + with_commas(vocab_chunk) + " vocab tile"
+           : std::string("not on this stage (the loss is on the last)")});
+  if (input.pipeline) {
+    out.lines.push_back({"pipeline P2P buffers", 4 * tokens * s.hidden * bytes_per_value,
+                         "one bin's activation and gradient, sent and received, [T, h] each"});
+  }
 }
 
 // The buffers of the CP exchange that runs (for the largest group a step forms) and of the EP
@@ -396,12 +489,17 @@ void add_communication_buffers(MemoryEstimate& out, const MemoryEstimateInput& i
          "K, V, dK, dV + staging of a group of " + std::to_string(input.largest_cp_group) +
              (input.largest_cp_group_why.empty() ? "" : " (" + input.largest_cp_group_why + ")")});
   }
-  out.lines.push_back({"EP dispatch",
-                       input.expert_model_parallel_size > 1 && any_moe
-                           ? 2 * tokens * s.top_k * s.hidden * bytes_per_value
-                           : 0.0,
-                       "received rows + expert outputs, balanced routing over ep " +
-                           std::to_string(input.expert_model_parallel_size)});
+  // bf16 activations: the bf16 x_perm sent, the bf16 rows received (reused for the outputs'
+  // way home) and the experts' fp32 outputs: 2 + 2 + 4 bytes a row element, as fp32 rows +
+  // outputs without them.
+  out.lines.push_back(
+      {"EP dispatch",
+       input.expert_model_parallel_size > 1 && any_moe
+           ? 2 * tokens * s.top_k * s.hidden * bytes_per_value
+           : 0.0,
+       std::string(input.bf16_activations ? "bf16 rows sent and received + fp32 expert outputs"
+                                          : "received rows + expert outputs") +
+           ", balanced routing over ep " + std::to_string(input.expert_model_parallel_size)});
 }
 
 // bf16_mixed's operand copies and the GPU gated delta rule's backward scratch.
@@ -494,6 +592,7 @@ MemoryEstimateInput memory_estimate_input(const config::ConfigContainer& config)
   input.largest_cp_group = largest_cp_group_for(config, &input.largest_cp_group_why);
   input.bf16_products = config.mixed_precision == config::MixedPrecision::bf16_mixed;
   input.on_gpu = config.dist.device == config::Device::cuda;
+  input.bf16_activations = input.bf16_products && input.on_gpu;
   input.expert_model_parallel_size = config.model.expert_model_parallel_size;
   input.pool_size = config.layout.pool_size;
   input.distributed_optimizer = config.ddp.use_distributed_optimizer;
@@ -508,6 +607,31 @@ MemoryEstimateInput memory_estimate_input(const config::ConfigContainer& config)
   input.tensor_model_parallel_size = config.layout.tensor_model_parallel_size;
   input.expert_tensor_parallel_size = config.layout.expert_tensor_parallel_size;
   input.sequence_parallel = config.model.sequence_parallel;
+  return input;
+}
+
+MemoryEstimateInput memory_estimate_input_for_stage(const config::ConfigContainer& config,
+                                                    std::int64_t stage, std::int64_t microbatches) {
+  MemoryEstimateInput input = memory_estimate_input(config);
+  const config::PipelineSplit split =
+      config::split_layers(config::pipeline_split_input(config.model));
+  const std::int64_t pp = split.pipeline_size;
+  const std::int64_t vpp = split.virtual_size;
+  input.pipeline = pp > 1;
+  for (std::int64_t v = 0; v < vpp; ++v)
+    input.stage_layers.emplace_back(split.chunk(stage, v).first_layer,
+                                    split.chunk(stage, v).num_layers);
+  input.stage_holds_embedding = stage == 0;
+  input.stage_holds_loss = stage == pp - 1;
+  if (vpp > 1) {
+    const std::int64_t chunk_in_flight = 2 * (pp - stage - 1) + (vpp - 1) * pp + 1;
+    input.pipeline_in_flight = static_cast<double>(chunk_in_flight) / static_cast<double>(vpp);
+  } else {
+    input.pipeline_in_flight = static_cast<double>(pp - stage);
+  }
+  if (microbatches > 0)
+    input.pipeline_in_flight =
+        std::min(input.pipeline_in_flight, static_cast<double>(microbatches));
   return input;
 }
 

@@ -1,10 +1,12 @@
 #pragma once
 // Per-rank memory estimate for `--dry-run`, and the figure the trainer compares its measured
-// peak with. Every stored buffer is fp32: the model keeps fp32 master weights, fp32 gradients
-// (main_grad) and fp32 activations on both devices, also under mixed_precision: bf16_mixed.
-// What bf16_mixed adds is the bf16 operands of each matrix product, converted per call into the
-// scratch arena (docs/precision.md): the largest single product's copies are counted, 2 bytes a
-// value on the GPU (real bf16) and 4 on the CPU (which rounds fp32 copies).
+// peak with. The model keeps fp32 master weights and fp32 gradients (main_grad) on both devices,
+// and fp32 activations except under mixed_precision: bf16_mixed on the GPU, where the layer
+// inputs, the MoE expert outputs (y_perm), the experts' rows (x_perm, the EP rows) and SwiGLU
+// output are bf16 (bf16 activations, docs/precision.md; everything else stays fp32). What
+// bf16_mixed adds is the bf16 operands of each matrix product, converted per call into the scratch
+// arena: the largest single product's copies are counted, 2 bytes a value on the GPU (real bf16)
+// and 4 on the CPU (which rounds fp32 copies).
 //
 // Persistent state: weights, gradients, AdamW exp_avg and exp_avg_sq, 4 bytes per parameter
 // each (a bf16 moment of the precision-aware optimizer: 2), of the parameters a rank holds: every
@@ -48,6 +50,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/config_container.hpp"
@@ -73,14 +76,29 @@ struct MemoryEstimateInput {
   std::int64_t hierarchical_inner_size = 0;      // a2a+p2p
   std::int64_t cross_entropy_token_chunk = 256;  // model::ModelOptions defaults
   std::int64_t cross_entropy_vocab_chunk = 32768;
-  bool bf16_products = false;        // mixed_precision: bf16_mixed
-  bool on_gpu = false;               // dist.device: cuda (bf16 copies are 2 bytes, not 4)
+  bool bf16_products = false;  // mixed_precision: bf16_mixed
+  bool on_gpu = false;         // dist.device: cuda (bf16 copies are 2 bytes, not 4)
+  // bf16 activation storage (model::ModelOptions::bf16_activations: bf16_mixed on cuda): bf16
+  // layer inputs, y_perm, expert rows and SwiGLU output, and under EP an unkept x_perm.
+  bool bf16_activations = false;
   std::string largest_cp_group_why;  // how largest_cp_group was derived, for the table
   // Tensor parallelism: heads, FFN columns, vocabulary and their weights over tp (experts over
   // expert_tensor_parallel_size); the residual stream over tp only under sequence parallelism.
   std::int64_t tensor_model_parallel_size = 1;
   std::int64_t expert_tensor_parallel_size = 1;
   bool sequence_parallel = false;
+  // Pipeline parallelism: the estimate of one stage (stage_layers empty: the whole model).
+  // The stage holds its layers' parameters, the embedding on the first stage, the final norm
+  // and LM head on the last; its saved activations are those of its layers, times the
+  // microbatches in flight its schedule keeps (pipeline_in_flight); the loss chunk is only on
+  // the last stage, and every stage has the P2P buffers of one bin's activation and gradient.
+  // With both, the stage's numbers are divided by tp as above.
+  bool pipeline = false;
+  // The stage's layers as runs {first layer, count} (one per virtual chunk); empty: every layer.
+  std::vector<std::pair<std::int64_t, std::int64_t>> stage_layers;
+  bool stage_holds_embedding = true;
+  bool stage_holds_loss = true;
+  double pipeline_in_flight = 1;
 };
 
 struct MemoryLine {
@@ -131,6 +149,14 @@ std::int64_t largest_cp_group_for(const config::ConfigContainer& config,
 
 // The input a resolved recipe implies (cap, recompute, largest group, EP size, precision).
 MemoryEstimateInput memory_estimate_input(const config::ConfigContainer& config);
+
+// The input of pipeline stage `stage` (its layers, embedding / loss, and the activations of
+// the microbatches 1F1B keeps in flight there: pp - stage without interleaving; with v virtual
+// chunks Megatron's warm-up 2 (pp - stage - 1) + (v - 1) pp chunks plus one, each 1 / v of the
+// stage's layers). At most `microbatches` whole microbatches (<= 0: not bounded).
+MemoryEstimateInput memory_estimate_input_for_stage(const config::ConfigContainer& config,
+                                                    std::int64_t stage,
+                                                    std::int64_t microbatches = 0);
 
 // Whether `ranks_here` ranks of this estimate fit in `available_bytes` (0: unknown), as one
 // line for the dry run: "fits: ...", "does NOT fit: ..." or "fits?: not checked ...".

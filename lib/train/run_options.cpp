@@ -33,6 +33,7 @@ model::ModelOptions model_options_for(const config::ConfigContainer& config,
   // The GPU path's grouped expert products and fused dispatch (the CPU ops ignore both).
   options.moe_grouped_gemm = model.moe_grouped_gemm;
   options.moe_permute_fusion = model.moe_permute_fusion;
+  options.moe_router_force_load_balancing = model.moe_router_force_load_balancing;
   options.precision = config.mixed_precision == config::MixedPrecision::bf16_mixed
                           ? ops::ComputePrecision::bf16
                           : ops::ComputePrecision::fp32;

@@ -513,3 +513,35 @@ TEST_CASE("a pretrained_checkpoint folder without HF weights is refused", "[conf
   CHECK(message.find("not an HF checkpoint with weights") != std::string::npos);
   fs::remove_all(folder);
 }
+
+TEST_CASE("a Qwen3-235B-A22B-shaped Bridge dump with PP 8 is refused for FP4 only",
+          "[config][bridge]") {
+  auto text = read_text(fixture_path("qwen3_235b_a22b_pretrain_pp8.yaml"));
+  const std::string message = error_of(text, 64);
+  INFO(message);
+  CHECK_THAT(message, Catch::Contains("2 problems") && Catch::Contains("model.fp4") &&
+                          Catch::Contains("mixed_precision.fp4") &&
+                          Catch::Contains("FP4 training is not built"));
+  text = edit(text, "model", "fp4", "e2m1", "null");
+  text = edit(text, "mixed_precision", "fp4", "e2m1", "null");
+  auto config = load_text(text);
+  REQUIRE_NOTHROW(resolve_config(config, 64));
+  CHECK(config.layout.pipeline_model_parallel_size == 8);
+  CHECK(config.layout.data_parallel_size == 8);
+  CHECK(config.layout.expert_model_parallel_size == 8);
+  CHECK(config.model.account_for_embedding_in_pipeline_split);
+  CHECK(config.model.account_for_loss_in_pipeline_split);
+  CHECK(config.model.moe_router_force_load_balancing);
+  CHECK(config.model.architecture.num_hidden_layers == 94);
+  // 94 layers + embedding + loss = 96 slots over 8 stages.
+  CHECK_THAT(describe_layout(config), Catch::Contains("stage 0: 11 layers [0, 11) + embedding") &&
+                                          Catch::Contains("stage 1: 12 layers [11, 23)") &&
+                                          Catch::Contains("stage 7: 11 layers [83, 94)"));
+  // Training it needs pipeline-parallel training, the one unbuilt feature left.
+  const auto missing = unbuilt_features(config);
+  REQUIRE(missing.size() == 1);
+  CHECK_THAT(missing.front(), Catch::Contains("model.pipeline_model_parallel_size=8"));
+  // The world must hold the 8 stages.
+  CHECK_THAT(error_of(text, 60), Catch::Contains("model.pipeline_model_parallel_size: 8: must "
+                                                 "divide the world size 60"));
+}

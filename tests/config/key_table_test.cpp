@@ -17,6 +17,11 @@ const std::vector<std::string> frozen_keys = {
     "model.hf_model_path",
     "model.tensor_model_parallel_size",
     "model.pipeline_model_parallel_size",
+    "model.virtual_pipeline_model_parallel_size",
+    "model.num_layers_in_first_pipeline_stage",
+    "model.num_layers_in_last_pipeline_stage",
+    "model.account_for_embedding_in_pipeline_split",
+    "model.account_for_loss_in_pipeline_split",
     "model.context_parallel_size",
     "model.expert_model_parallel_size",
     "model.sequence_parallel",
@@ -31,6 +36,7 @@ const std::vector<std::string> frozen_keys = {
     "model.hierarchical_context_parallel_sizes",
     "model.calculate_per_token_loss",
     "model.moe_router_load_balancing_type",
+    "model.moe_router_force_load_balancing",
     "model.moe_grouped_gemm",
     "model.moe_permute_fusion",
     "model.recompute_granularity",
@@ -175,10 +181,9 @@ const std::vector<std::string> frozen_aliases = {
 const std::vector<std::string> frozen_inert_keys = {
     "model.cuda_graph_impl",           "model.transformer_impl",
     "model.moe_token_dispatcher_type", "model.cross_entropy_loss_fusion",
-    "model.cross_entropy_fusion_impl", "model.virtual_pipeline_model_parallel_size",
-    "model.hybrid_context_parallel",   "ddp.grad_reduce_in_fp32",
-    "ddp.check_for_nan_in_grad",       "ddp.use_megatron_fsdp",
-    "dataset.packed_sequence_specs",
+    "model.cross_entropy_fusion_impl", "model.hybrid_context_parallel",
+    "ddp.grad_reduce_in_fp32",         "ddp.check_for_nan_in_grad",
+    "ddp.use_megatron_fsdp",           "dataset.packed_sequence_specs",
 };
 
 std::vector<std::string> sorted(std::vector<std::string> items) {

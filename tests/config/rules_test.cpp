@@ -24,10 +24,8 @@ TEST_CASE("the base recipe resolves and derives the layout", "[config]") {
   CHECK(config.model.architecture.head_dim == 16);
 }
 
-TEST_CASE("rule: pipeline parallel size must be 1; sequence parallelism needs tp > 1", "[config]") {
+TEST_CASE("rule: sequence parallelism needs tp > 1", "[config]") {
   REQUIRE_NOTHROW(resolved({"model.tensor_model_parallel_size=1"}));
-  REQUIRE_THROWS_WITH(resolved({"model.pipeline_model_parallel_size=2"}),
-                      Contains("model.pipeline_model_parallel_size: 2: only 1 is supported"));
   REQUIRE_THROWS_WITH(resolved({"model.sequence_parallel=true"}),
                       Contains("model.sequence_parallel: true: needs "
                                "model.tensor_model_parallel_size > 1"));
@@ -375,6 +373,10 @@ TEST_CASE("rule: optimizer and LR schedule values are in range", "[config]") {
       resolved({"model.recompute_granularity=full", "model.recompute_num_layers=0"}),
       Contains("model.recompute_num_layers (override 'model.recompute_num_layers=0'): 0: must be "
                "at least 1"));
+  // Asynchronous saves are sharded ones: with the single writer asked for, refused.
+  REQUIRE_THROWS_WITH(resolved({"checkpoint.async_save=true", "checkpoint.sharded=false"}),
+                      Contains("checkpoint.async_save") && Contains("checkpoint.sharded is false"));
+  CHECK(resolved({"checkpoint.async_save=true"}).checkpoint.sharded);
   REQUIRE_THROWS_WITH(resolved({"checkpoint.most_recent_k=0"}),
                       Contains("checkpoint.most_recent_k"));
   REQUIRE_THROWS_WITH(resolved({"packing.device_flops_per_second=0"}),
@@ -548,4 +550,138 @@ TEST_CASE(
   // Past max_position_embeddings (32) each sequence gets its own frequencies (docs/model.md).
   REQUIRE_NOTHROW(resolved({dynamic, "model.seq_length=256",
                             "dataset.mock_length_distribution=uniform(min=8,max=256)"}));
+}
+
+TEST_CASE("rule: world = pp x dp x cp, each stage with its own pool", "[config]") {
+  // 8 ranks, pp 2: each stage is a dp 2 x cp 2 pool.
+  const auto config = resolved({"model.pipeline_model_parallel_size=2"}, 8);
+  CHECK(config.layout.world_size == 8);
+  CHECK(config.layout.pipeline_model_parallel_size == 2);
+  CHECK(config.layout.data_parallel_size == 2);
+  CHECK(config.layout.pool_size == 4);
+  CHECK(config.layout.dynamic_group_sizes == std::vector<std::int64_t>{1, 2, 4});
+  REQUIRE_THROWS_WITH(resolved({"model.pipeline_model_parallel_size=3"}, 8),
+                      Contains("model.pipeline_model_parallel_size: 3: must divide the world "
+                               "size 8"));
+  // pp 4 on 8 ranks leaves 2 per stage: cp 2 fits, cp 4 does not.
+  REQUIRE_THROWS_WITH(
+      resolved({"model.pipeline_model_parallel_size=2", "model.num_hidden_layers=4",
+                "model.context_parallel_size=4", "model.dynamic_context_parallel=false",
+                "model.sequence_packing_scheduler=dp_balanced"},
+               4),
+      Contains("model.context_parallel_size: 4: must divide the 2 ranks of one pipeline stage"));
+}
+
+TEST_CASE("rule: the layers divide over the pipeline stages", "[config]") {
+  // 2 layers over 4 stages.
+  REQUIRE_THROWS_WITH(resolved({"model.pipeline_model_parallel_size=4"}, 16),
+                      Contains("model.num_hidden_layers: 2: the layers, 2, must divide evenly "
+                               "over model.pipeline_model_parallel_size 4"));
+  REQUIRE_NOTHROW(
+      resolved({"model.pipeline_model_parallel_size=4", "model.num_hidden_layers=4"}, 16));
+  // With the embedding and the loss counted, 6 layers + 2 divide over 4 stages.
+  REQUIRE_NOTHROW(resolved({"model.pipeline_model_parallel_size=4", "model.num_hidden_layers=6",
+                            "model.account_for_embedding_in_pipeline_split=true",
+                            "model.account_for_loss_in_pipeline_split=true"},
+                           16));
+  REQUIRE_THROWS_WITH(resolved({"model.pipeline_model_parallel_size=4", "model.num_hidden_layers=4",
+                                "model.account_for_embedding_in_pipeline_split=true"},
+                               16),
+                      Contains("model.num_hidden_layers: 4") && Contains("5, must divide evenly"));
+}
+
+TEST_CASE("rule: virtual pipeline chunks need pp > 1, divisible stages and pp microbatches",
+          "[config]") {
+  REQUIRE_THROWS_WITH(resolved({"model.virtual_pipeline_model_parallel_size=2"}),
+                      Contains("model.virtual_pipeline_model_parallel_size: 2: virtual pipeline "
+                               "chunks interleave pipeline stages and need "
+                               "model.pipeline_model_parallel_size > 1"));
+  REQUIRE_NOTHROW(resolved({"model.virtual_pipeline_model_parallel_size=1"}));
+  // 6 layers over 2 stages: 3 a stage, not divisible into 2 chunks.
+  REQUIRE_THROWS_WITH(resolved({"model.pipeline_model_parallel_size=2", "model.num_hidden_layers=6",
+                                "model.virtual_pipeline_model_parallel_size=2"},
+                               8),
+                      Contains("model.virtual_pipeline_model_parallel_size: 2: stage 0 holds 3 "
+                               "layers"));
+  REQUIRE_NOTHROW(resolved({"model.pipeline_model_parallel_size=2", "model.num_hidden_layers=8",
+                            "model.virtual_pipeline_model_parallel_size=2"},
+                           8));
+  // Static CP, dp 2: 2 samples form at most 1 microbatch, fewer than pp = 2.
+  REQUIRE_THROWS_WITH(resolved({"model.pipeline_model_parallel_size=2", "model.num_hidden_layers=8",
+                                "model.virtual_pipeline_model_parallel_size=2",
+                                "train.global_batch_size=2", "model.dynamic_context_parallel=false",
+                                "model.sequence_packing_scheduler=dp_balanced"},
+                               8),
+                      Contains("train.global_batch_size: 2: interleaved 1F1B") &&
+                          Contains("needs at least pp = 2 microbatches per step") &&
+                          Contains("at most 1"));
+}
+
+TEST_CASE("rule: uneven first and last stages", "[config]") {
+  // 8 layers over 4 stages: 1 first, 1 last, 3 each in the middle.
+  const auto config = resolved(
+      {"model.pipeline_model_parallel_size=4", "model.num_hidden_layers=8",
+       "model.num_layers_in_first_pipeline_stage=1", "model.num_layers_in_last_pipeline_stage=1"},
+      16);
+  CHECK(config.model.num_layers_in_first_pipeline_stage == 1);
+  REQUIRE_THROWS_WITH(resolved({"model.pipeline_model_parallel_size=4", "model.num_hidden_layers=8",
+                                "model.num_layers_in_first_pipeline_stage=3"},
+                               16),
+                      Contains("model.num_layers_in_first_pipeline_stage: 3") &&
+                          Contains("leaves 5 layers, which must divide evenly"));
+  REQUIRE_THROWS_WITH(resolved({"model.num_layers_in_last_pipeline_stage=1"}),
+                      Contains("model.num_layers_in_last_pipeline_stage: 1: sizes a stage of a "
+                               "pipeline and needs model.pipeline_model_parallel_size > 1"));
+  REQUIRE_THROWS_WITH(resolved({"model.pipeline_model_parallel_size=2", "model.num_hidden_layers=4",
+                                "model.num_layers_in_first_pipeline_stage=1",
+                                "model.account_for_loss_in_pipeline_split=true"},
+                               8),
+                      Contains("model.account_for_loss_in_pipeline_split: true: cannot be "
+                               "combined with an uneven first / last stage"));
+}
+
+TEST_CASE("pp > 1 validates but is an unbuilt feature for training", "[config]") {
+  const auto config = resolved({"model.pipeline_model_parallel_size=2"}, 8);
+  const auto missing = unbuilt_features(config);
+  REQUIRE(missing.size() == 1);
+  CHECK_THAT(missing.front(), Contains("pipeline-parallel training") &&
+                                  Contains("model.pipeline_model_parallel_size=2") &&
+                                  Contains("built: pp 1"));
+  CHECK(unbuilt_features(resolved()).empty());
+}
+
+TEST_CASE("the layout description names the stages and the layer split", "[config]") {
+  const auto config = resolved({"model.pipeline_model_parallel_size=2", "model.num_hidden_layers=8",
+                                "model.virtual_pipeline_model_parallel_size=2"},
+                               8);
+  const std::string text = describe_layout(config);
+  CHECK_THAT(text, Contains("pipeline parallel (pp):  2 stages") &&
+                       Contains("2 virtual chunk(s) per stage") &&
+                       Contains("stage 1: 4 layers chunk 0 [2, 4), chunk 1 [6, 8) + final norm"));
+  CHECK_THAT(describe_layout(resolved()), !Contains("pipeline parallel"));
+}
+
+TEST_CASE("rule: world = pp x dp x cp x tp: a TP-fastest stage per pipeline stage",
+          "[config][tp]") {
+  // 16 ranks, pp 2, tp 2: each stage has 8 ranks, a dp 2 x cp 2 pool per TP rank.
+  const auto config =
+      resolved({"model.pipeline_model_parallel_size=2", "model.tensor_model_parallel_size=2"}, 16);
+  CHECK(config.layout.world_size == 16);
+  CHECK(config.layout.pipeline_model_parallel_size == 2);
+  CHECK(config.layout.tensor_model_parallel_size == 2);
+  CHECK(config.layout.data_parallel_size == 2);
+  CHECK(config.layout.pool_size == 4);
+  CHECK(config.layout.expert_data_parallel_size == 2);  // stage 8 / (etp 2 x ep 2)
+  CHECK(config.layout.dynamic_group_sizes == std::vector<std::int64_t>{1, 2, 4});
+  CHECK_THAT(describe_layout(config), Contains("pp x dp x cp x tp: TP fastest, stage slowest"));
+  // 8 ranks, pp 2 x tp 2 leaves 2 per TP rank and stage: cp 2 fits with dp 1, cp 4 does not.
+  CHECK(resolved({"model.pipeline_model_parallel_size=2", "model.tensor_model_parallel_size=2"}, 8)
+            .layout.data_parallel_size == 1);
+  REQUIRE_THROWS_WITH(
+      resolved({"model.pipeline_model_parallel_size=2", "model.tensor_model_parallel_size=2",
+                "model.context_parallel_size=4", "model.dynamic_context_parallel=false",
+                "model.sequence_packing_scheduler=dp_balanced"},
+               8),
+      Contains("model.context_parallel_size: 4: must divide 4 ranks (one pipeline stage) / "
+               "tensor_model_parallel_size 2 = 2"));
 }

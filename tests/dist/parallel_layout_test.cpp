@@ -310,26 +310,29 @@ TEST_CASE("layout: TP sizes that cannot work are refused naming the key and the 
                           Catch::Contains("tensor_model_parallel_size (4)"));
   REQUIRE_THROWS_WITH(validate_layout(make(1, 1, 4, false, 1, 2, 2)),
                       Catch::Contains("model.expert_model_parallel_size: 4: "
-                                      "expert_tensor_parallel_size (2) x 4 must divide the world"));
-  REQUIRE_THROWS_WITH(layout_for_world(6, 1, 1, false, 1, 4),
+                                      "expert_tensor_parallel_size (2) x 4 must divide the 2 "
+                                      "ranks of a pipeline stage"));
+  REQUIRE_THROWS_WITH(layout_for_world(6, 1, 1, false, 1, {}, {4, 1}),
                       Catch::Contains("model.tensor_model_parallel_size: 4: must be >= 1 and "
-                                      "divide the world of 6 ranks"));
-  REQUIRE_THROWS_WITH(layout_for_world(8, 3, 1, false, 1, 2),
+                                      "divide the 6 ranks of a pipeline stage"));
+  REQUIRE_THROWS_WITH(layout_for_world(8, 3, 1, false, 1, {}, {2, 1}),
                       Catch::Contains("model.context_parallel_size: 3: must be >= 1 and divide "
-                                      "world 8 / tensor_model_parallel_size 2 = 4"));
-  const ParallelLayout layout = layout_for_world(16, 2, 4, true, 1, 2, 1);
+                                      "world 8 / (pipeline_model_parallel_size 1 x "
+                                      "tensor_model_parallel_size 2) = 4"));
+  const ParallelLayout layout = layout_for_world(16, 2, 4, true, 1, {}, {2, 1});
   CHECK(layout.data_parallel_size == 4);
   CHECK(layout.pool_size() == 8);
   CHECK(layout.world_size() == 16);
-  REQUIRE_THROWS_WITH(coordinates_of(layout, 16),
-                      Catch::Contains("rank 16 is outside the world of 16 ranks (tp 2"));
+  REQUIRE_THROWS_WITH(
+      coordinates_of(layout, 16),
+      Catch::Contains("rank 16 is outside the world of 16 ranks (dp 4 x cp 2 x tp 2)"));
 }
 
 TEST_CASE("layout: the dry-run text under TP lists the TP and expert-TP groups",
           "[dist][layout][tp]") {
   const std::string text = format_layout(make(2, 2, 2, true, 1, 2, 1), 8);
-  CHECK_THAT(text, Catch::Contains("world 8 = tensor_parallel 2 x context_parallel 2 x "
-                                   "data_parallel 2"));
+  CHECK_THAT(text, Catch::Contains("world 8 = pipeline 1 x data_parallel 2 x context_parallel 2 "
+                                   "x tensor_parallel 2"));
   CHECK_THAT(text, Catch::Contains("tensor_parallel (4 groups): [0, 1] [2, 3] [4, 5] [6, 7]"));
   CHECK_THAT(text, Catch::Contains("context_parallel (4 groups): [0, 2] [1, 3] [4, 6] [5, 7]"));
   CHECK_THAT(text, Catch::Contains("pool (2 groups): [0, 2, 4, 6] [1, 3, 5, 7]"));
@@ -337,4 +340,89 @@ TEST_CASE("layout: the dry-run text under TP lists the TP and expert-TP groups",
   CHECK_THAT(text, Catch::Contains("dynamic CP size 2 (4 groups): [0, 2] [1, 3] [4, 6] [5, 7]"));
   // Without TP the TP axes are not listed.
   CHECK_THAT(format_layout(make(2, 1, 1)), !Catch::Contains("tensor_parallel"));
+}
+
+TEST_CASE("layout: pipeline stages are the slowest dimension, each with its own pool",
+          "[dist][layout]") {
+  // world 16 = pp 2 x dp 4 x cp 2, ep 2, dynamic CP: rank 13 = stage 1, pool rank 5.
+  const ParallelLayout layout = layout_for_world(16, 2, 2, true, 1, {2, 1});
+  CHECK(layout.pipeline_model_parallel_size == 2);
+  CHECK(layout.data_parallel_size == 4);
+  CHECK(layout.world_size() == 16);
+  const RankCoordinates at = coordinates_of(layout, 13);
+  CHECK(at.pipeline_parallel_index == 1);
+  CHECK(at.pool_rank == 5);
+  CHECK(at.data_parallel_index == 2);
+  CHECK(at.context_parallel_index == 1);
+  // Stage 1's groups are stage 0's moved by one pool (8 ranks), with distinct colors.
+  CHECK(group_of(layout, GroupAxis::context_parallel, 13).ranks() == std::vector<int>{12, 13});
+  CHECK(group_of(layout, GroupAxis::data_parallel, 13).ranks() == std::vector<int>{9, 11, 13, 15});
+  CHECK(group_of(layout, GroupAxis::pool, 13).ranks() ==
+        std::vector<int>{8, 9, 10, 11, 12, 13, 14, 15});
+  CHECK(group_of(layout, GroupAxis::expert_parallel, 13).ranks() == std::vector<int>{12, 13});
+  CHECK(group_of(layout, GroupAxis::data_parallel, 13).index !=
+        group_of(layout, GroupAxis::data_parallel, 5).index);
+  CHECK(dynamic_cp_group_of(layout, 4, 13).ranks() == std::vector<int>{12, 13, 14, 15});
+  CHECK(dynamic_cp_group_of(layout, 8, 13) == group_of(layout, GroupAxis::pool, 13));
+  // The pipeline group joins the same pool position across the stages.
+  CHECK(pipeline_group_of(layout, 13).ranks() == std::vector<int>{5, 13});
+  CHECK(pipeline_group_of(layout, 5) == pipeline_group_of(layout, 13));
+  // Every world rank is in exactly one pipeline group, at its stage's position.
+  for (int rank = 0; rank < 16; ++rank) {
+    const RankGroup group = pipeline_group_of(layout, rank);
+    CHECK(group.position_of(rank) == rank / 8);
+  }
+  CHECK_THROWS(coordinates_of(layout, 16));
+  CHECK_THROWS_WITH(layout_for_world(16, 2, 2, true, 1, {3, 1}),
+                    Catch::Contains("model.pipeline_model_parallel_size") &&
+                        Catch::Contains("divide the world of 16"));
+  CHECK_THROWS_WITH(layout_for_world(4, 1, 1, false, 1, {1, 2}),
+                    Catch::Contains("model.virtual_pipeline_model_parallel_size: 2"));
+  CHECK_THAT(format_layout(layout), Catch::Contains("world 16 = pipeline 2 x data_parallel 4 x "
+                                                    "context_parallel 2"));
+}
+
+TEST_CASE("layout: pp 2 x dp 2 x tp 2 nests a TP-fastest stage inside each pipeline stage",
+          "[dist][layout][tp]") {
+  // world 8 = pp 2 x dp 2 x cp 1 x tp 2: stage s holds ranks 4s..4s+3; rank 6 = stage 1,
+  // pool rank 1, tp index 0.
+  const ParallelLayout layout = layout_for_world(8, 1, 1, false, 1, {2, 1}, {2, 1});
+  REQUIRE(layout.data_parallel_size == 2);
+  REQUIRE(layout.stage_size() == 4);
+  const RankCoordinates at = coordinates_of(layout, 6);
+  CHECK(at.pipeline_parallel_index == 1);
+  CHECK(at.pool_rank == 1);
+  CHECK(at.tensor_parallel_index == 0);
+  CHECK(at.data_parallel_index == 1);
+  CHECK(pipeline_group_of(layout, 6).ranks() == std::vector<int>{2, 6});
+  CHECK(pipeline_group_of(layout, 1).ranks() == std::vector<int>{1, 5});
+  CHECK(group_of(layout, GroupAxis::tensor_parallel, 6).ranks() == std::vector<int>{6, 7});
+  CHECK(group_of(layout, GroupAxis::pool, 6).ranks() == std::vector<int>{4, 6});
+  CHECK(group_of(layout, GroupAxis::data_parallel, 7).ranks() == std::vector<int>{5, 7});
+  CHECK(group_of(layout, GroupAxis::pool, 1).ranks() == std::vector<int>{1, 3});
+  CHECK(group_of(layout, GroupAxis::tensor_parallel, 1).ranks() == std::vector<int>{0, 1});
+  // Colors are distinct across stages (each stage's groups are its own communicators).
+  CHECK(group_of(layout, GroupAxis::tensor_parallel, 6).index ==
+        group_of(layout, GroupAxis::tensor_parallel, 2).index +
+            num_groups(layout, GroupAxis::tensor_parallel));
+  // Every axis partitions the world: each rank in exactly one group, at distinct colors.
+  for (const GroupAxis axis : all_group_axes) {
+    std::vector<int> seen(8, 0);
+    for (int rank = 0; rank < 8; ++rank) {
+      const RankGroup group = group_of(layout, axis, rank);
+      REQUIRE(group.contains(rank));
+      for (const int member : group.ranks()) REQUIRE(group_of(layout, axis, member) == group);
+      REQUIRE(group.rank_at(group.size - 1) / 4 == rank / 4);  // inside one stage
+      ++seen[static_cast<std::size_t>(rank)];
+    }
+    for (const int count : seen) REQUIRE(count == 1);
+  }
+  const std::string text = format_layout(layout, 8);
+  CHECK_THAT(text, Catch::Contains("world 8 = pipeline 2 x data_parallel 2 x context_parallel 1 x "
+                                   "tensor_parallel 2"));
+  CHECK_THAT(text, Catch::Contains("pipeline_parallel (4 groups): [0, 4]"));
+  CHECK_THAT(text, Catch::Contains("tensor_parallel (2 groups): [0, 1] [2, 3]"));
+  CHECK_THAT(text, Catch::Contains("pool (2 groups): [0, 2] [1, 3]"));
+  REQUIRE_THROWS_WITH(layout_for_world(8, 1, 1, false, 1, {2, 1}, {3, 1}),
+                      Catch::Contains("model.tensor_model_parallel_size: 3"));
 }

@@ -33,7 +33,7 @@ std::vector<ParallelLayout> layouts_for(int world_size, bool dynamic) {
         for (int ep = 1; ep <= world_size; ep *= 2) {
           if ((world_size / tp) % cp != 0 || world_size % (ep * etp) != 0) continue;
           if (tp == 1 && (world_size % ep != 0)) continue;
-          layouts.push_back(layout_for_world(world_size, cp, ep, dynamic, 1, tp, etp));
+          layouts.push_back(layout_for_world(world_size, cp, ep, dynamic, 1, {}, {tp, etp}));
         }
       }
       if (tp == 1) break;  // etp is 1 either way
@@ -139,7 +139,7 @@ TEST_CASE(
     "[dist][mpi][state]") {
   Comm& world = test_world();
   if (world.size() < 2 || world.size() % 2 != 0) return;
-  ParallelState state(world, layout_for_world(world.size(), 1, 1, false, 1, 2, 2));
+  ParallelState state(world, layout_for_world(world.size(), 1, 1, false, 1, {}, {2, 2}));
   const int first = world.rank() - world.rank() % 2;
   CHECK(world_ranks_of(state.tensor_parallel()) == std::vector<int>{first, first + 1});
   CHECK(world_ranks_of(state.expert_tensor_parallel()) == std::vector<int>{first, first + 1});
@@ -149,8 +149,9 @@ TEST_CASE(
   std::vector<float> value(1, static_cast<float>(world.rank()));
   state.tensor_parallel().all_reduce(std::span<float>(value), ReduceOp::sum);
   CHECK(value[0] == static_cast<float>(2 * first + 1));
-  REQUIRE_THROWS_WITH(ParallelState(world, layout_for_world(world.size() * 2, 1, 1, false, 1, 2)),
-                      Catch::Contains("tensor_model_parallel_size (2) x data_parallel_size"));
+  REQUIRE_THROWS_WITH(
+      ParallelState(world, layout_for_world(world.size() * 2, 1, 1, false, 1, {}, {2, 1})),
+      Catch::Contains("tensor_model_parallel_size (2) x data_parallel_size"));
 }
 
 TEST_CASE("parallel state: ranks asking for different dynamic sizes get an error, not a hang",

@@ -68,6 +68,19 @@ void check_grouped(const GroupedCase& c, bool bf16) {
                kGemmAtolRel, kGemmRtol);
   const std::vector<float> got_dw = d_dw.download();
   expect_close(name + "weight gradient (accumulates)", got_dw, dw, kGemmAtolRel, kGemmRtol);
+  if (bf16) {
+    // x in bf16 storage (bf16 activations): the kernels stage the stored value, which is what
+    // they round the fp32 x to, so forward and weight gradient are the fp32-x results bit for bit.
+    std::vector<std::uint16_t> x_bits(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) x_bits[i] = core::float_to_bf16_bits(x[i]);
+    DeviceBuffer<std::uint16_t> d_x16(x_bits);
+    DeviceBuffer<float> d_y16(y.size()), d_dw16(dw_start);
+    const auto* x16 = reinterpret_cast<const __nv_bfloat16*>(d_x16.get());
+    kernels::grouped_gemm_forward(shape, x16, d_w.get(), d_y16.get(), nullptr);
+    kernels::grouped_gemm_weight_grad(shape, d_dy.get(), x16, d_dw16.get(), nullptr);
+    expect(d_y16.download() == d_y.download(), name + "forward from bf16 rows, bit for bit");
+    expect(d_dw16.download() == got_dw, name + "weight gradient from bf16 rows, bit for bit");
+  }
   for (int e = 0; e < experts; ++e) {
     if (c.offsets[e + 1] != c.offsets[e]) continue;
     const auto first = static_cast<std::size_t>(e) * out * in;

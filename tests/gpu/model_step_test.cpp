@@ -45,11 +45,13 @@ StepResult run_step(model::Qwen3MoeModel& m, const model::PackedBin& bin, std::i
 }
 
 // One bin of `fixture` on the device against the CPU step; returns the device's step.
-StepResult check_model_step(const std::string& fixture, ops::MoeAuxLossType aux_loss) {
+StepResult check_model_step(const std::string& fixture, ops::MoeAuxLossType aux_loss,
+                            bool force_load_balancing = false) {
   ops::cuda::install_backend();
   const std::string dir = std::string(DYNCP_SOURCE_DIR) + "/tests/fixtures/model/" + fixture;
   model::ModelOptions cpu_options;
   cpu_options.aux_loss = aux_loss;
+  cpu_options.moe_router_force_load_balancing = force_load_balancing;
   const auto cpu_model = model::load_hf_model(dir, cpu_options);
   const auto sequences = model::read_batch_json(dir + "/batch.json");
   const auto packed = model::pack_sequences(sequences);
@@ -64,7 +66,8 @@ StepResult check_model_step(const std::string& fixture, ops::MoeAuxLossType aux_
   gpu_model.parameters().copy_values_from(cpu_model->parameters());
   const model::PackedBin on_device = device_bin(packed.bin);
 
-  const std::string name = fixture + (aux_loss == ops::MoeAuxLossType::none ? "" : " (aux loss)");
+  const std::string name = fixture + (aux_loss == ops::MoeAuxLossType::none ? "" : " (aux loss)") +
+                           (force_load_balancing ? " (uniform routing)" : "");
   const StepResult want = run_step(*cpu_model, packed.bin, loss_tokens, count, Device::cpu);
   const StepResult got = run_step(gpu_model, on_device, loss_tokens, count, Device::cuda);
   expect(got.result.loss_tokens == want.result.loss_tokens, name + ": loss token counts agree");
@@ -90,6 +93,18 @@ GPU_TEST(model_step_matches_cpu_fp32) {
 // The MoE aux loss (statistics, loss, router gradient) on the device.
 GPU_TEST(model_step_with_aux_loss_matches_cpu_fp32) {
   check_model_step("qwen3_moe_a", ops::MoeAuxLossType::seq_aux_loss);
+}
+
+// model.moe_router_force_load_balancing: the position-derived experts on the device, and the
+// loss they give differs from the learned router's.
+GPU_TEST(forced_load_balancing_model_step_matches_cpu_fp32) {
+  const StepResult forced =
+      check_model_step("qwen3_moe_a", ops::MoeAuxLossType::seq_aux_loss, true);
+  const StepResult learned = check_model_step("qwen3_moe_a", ops::MoeAuxLossType::seq_aux_loss);
+  expect(forced.result.loss_sum != learned.result.loss_sum,
+         "uniform routing changes the loss (other experts)");
+  expect(forced.result.aux_loss < learned.result.aux_loss,
+         "uniform routing lowers the load-balancing loss");
 }
 
 // config.json's pad_token_id (3, frequent in the batch): the padding row gets no gradient from

@@ -67,6 +67,40 @@ GPU_TEST(permute_plan_and_round_trip) {
   expect_close("unpermute backward dweights", d_dweights.download(), dweights, kF32AtolRel,
                kF32Rtol);
 
+  // y_perm as bf16 storage (bf16 activations): the op reads the rows widened, so it equals the
+  // fp32 op on the rounded rows bit for bit on the CPU, and the kernels match it.
+  std::vector<std::uint16_t> y_perm_bits(y_perm.size());
+  std::vector<float> y_perm_rounded(y_perm.size());
+  for (std::size_t i = 0; i < y_perm.size(); ++i) {
+    y_perm_bits[i] = core::float_to_bf16_bits(y_perm[i]);
+    y_perm_rounded[i] = core::bf16_bits_to_float(y_perm_bits[i]);
+  }
+  const Tensor bf16_rows = Tensor::view_of(y_perm_bits.data(), {tokens * k, hidden}, DType::bf16);
+  std::vector<float> y16(y.size()), y_ref(y.size()), dy_perm16(dy_perm.size()),
+      dy_perm_ref(dy_perm.size()), dweights16(dweights.size()), dweights_ref(dweights.size());
+  ops::unpermute_forward(cpu, bf16_rows, plan, view(weights, {tokens, k}),
+                         view(y16, {tokens, hidden}));
+  ops::unpermute_forward(cpu, view(y_perm_rounded, {tokens * k, hidden}), plan,
+                         view(weights, {tokens, k}), view(y_ref, {tokens, hidden}));
+  ops::unpermute_backward(cpu, view(dy, {tokens, hidden}), bf16_rows, plan,
+                          view(weights, {tokens, k}), view(dy_perm16, {tokens * k, hidden}),
+                          view(dweights16, {tokens, k}));
+  ops::unpermute_backward(cpu, view(dy, {tokens, hidden}),
+                          view(y_perm_rounded, {tokens * k, hidden}), plan,
+                          view(weights, {tokens, k}), view(dy_perm_ref, {tokens * k, hidden}),
+                          view(dweights_ref, {tokens, k}));
+  expect(y16 == y_ref && dy_perm16 == dy_perm_ref && dweights16 == dweights_ref,
+         "CPU op on bf16 y_perm = fp32 op on the rounded rows, bit for bit");
+  DeviceBuffer<std::uint16_t> d_y_perm16(y_perm_bits);
+  const auto* rows16 = reinterpret_cast<const kernels::bf16*>(d_y_perm16.get());
+  kernels::unpermute_forward(rows16, d_arow.get(), d_weights.get(), d_y.get(), tokens, k, hidden,
+                             nullptr);
+  kernels::unpermute_backward(d_dy.get(), rows16, d_arow.get(), d_weights.get(), d_dy_perm.get(),
+                              d_dweights.get(), tokens, k, hidden, nullptr);
+  expect_close("unpermute forward, bf16 y_perm", d_y.download(), y16, kF32AtolRel, kF32Rtol);
+  expect_close("unpermute backward dweights, bf16 y_perm", d_dweights.download(), dweights16,
+               kF32AtolRel, kF32Rtol);
+
   ids[7] = experts;
   d_ids.upload(ids);
   d_bad.upload(std::vector<std::int32_t>{INT_MAX});

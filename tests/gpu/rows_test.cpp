@@ -116,6 +116,37 @@ void check_router(int tokens, int experts, int k, bool normalize) {
   expect_close(name + " dlogits", d_dlogits.download(), dlogits, kF32AtolRel, kF32Rtol);
 }
 
+// Uniform routing: the kernel's ids, probabilities and weights equal the CPU op's, and every
+// expert gets tokens * k / E of a sequence of consecutive positions.
+void check_balanced_router(int tokens, int experts, int k, int layer, bool normalize) {
+  std::vector<float> logits = random_floats(tokens * experts, 42, -3, 3);
+  std::vector<std::int32_t> positions(tokens);
+  for (int t = 0; t < tokens; ++t) positions[t] = t;
+  std::vector<std::int32_t> ids(tokens * k);
+  std::vector<float> weights(tokens * k), probs(tokens * experts);
+  ops::RouterSaved saved{view(probs, {tokens, experts})};
+  ops::balanced_router_forward(cpu, view(logits, {tokens, experts}), view(positions, {tokens}),
+                               layer, k, normalize, view(ids, {tokens, k}),
+                               view(weights, {tokens, k}), saved);
+  DeviceBuffer<float> d_logits(logits), d_weights(weights.size()), d_probs(probs.size());
+  DeviceBuffer<std::int32_t> d_positions(positions), d_ids(ids.size());
+  kernels::balanced_router_forward(d_logits.get(), d_positions.get(), tokens, experts, layer, k,
+                                   normalize, d_ids.get(), d_weights.get(), d_probs.get(), nullptr);
+  const std::string name = "balanced router E=" + std::to_string(experts) +
+                           " k=" + std::to_string(k) + " layer " + std::to_string(layer);
+  expect(d_ids.download() == ids, name + ": expert ids equal the CPU's");
+  expect_close(name + " probs", d_probs.download(), probs, kF32AtolRel, kF32Rtol);
+  expect_close(name + " weights", d_weights.download(), weights, kF32AtolRel, kF32Rtol);
+  std::vector<int> load(experts, 0);
+  for (const std::int32_t id : d_ids.download()) ++load[id];
+  for (const int count : load) expect(count == tokens * k / experts, name + ": uniform load");
+}
+
+GPU_TEST(balanced_router) {
+  check_balanced_router(64, 8, 2, 3, true);
+  check_balanced_router(40, 10, 5, 0, false);
+}
+
 GPU_TEST(router_top_k) {
   check_router(200, 128, 8, true);
   check_router(37, 10, 3, false);

@@ -191,6 +191,38 @@ TEST_CASE("the aux loss leaves the cross-entropy alone and reaches the router gr
   }
 }
 
+TEST_CASE("forced load balancing routes uniformly and the routers still train", "[model]") {
+  const auto sequences = read_batch_json(testing::fixture_dir(fixture) + "/batch.json");
+  const auto packed = pack_sequences(sequences);
+  const auto run = [&](bool force) {
+    ModelOptions options;
+    options.aux_loss = ops::MoeAuxLossType::seq_aux_loss;
+    options.moe_router_force_load_balancing = force;
+    auto model = load_hf_model(testing::fixture_dir(fixture), options);
+    LocalSeams seams;
+    BinOptions bin_options;
+    bin_options.aux_num_sequences_global = static_cast<std::int64_t>(sequences.size());
+    bin_options.loss_grad_scale = 1e-2;
+    const auto result = model->run_bin(packed.bin, seams.seams(), bin_options);
+    double router_grad = 0.0;
+    for (const auto& tensor : model->parameters().hf_tensors()) {
+      if (!tensor.name.ends_with("mlp.gate.weight")) continue;
+      for (std::int64_t i = 0; i < tensor.grad.numel(); ++i)
+        router_grad += std::abs(tensor.grad.data<float>()[i]);
+    }
+    return std::pair{result, router_grad};
+  };
+  const auto [learned, learned_router_grad] = run(false);
+  const auto [forced, forced_router_grad] = run(true);
+  // Other experts, so another loss; the aux loss of uniform counts is Σ_e P_e = 1 per layer and
+  // sequence (up to one token's share per expert), below the learned router's.
+  CHECK(forced.loss_sum != learned.loss_sum);
+  CHECK(forced.aux_loss < learned.aux_loss);
+  CHECK(forced.aux_loss == Approx(2e-3).epsilon(0.05));
+  CHECK(forced_router_grad > 0.0);
+  CHECK(learned_router_grad > 0.0);
+}
+
 TEST_CASE("seeded initialisation is deterministic and has the requested scale", "[model]") {
   const auto architecture = config::load_hf_model_config(testing::fixture_dir(fixture));
   Qwen3MoeParameters first(architecture), second(architecture), other(architecture);

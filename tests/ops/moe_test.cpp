@@ -237,3 +237,82 @@ TEST_CASE("permute / unpermute round trip and backward", "[ops][permute][fd]") {
   CHECK(finite_difference_error(x, dx, loss) < kFdTolerance);
   CHECK(finite_difference_error(w, dw, loss) < kFdTolerance);
 }
+
+TEST_CASE("uniform routing takes experts from the positions, weights from the softmax",
+          "[ops][router]") {
+  const OpContext ctx;
+  const std::int64_t tokens = 48, experts = 8;
+  const int top_k = 2, layer = 3;
+  const bool normalize = GENERATE(false, true);
+  const Tensor logits = tie_free_logits(tokens, experts, 7);
+  const Tensor positions = Tensor::empty(Shape{tokens}, DType::i32);
+  // Two sequences packed in one bin: positions 0..23, then 0..23 again.
+  for (std::int64_t t = 0; t < tokens; ++t)
+    positions.data<std::int32_t>()[t] = static_cast<std::int32_t>(t % 24);
+  const Tensor ids = Tensor::empty(Shape{tokens, top_k}, DType::i32);
+  const Tensor weights = Tensor::empty(Shape{tokens, top_k}, DType::f64);
+  RouterSaved saved{Tensor::empty(Shape{tokens, experts}, DType::f64)};
+  balanced_router_forward(ctx, logits, positions, layer, top_k, normalize, ids, weights, saved);
+  // The same probabilities as the learned router's.
+  const Tensor learned_ids = Tensor::empty(Shape{tokens, top_k}, DType::i32);
+  const Tensor learned_weights = Tensor::empty(Shape{tokens, top_k}, DType::f64);
+  RouterSaved learned{Tensor::empty(Shape{tokens, experts}, DType::f64)};
+  router_forward(ctx, logits, top_k, normalize, learned_ids, learned_weights, learned);
+  std::vector<std::int64_t> load(static_cast<std::size_t>(experts), 0);
+  std::int64_t differs = 0;
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    double selected = 0;
+    for (int j = 0; j < top_k; ++j) {
+      const std::int32_t id = ids.data<std::int32_t>()[t * top_k + j];
+      CHECK(id == ((t % 24) * top_k + j + layer) % experts);
+      selected += element(saved.probs, t * experts + id);
+      ++load[static_cast<std::size_t>(id)];
+      differs += id != learned_ids.data<std::int32_t>()[t * top_k + j];
+    }
+    for (int j = 0; j < top_k; ++j) {
+      const std::int32_t id = ids.data<std::int32_t>()[t * top_k + j];
+      const double p = element(saved.probs, t * experts + id);
+      CHECK(p == Approx(element(learned.probs, t * experts + id)));
+      CHECK(element(weights, t * top_k + j) == Approx(normalize ? p / selected : p));
+    }
+  }
+  // Every expert gets the same share of each sequence, which the logits alone would not give.
+  for (const std::int64_t count : load) CHECK(count == tokens * top_k / experts);
+  CHECK(differs > 0);
+}
+
+TEST_CASE("uniform routing's router gradient matches finite differences", "[ops][router]") {
+  const OpContext ctx;
+  const std::int64_t tokens = 5, experts = 6;
+  const int top_k = 2;
+  const bool normalize = GENERATE(false, true);
+  Tensor logits = tie_free_logits(tokens, experts, 11);
+  const Tensor positions = Tensor::empty(Shape{tokens}, DType::i32);
+  for (std::int64_t t = 0; t < tokens; ++t) positions.data<std::int32_t>()[t] = 7 + 3 * t;
+  const Tensor dweights = random_tensor(Shape{tokens, top_k}, DType::f64, 5);
+  const auto loss = [&](const Tensor& l) {
+    const Tensor ids = Tensor::empty(Shape{tokens, top_k}, DType::i32);
+    const Tensor w = Tensor::empty(Shape{tokens, top_k}, DType::f64);
+    RouterSaved s{Tensor::empty(Shape{tokens, experts}, DType::f64)};
+    balanced_router_forward(ctx, l, positions, 1, top_k, normalize, ids, w, s);
+    double sum = 0;
+    for (std::int64_t i = 0; i < tokens * top_k; ++i) sum += element(w, i) * element(dweights, i);
+    return sum;
+  };
+  const Tensor ids = Tensor::empty(Shape{tokens, top_k}, DType::i32);
+  const Tensor w = Tensor::empty(Shape{tokens, top_k}, DType::f64);
+  RouterSaved saved{Tensor::empty(Shape{tokens, experts}, DType::f64)};
+  balanced_router_forward(ctx, logits, positions, 1, top_k, normalize, ids, w, saved);
+  const Tensor dlogits = Tensor::empty(Shape{tokens, experts}, DType::f64);
+  router_backward(ctx, dweights, ids, w, saved, normalize, dlogits);
+  const double h = 1e-6;
+  for (std::int64_t i = 0; i < tokens * experts; ++i) {
+    const double v = element(logits, i);
+    set_element(logits, i, v + h);
+    const double up = loss(logits);
+    set_element(logits, i, v - h);
+    const double down = loss(logits);
+    set_element(logits, i, v);
+    CHECK(element(dlogits, i) == Approx((up - down) / (2 * h)).margin(1e-8));
+  }
+}

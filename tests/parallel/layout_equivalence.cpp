@@ -160,6 +160,9 @@ struct Options {
   // --moe-kernels 0: the layout under test sets model.moe_grouped_gemm and moe_permute_fusion
   // false (host expert offsets, per-expert products, the unfused dispatch).
   bool moe_kernels = true;
+  // --force-balance 1: uniform routing (model.moe_router_force_load_balancing) on the reference
+  // and the layout: the experts come from the positions, which every layout shards differently.
+  bool force_balance = false;
   int optimizer_steps = 3;
   bool distributed_optimizer = false;
   bool hybrid = false;  // --model qwen3_5_moe: the Gated DeltaNet hybrid
@@ -196,6 +199,8 @@ Options parse(int argc, char** argv) {
       options.selective = value == "1";
     else if (key == "--moe-kernels")
       options.moe_kernels = value == "1";
+    else if (key == "--force-balance")
+      options.force_balance = value == "1";
     else if (key == "--optimizer-steps")
       options.optimizer_steps = std::stoi(value);
     else if (key == "--distributed-optimizer")
@@ -401,6 +406,7 @@ int main(int argc, char** argv) {
     model_options.recompute_full = options.recompute;
     model_options.aux_loss =
         options.aux ? ops::MoeAuxLossType::seq_aux_loss : ops::MoeAuxLossType::none;
+    model_options.moe_router_force_load_balancing = options.force_balance;
     // With the dynamic capacity of 32 tokens per rank, 200 needs 8 ranks, 100 four, 60 two.
     const std::vector<std::int64_t> lengths =
         options.mix_group_sizes

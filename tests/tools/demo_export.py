@@ -18,10 +18,11 @@ def run(argv):
     return result.stdout + result.stderr
 
 
-def train_demo(train, root, work, tokenizer, *overrides):
-    """2 steps of configs/demo/tiny_moe.yaml on one rank on the demo chat data."""
+def train_demo(train, root, work, tokenizer, *overrides, launcher=()):
+    """2 steps of configs/demo/tiny_moe.yaml on one rank on the demo chat data (`launcher`, e.g.
+    mpirun -np 2, and the overrides may change the layout)."""
     demo = os.path.join(root, "tests", "fixtures", "data", "demo")
-    return run([train, "--config", os.path.join(root, "configs", "demo", "tiny_moe.yaml"), *ONE_RANK,
+    return run([*launcher, train, "--config", os.path.join(root, "configs", "demo", "tiny_moe.yaml"), *ONE_RANK,
                 f"dataset.data_path={os.path.join(demo, 'train.jsonl')}",
                 "~dataset.validation_data_path", "~validation.eval_interval",
                 "~scheduler.lr_warmup_iters", f"dataset.cache_dir={work}/cache",

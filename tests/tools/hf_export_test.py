@@ -10,7 +10,9 @@ checkpoint and the end-of-training export; then converts the checkpoint with dyn
 exports must: hold every tokenizer file, chat_template.jinja included; say bfloat16 in
 config.json over BF16 tensors; have a generation_config.json transformers reads; render the chat
 template through AutoTokenizer.apply_chat_template exactly as the original folder does. The two
-exports' weights must be byte-identical (the same step's weights, the same bf16 rounding).
+exports' weights must be byte-identical (the same step's weights, the same bf16 rounding), and so
+must those of the checkpoint exported at the end of a 2-rank run with EP 2 that resumes it
+without training (the ranks write the tensors they hold).
 """
 
 import json
@@ -58,10 +60,17 @@ with tempfile.TemporaryDirectory() as work:
     save, at_end, converted = (os.path.join(work, name) for name in ("ckpt", "hf_end", "hf_export"))
     train_demo(TRAIN, ROOT, work, tokenizer, f"checkpoint.save={save}", f"checkpoint.export_hf={at_end}")
     print(run([EXPORT, "--checkpoint", save, "--out", converted]).strip())
+    # The same checkpoint exported by 2 ranks, each holding half the experts (EP 2), resumed
+    # without training and saving nothing: each rank writes the pieces it holds.
+    two_ranks = os.path.join(work, "hf_two_ranks")
+    log = train_demo(TRAIN, ROOT, work, tokenizer, f"checkpoint.load={save}", "checkpoint.save=",
+                     f"checkpoint.export_hf={two_ranks}", "model.expert_model_parallel_size=2",
+                     launcher=("mpirun", "-np", "2"))
+    check(f"HF weights exported to {two_ranks} by 2 ranks" in log, "no 2-rank export logged")
 
     reference = AutoTokenizer.from_pretrained(tokenizer).apply_chat_template(
         MESSAGES, tokenize=False, add_generation_prompt=True)
-    for folder in (at_end, converted):
+    for folder in (at_end, converted, two_ranks):
         name = os.path.basename(folder)
         for file in os.listdir(tokenizer):
             check(os.path.isfile(os.path.join(folder, file)), f"{name}: {file} not copied")
@@ -83,6 +92,9 @@ with tempfile.TemporaryDirectory() as work:
     check(open(os.path.join(at_end, "model.safetensors"), "rb").read() ==
           open(os.path.join(converted, "model.safetensors"), "rb").read(),
           "dyncp-export of the last checkpoint differs from the end-of-training export")
+    check(open(os.path.join(two_ranks, "model.safetensors"), "rb").read() ==
+          open(os.path.join(at_end, "model.safetensors"), "rb").read(),
+          "the 2-rank (EP 2) export differs from the 1-rank export")
     # Without a tokenizer to copy, dyncp-export says how to give one (exit 2).
     os.remove(os.path.join(save, "config.yaml"))
     result = subprocess.run([EXPORT, "--checkpoint", save, "--out", os.path.join(work, "x")],
@@ -92,5 +104,6 @@ with tempfile.TemporaryDirectory() as work:
 
 if failures:
     sys.exit(f"{len(failures)} failure(s)")
-print("hf_export: both exports load in transformers with bf16 dtype, the chat template and a "
-      "generation config; dyncp-export equals the end-of-training export byte for byte")
+print("hf_export: the exports load in transformers with bf16 dtype, the chat template and a "
+      "generation config; dyncp-export's and the 2-rank (EP 2) export equal the end-of-training "
+      "export byte for byte")

@@ -11,7 +11,10 @@ train=$1
 source_dir=$2
 work=$(mktemp -d "${TMPDIR:-/tmp}/dyncp-matrix.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-one_rank=(--config "$source_dir/configs/smoke/tiny_mock.yaml" model.dynamic_context_parallel=false
+# Single-writer checkpoints (format 2: model.safetensors, optimizer.safetensors); the matrix of
+# sharded ones is sharded_checkpoint_np4 and e2e:sharded / e2e:async_save.
+one_rank=(--config "$source_dir/configs/smoke/tiny_mock.yaml" checkpoint.sharded=false
+          model.dynamic_context_parallel=false
           model.context_parallel_size=1 model.expert_model_parallel_size=1
           model.max_seqlen_per_dp_cp_rank=256 scheduler.lr_decay_iters=8)
 run() { "$train" "${one_rank[@]}" "$@"; }

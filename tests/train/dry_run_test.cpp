@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <numeric>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -156,4 +157,52 @@ TEST_CASE("dry-run data: tokenizes only a prefix, then reuses the full cache onc
   CHECK(again.source->size() == full.source->size());
   CHECK(again.description.find("prepared cache") != std::string::npos);
   fs::remove_all(cache);
+}
+
+TEST_CASE("dry-run report: pp > 1 lists every stage's memory and the largest stage's table",
+          "[train][dry_run]") {
+  const auto config = smoke_config(16, {"model.pipeline_model_parallel_size=2"});
+  train::MemoryEstimateInput largest;
+  train::MemoryEstimate largest_estimate;
+  const std::string stages =
+      train::format_pipeline_stage_memory(config, 0, &largest, &largest_estimate);
+  CHECK_THAT(stages,
+             Catch::Contains("memory estimate per pipeline stage, per rank (2 stages, 1F1B") &&
+                 Catch::Contains("stage 0     1 layers") &&
+                 Catch::Contains("stage 1     1 layers") &&
+                 Catch::Contains("training with pp > 1 is not built yet"));
+  // Stage 0 keeps two microbatches in flight: it is the larger.
+  CHECK(largest.stage_holds_embedding);
+  CHECK(largest.pipeline_in_flight == 2.0);
+  std::ostringstream report;
+  train::write_dry_run_report(report, config, 64);
+  CHECK_THAT(report.str(), Catch::Contains("pipeline bubble:") &&
+                               Catch::Contains("memory estimate of the largest stage, per rank") &&
+                               Catch::Contains("pipeline P2P buffers") &&
+                               Catch::Contains("pipeline_parallel:"));
+}
+
+TEST_CASE("dry-run preview: pipeline stages add the bubble to the modelled step",
+          "[train][dry_run]") {
+  const auto flat = smoke_config(8);
+  const auto piped = smoke_config(16, {"model.pipeline_model_parallel_size=2"});
+  train::TrainingData data = train::open_preview_data(flat, 64);
+  REQUIRE(data.source);
+  const auto one = train::preview_first_step(flat, *data.source);
+  const auto two = train::preview_first_step(piped, *data.source);
+  CHECK(one.pipeline_bubble_fraction == 0.0);
+  CHECK(two.microbatches == one.microbatches);  // one plan for all stages
+  CHECK(two.pipeline_bubble_fraction > 0.0);
+  // Half the layers a stage, plus the bubble.
+  CHECK(two.step_seconds > one.step_seconds / 2);
+  CHECK(two.step_seconds < one.step_seconds);
+}
+
+TEST_CASE("dry-run: the static-CP suggestion of a pipelined recipe is for one stage's ranks",
+          "[train][dry_run]") {
+  const std::string flat = train::suggest_static_layout(smoke_config(8));
+  const std::string piped =
+      train::suggest_static_layout(smoke_config(16, {"model.pipeline_model_parallel_size=2"}));
+  // 16 ranks over 2 stages: the same 8-rank pool as the flat recipe.
+  CHECK(piped == flat);
 }

@@ -3,7 +3,8 @@
 #   e2e_test.sh DYNCP_TRAIN SOURCE_DIR CASE
 # CASE: smoke | resume | relayout | relayout_distopt | relayout_ep | sigterm | sigusr1 | enospc |
 # nan | learns | learns_hybrid | ring | hybrid | bf16_moments | auto_resume | lr_resume |
-# sigusr1_nosave | sigterm_early | selective | save_lock | sharded | async_save. Each prints what it compares and exits non-zero on any mismatch.
+# sigusr1_nosave | sigterm_early | selective | save_lock | sharded | async_save | resume_chain.
+# Each prints what it compares and exits non-zero on any mismatch.
 set -euo pipefail
 train=$1
 source_dir=$2
@@ -302,16 +303,18 @@ PY
     # it on 4 ranks (dynamic CP, EP 2) and resumed without it on 2 ranks (static CP), and saved
     # without it and resumed with it on 2 ranks (EP 2). Every loss matches the uninterrupted
     # plain 4-rank run to fp32 round-off, including the sharded run's own first steps.
-    run train.train_iters=5 scheduler.lr_decay_iters=5 logger.metrics_path="$work/full.jsonl" >"$work/full.log" 2>&1
-    run train.train_iters=3 scheduler.lr_decay_iters=5 ddp.use_distributed_optimizer=true \
+    # Single-writer checkpoints (checkpoint.sharded=false: the tensors are compared in their
+    # safetensors files); e2e:sharded and e2e:resume_chain do the same with sharded ones.
+    run checkpoint.sharded=false train.train_iters=5 scheduler.lr_decay_iters=5 logger.metrics_path="$work/full.jsonl" >"$work/full.log" 2>&1
+    run checkpoint.sharded=false train.train_iters=3 scheduler.lr_decay_iters=5 ddp.use_distributed_optimizer=true \
       checkpoint.save="$work/sharded" logger.metrics_path="$work/sharded.jsonl" >"$work/a.log" 2>&1
     grep -q "distributed optimizer: this rank holds" "$work/a.log" || { echo "not sharded"; exit 1; }
-    mpirun -np 2 "$train" --config "$recipe" train.train_iters=5 scheduler.lr_decay_iters=5 \
+    mpirun -np 2 "$train" --config "$recipe" checkpoint.sharded=false train.train_iters=5 scheduler.lr_decay_iters=5 \
       checkpoint.load="$work/sharded" model.dynamic_context_parallel=false \
       model.sequence_packing_scheduler=dp_balanced model.expert_model_parallel_size=1 \
       checkpoint.save="$work/to_plain" logger.metrics_path="$work/to_plain.jsonl" >"$work/b.log" 2>&1
-    run train.train_iters=3 scheduler.lr_decay_iters=5 checkpoint.save="$work/plain" >"$work/c.log" 2>&1
-    mpirun -np 2 "$train" --config "$recipe" train.train_iters=5 scheduler.lr_decay_iters=5 \
+    run checkpoint.sharded=false train.train_iters=3 scheduler.lr_decay_iters=5 checkpoint.save="$work/plain" >"$work/c.log" 2>&1
+    mpirun -np 2 "$train" --config "$recipe" checkpoint.sharded=false train.train_iters=5 scheduler.lr_decay_iters=5 \
       checkpoint.load="$work/plain" model.dynamic_context_parallel=false \
       model.sequence_packing_scheduler=dp_balanced ddp.use_distributed_optimizer=true \
       checkpoint.save="$work/to_sharded" logger.metrics_path="$work/to_sharded.jsonl" >"$work/d.log" 2>&1
@@ -369,14 +372,15 @@ PY
     # with EP 4 (2 experts per rank) and resumed with EP 1 (all 8 on each rank), every loss
     # matches the uninterrupted EP 2 run to fp32 round-off, and the EP 4 and EP 2 checkpoints
     # after 3 steps hold the same tensors (names, shapes, values to round-off).
-    run train.train_iters=5 scheduler.lr_decay_iters=5 logger.metrics_path="$work/full.jsonl" >"$work/full.log" 2>&1
-    run train.train_iters=3 scheduler.lr_decay_iters=5 checkpoint.save="$work/ep2" \
+    # Single-writer checkpoints (checkpoint.sharded=false), whose files are compared below.
+    run checkpoint.sharded=false train.train_iters=5 scheduler.lr_decay_iters=5 logger.metrics_path="$work/full.jsonl" >"$work/full.log" 2>&1
+    run checkpoint.sharded=false train.train_iters=3 scheduler.lr_decay_iters=5 checkpoint.save="$work/ep2" \
       checkpoint.export_hf="$work/hf_ep2" >"$work/a.log" 2>&1
-    run train.train_iters=3 scheduler.lr_decay_iters=5 model.expert_model_parallel_size=4 \
+    run checkpoint.sharded=false train.train_iters=3 scheduler.lr_decay_iters=5 model.expert_model_parallel_size=4 \
       checkpoint.save="$work/ep4" checkpoint.export_hf="$work/hf_ep4" \
       logger.metrics_path="$work/ep4.jsonl" >"$work/b.log" 2>&1
     grep -q "experts: this rank holds \[0, 2) of 8 (EP 4)" "$work/b.log" || { echo "experts not sliced"; exit 1; }
-    run train.train_iters=5 scheduler.lr_decay_iters=5 model.expert_model_parallel_size=1 \
+    run checkpoint.sharded=false train.train_iters=5 scheduler.lr_decay_iters=5 model.expert_model_parallel_size=1 \
       checkpoint.load="$work/ep4" checkpoint.export_hf="$work/hf_ep1" \
       logger.metrics_path="$work/ep1.jsonl" >"$work/c.log" 2>&1
     python3 - "$work" <<'PY'
@@ -553,7 +557,8 @@ PY
       || { echo "not a sharded checkpoint folder"; ls -R "$folder"; exit 1; }
     grep -q '"format": 3' "$folder/state.json" || { echo "state.json is not format 3"; exit 1; }
     # dyncp-export of the sharded checkpoint: the very HF files of the single writer's.
-    run train.train_iters=3 "${common[@]}" checkpoint.save="$work/single" >"$work/single.log" 2>&1
+    run train.train_iters=3 "${common[@]}" checkpoint.save="$work/single" checkpoint.sharded=false \
+      >"$work/single.log" 2>&1
     export_tool=${train%/dyncp-train/dyncp-train}/dyncp-export/dyncp-export
     "$export_tool" --checkpoint "$work/ckpt" --out "$work/hf_sharded" --no-tokenizer >"$work/e1.log" 2>&1
     "$export_tool" --checkpoint "$work/single" --out "$work/hf_single" --no-tokenizer >"$work/e2.log" 2>&1
@@ -656,6 +661,68 @@ PY
     run train.train_iters=5 checkpoint.load="$work/async" >"$work/resume.log" 2>&1
     grep -q "resumed from $work/async/iter_0000004" "$work/resume.log" || { echo "did not resume iter 4"; exit 1; }
     echo "async_save: byte-identical to the synchronous save; a failed background write exits 1 naming the file, iter_0000004 loads"
+    ;;
+  resume_chain)
+    # The whole chain of layouts on sharded checkpoints: 8 ranks (dynamic CP, EP 4, distributed
+    # optimizer) save steps 1-2; the same layout resumes step 3 bit for bit; then 4 ranks
+    # (static CP 2, EP 2) step 4, 2 ranks (dynamic CP, EP 1) step 5 and 1 rank (no CP) step 6,
+    # each resuming the previous one's shards, with the uninterrupted 8-rank run's losses to
+    # fp32 round-off. The HF exports of the last checkpoint by 8 ranks (EP 4) and by 1 rank are
+    # byte for byte dyncp-export's.
+    common=(scheduler.lr_decay_iters=6 ddp.use_distributed_optimizer=true checkpoint.sharded=true)
+    eight=(model.expert_model_parallel_size=4)
+    static=(model.dynamic_context_parallel=false model.sequence_packing_scheduler=dp_balanced)
+    one=(model.dynamic_context_parallel=false model.context_parallel_size=1
+         model.expert_model_parallel_size=1 model.max_seqlen_per_dp_cp_rank=256)
+    runs() { local n=$1; shift; mpirun -np "$n" "$train" --config "$recipe" "${common[@]}" "$@"; }
+    runs 8 "${eight[@]}" train.train_iters=6 logger.metrics_path="$work/full.jsonl" >"$work/full.log" 2>&1
+    runs 8 "${eight[@]}" train.train_iters=2 checkpoint.save="$work/c8" \
+      logger.metrics_path="$work/s8.jsonl" >"$work/s8.log" 2>&1
+    runs 8 "${eight[@]}" train.train_iters=3 checkpoint.load="$work/c8" checkpoint.save="$work/c8b" \
+      logger.metrics_path="$work/s8b.jsonl" >"$work/s8b.log" 2>&1
+    runs 4 "${static[@]}" train.train_iters=4 checkpoint.load="$work/c8b" checkpoint.save="$work/c4" \
+      logger.metrics_path="$work/s4.jsonl" >"$work/s4.log" 2>&1
+    runs 2 model.expert_model_parallel_size=1 train.train_iters=5 checkpoint.load="$work/c4" \
+      checkpoint.save="$work/c2" logger.metrics_path="$work/s2.jsonl" >"$work/s2.log" 2>&1
+    runs 1 "${one[@]}" train.train_iters=6 checkpoint.load="$work/c2" checkpoint.save="$work/c1" \
+      logger.metrics_path="$work/s1.jsonl" >"$work/s1.log" 2>&1
+    for log in s8b s4 s2 s1; do
+      grep -q "resumed from .*/iter_000000" "$work/$log.log" || { echo "$log did not resume"; exit 1; }
+    done
+    grep -q "experts: this rank holds \[0, 2) of 8 (EP 4)" "$work/s8.log" || { echo "not EP 4"; exit 1; }
+    [[ -s $work/c1/iter_0000006/shards/rank_00000.bin && -s $work/c4/iter_0000004/shards/rank_00003.bin ]] \
+      || { echo "the chain's checkpoints are not sharded"; exit 1; }
+    python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+def losses(name):
+    return {r["iteration"]: r["loss"] for r in map(json.loads, open(f"{work}/{name}.jsonl"))}
+full = losses("full")
+same = {**losses("s8"), **losses("s8b")}
+assert sorted(same) == [1, 2, 3], same
+assert all(same[i] == full[i] for i in same), {i: (same[i], full[i]) for i in same}
+for name, step, what in (("s4", 4, "4 ranks, static CP, EP 2"), ("s2", 5, "2 ranks, dynamic CP, EP 1"),
+                         ("s1", 6, "1 rank")):
+    run = losses(name)
+    assert sorted(run) == [step], (name, run)
+    error = abs(run[step] - full[step]) / abs(full[step])
+    assert error <= 1e-5, (name, run[step], full[step])
+    print(f"resume_chain: step {step} on {what}: {run[step]!r} against {full[step]!r} ({error:.2g})")
+print("resume_chain: steps 1-3 on 8 ranks (dynamic CP, EP 4), saved and resumed, bitwise equal")
+PY
+    # The HF exports of iter 6 by 8 ranks (EP 4) and by 1 rank, and dyncp-export's.
+    runs 8 "${eight[@]}" train.train_iters=6 checkpoint.load="$work/c1" checkpoint.export_hf="$work/hf8" \
+      >"$work/e8.log" 2>&1
+    runs 1 "${one[@]}" train.train_iters=6 checkpoint.load="$work/c1" checkpoint.export_hf="$work/hf1" \
+      >"$work/e1.log" 2>&1
+    grep -q "HF weights exported to $work/hf8 by 8 ranks" "$work/e8.log" || { echo "no 8-rank export"; exit 1; }
+    export_tool=${train%/dyncp-train/dyncp-train}/dyncp-export/dyncp-export
+    "$export_tool" --checkpoint "$work/c1" --out "$work/hfx" --no-tokenizer >"$work/ex.log" 2>&1
+    for f in model.safetensors config.json; do
+      cmp "$work/hf8/$f" "$work/hf1/$f" || { echo "8-rank and 1-rank exports differ in $f"; exit 1; }
+      cmp "$work/hf8/$f" "$work/hfx/$f" || { echo "the 8-rank export and dyncp-export's differ in $f"; exit 1; }
+    done
+    echo "resume_chain: the HF exports of iter 6 by 8 ranks (EP 4), 1 rank and dyncp-export are byte-identical"
     ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac

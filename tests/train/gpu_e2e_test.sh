@@ -120,8 +120,10 @@ case $case_name in
   bitwise_state)
     for pair in "gpu cuda cpu cpu float32" "cpu cpu gpu cuda bfloat16"; do
       read -r save_name save_device load_name load_device moments <<<"$pair"
+      # Single-writer files (checkpoint.sharded=false); sharded_checkpoints crosses devices with
+      # sharded ones.
       state=(optimizer.use_precision_aware_optimizer=true optimizer.exp_avg_dtype="$moments"
-             optimizer.exp_avg_sq_dtype="$moments")
+             optimizer.exp_avg_sq_dtype="$moments" checkpoint.sharded=false)
       save_binary=$cpu_train; [[ $save_name == gpu ]] && save_binary=$gpu_train
       load_binary=$cpu_train; [[ $load_name == gpu ]] && load_binary=$gpu_train
       saved=$work/saved-$save_name resaved=$work/resaved-$load_name

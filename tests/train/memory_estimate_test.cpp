@@ -194,7 +194,16 @@ TEST_CASE("memory estimate: bf16_mixed keeps fp32 state and adds the largest pro
   // The GPU converts to real bf16 (2 bytes), the CPU keeps rounded fp32 copies (4 bytes).
   CHECK(line_bytes(gpu, "bf16 operand copies") == Approx(cpu_copies / 2));
   CHECK(cpu.per_bin_bytes == Approx(fp32.per_bin_bytes + cpu_copies));
-  CHECK(gpu.per_bin_bytes == Approx(fp32.per_bin_bytes + cpu_copies / 2));
+  // On the GPU bf16_mixed also stores activations in bf16; with fp32 storage the copies are
+  // all it adds.
+  auto gpu_input = train::memory_estimate_input(smoke_config(
+      4,
+      {"model.max_seqlen_per_dp_cp_rank=256", "mixed_precision=bf16_mixed", "dist.device=cuda"}));
+  CHECK(gpu_input.bf16_activations);
+  gpu_input.bf16_activations = false;
+  const auto gpu_fp32_storage = train::estimate_memory(gpu_input);
+  CHECK(gpu_fp32_storage.per_bin_bytes == Approx(fp32.per_bin_bytes + cpu_copies / 2));
+  CHECK(gpu.per_bin_bytes < gpu_fp32_storage.per_bin_bytes);
   // Fewer experts per rank under EP 4: smaller expert copies, never larger.
   CHECK(line_bytes(estimate({"mixed_precision=bf16_mixed", "model.expert_model_parallel_size=4"}),
                    "bf16 operand copies") <= cpu_copies);
@@ -345,6 +354,76 @@ TEST_CASE("memory estimate: close to the arenas' high-water mark on a full bin",
         CHECK(estimate.per_bin_bytes >= measured);
         CHECK(estimate.per_bin_bytes < 1.4 * measured);
       }
+}
+
+TEST_CASE("memory estimate: bf16 activations lower the estimate and the arenas' high-water mark",
+          "[train][memory]") {
+  // One 256-token bin on one rank under bf16 products, fp32 against bf16 activation storage
+  // (ModelOptions::bf16_activations; the GPU's default, which the CPU model runs the same way):
+  // both the estimate and the measured high-water mark fall, and the estimate still covers the
+  // measurement closely. The layer-inputs line is exactly L/2 + 2 rows of [T, h].
+  for (const char* recipe : {"tiny_mock.yaml", "tiny_hybrid_mock.yaml"})
+    for (const bool recompute : {false, true}) {
+      INFO(recipe << ", recompute " << recompute);
+      auto input = train::memory_estimate_input(
+          smoke_config(1,
+                       {"model.context_parallel_size=1", "model.expert_model_parallel_size=1",
+                        "model.dynamic_context_parallel=false",
+                        "model.max_seqlen_per_dp_cp_rank=256", "mixed_precision=bf16_mixed"},
+                       recipe));
+      CHECK_FALSE(input.bf16_activations);  // the CPU path keeps fp32 activations
+      input.recompute_full = recompute;
+      const auto fp32_estimate = train::estimate_memory(input);
+      input.bf16_activations = true;
+      const auto bf16_estimate = train::estimate_memory(input);
+      model::ModelOptions options;
+      options.recompute_full = recompute;
+      options.precision = ops::ComputePrecision::bf16;
+      options.bf16_activations = false;
+      const double fp32_measured = full_bin_high_water(input.architecture, options);
+      options.bf16_activations = true;
+      const double bf16_measured = full_bin_high_water(input.architecture, options);
+      INFO("measured " << fp32_measured << " -> " << bf16_measured << " bytes, estimated "
+                       << fp32_estimate.per_bin_bytes << " -> " << bf16_estimate.per_bin_bytes);
+      CHECK(bf16_measured < fp32_measured);
+      CHECK(bf16_estimate.per_bin_bytes < fp32_estimate.per_bin_bytes);
+      CHECK(bf16_estimate.per_bin_bytes >= bf16_measured);
+      CHECK(bf16_estimate.per_bin_bytes < 1.4 * bf16_measured);
+      const auto& a = input.architecture;
+      CHECK(line_bytes(bf16_estimate, "layer inputs + final norm") ==
+            Approx((static_cast<double>(a.num_hidden_layers) / 2 + 2) *
+                   static_cast<double>(a.hidden_size) * 256 * 4));
+    }
+}
+
+TEST_CASE("memory estimate: the seed recipe's activations fall under bf16 activations",
+          "[train][memory]") {
+  // configs/qwen3_5_35b_a3b_dynamic_cp.yaml on 8 ranks, dist.device=cuda mixed_precision=
+  // bf16_mixed (the dry run's input): bf16 activations are on, and the per-bin bytes fall by
+  // what they store in bf16: the layer inputs (40 x [T, h] in bf16, one widened), and of the one
+  // recomputed layer y_perm and the EP-received rows (half) and the unkept x_perm under EP 8
+  // (k x h per token each), and the experts' SwiGLU output (half of k x I).
+  auto config = config::load_config_file(
+      std::string(DYNCP_SOURCE_DIR) + "/configs/qwen3_5_35b_a3b_dynamic_cp.yaml",
+      {"dist.device=cuda", "mixed_precision=bf16_mixed"});
+  config::resolve_config(config, 8);
+  auto input = train::memory_estimate_input(config);
+  CHECK(input.bf16_activations);
+  const auto bf16 = train::estimate_memory(input);
+  input.bf16_activations = false;
+  const auto fp32 = train::estimate_memory(input);
+  const auto& a = input.architecture;
+  const double row = static_cast<double>(a.hidden_size) * 8192 * 4;  // one fp32 [T, h]
+  const double k = static_cast<double>(a.num_experts_per_tok);
+  const double layers = static_cast<double>(a.num_hidden_layers);
+  CHECK(fp32.per_bin_bytes - bf16.per_bin_bytes ==
+        Approx((layers + 4 - (layers / 2 + 2)) * row +
+               (2 * k + 0.5 * k * static_cast<double>(a.moe_intermediate_size) /
+                            static_cast<double>(a.hidden_size)) *
+                   row));
+  INFO("activations and buffers " << fp32.per_bin_bytes / 1048576.0 << " -> "
+                                  << bf16.per_bin_bytes / 1048576.0 << " MiB");
+  CHECK(bf16.per_bin_bytes < 0.79 * fp32.per_bin_bytes);
 }
 
 TEST_CASE("memory estimate: selective recomputation saves what the estimate says",
@@ -514,4 +593,86 @@ TEST_CASE("memory estimate: TP divides heads, FFN columns, vocabulary and their 
   REQUIRE(one_rank > 0);
   CHECK(line_bytes(hybrid(8, {"model.tensor_model_parallel_size=2"}), "DeltaNet backward (GPU)") <
         one_rank);
+}
+
+TEST_CASE("memory estimate: pipeline stages split the parameters and keep pp - s microbatches",
+          "[train][memory]") {
+  // 4 layers over 2 stages (pp 2, static CP on 2 ranks a stage).
+  const std::vector<std::string> piped = {
+      "model.pipeline_model_parallel_size=2", "model.num_hidden_layers=4",
+      "model.dynamic_context_parallel=false", "model.sequence_packing_scheduler=dp_balanced",
+      "model.max_seqlen_per_dp_cp_rank=256",  "model.context_parallel_size=1"};
+  const auto config = smoke_config(4, piped);
+  const auto whole_config =
+      smoke_config(2, {"model.num_hidden_layers=4", "model.dynamic_context_parallel=false",
+                       "model.sequence_packing_scheduler=dp_balanced",
+                       "model.max_seqlen_per_dp_cp_rank=256", "model.context_parallel_size=1"});
+  const auto whole = train::estimate_memory(train::memory_estimate_input(whole_config));
+  const auto first_input = train::memory_estimate_input_for_stage(config, 0);
+  const auto last_input = train::memory_estimate_input_for_stage(config, 1);
+  const auto first = train::estimate_memory(first_input);
+  const auto last = train::estimate_memory(last_input);
+  // The stages' parameters are the model's (less the alignment gaps the stage count skips).
+  const std::int64_t sum = first.num_parameters + last.num_parameters;
+  CHECK(sum <= whole.num_parameters);
+  CHECK(sum >= whole.num_parameters - 16 * 64);
+  // Layers [0, 2) + embedding, [2, 4) + final norm and LM head.
+  REQUIRE(first_input.stage_layers.size() == 1);
+  CHECK(first_input.stage_layers.front() == std::pair<std::int64_t, std::int64_t>{0, 2});
+  CHECK(last_input.stage_layers.front() == std::pair<std::int64_t, std::int64_t>{2, 2});
+  // 1F1B: stage 0 keeps 2 microbatches in flight, stage 1 one; the loss chunk is on stage 1.
+  CHECK(first_input.pipeline_in_flight == 2.0);
+  CHECK(last_input.pipeline_in_flight == 1.0);
+  const auto line = [](const train::MemoryEstimate& estimate, const std::string& name) {
+    for (const auto& item : estimate.lines)
+      if (item.name == name) return item.bytes;
+    FAIL("no line " << name);
+    return 0.0;
+  };
+  CHECK(line(first, "saved activations") == Approx(2 * line(last, "saved activations")));
+  CHECK(line(first, "cross-entropy chunk") == 0.0);
+  CHECK(line(last, "cross-entropy chunk") == line(whole, "cross-entropy chunk"));
+  CHECK(line(first, "pipeline P2P buffers") > 0.0);
+  // Bounded by the step's microbatches.
+  CHECK(train::memory_estimate_input_for_stage(config, 0, 1).pipeline_in_flight == 1.0);
+  // Interleaved (vpp 2, 8 layers): stage 0 holds chunks [0, 2) and [4, 6), and keeps
+  // 2 (pp - 1) + (v - 1) pp + 1 = 5 chunks of 2 layers in flight: 2.5 stages' worth.
+  auto interleaved_overrides = piped;
+  interleaved_overrides[1] = "model.num_hidden_layers=8";
+  interleaved_overrides.push_back("model.virtual_pipeline_model_parallel_size=2");
+  const auto interleaved =
+      train::memory_estimate_input_for_stage(smoke_config(4, interleaved_overrides), 0);
+  CHECK(interleaved.stage_layers ==
+        std::vector<std::pair<std::int64_t, std::int64_t>>{{0, 2}, {4, 2}});
+  CHECK(interleaved.pipeline_in_flight == 2.5);
+}
+
+TEST_CASE("memory estimate: a pipeline stage under TP holds 1/tp of its dense tensors",
+          "[train][memory][tp]") {
+  // pp 2 with cp 1: 4 ranks at tp 1 (dp 2 a stage), 8 ranks at tp 2 (the same dp 2 pool).
+  const std::vector<std::string> piped = {
+      "model.pipeline_model_parallel_size=2", "model.num_hidden_layers=4",
+      "model.dynamic_context_parallel=false", "model.sequence_packing_scheduler=dp_balanced",
+      "model.max_seqlen_per_dp_cp_rank=256",  "model.context_parallel_size=1"};
+  std::vector<std::string> tensor = piped;
+  tensor.push_back("model.tensor_model_parallel_size=2");
+  const auto one = smoke_config(4, piped);
+  const auto two = smoke_config(8, tensor);
+  REQUIRE(two.layout.pool_size == one.layout.pool_size);
+  for (const std::int64_t stage : {0, 1}) {
+    const auto input = train::memory_estimate_input_for_stage(two, stage);
+    CHECK(input.tensor_model_parallel_size == 2);
+    const auto whole = train::estimate_memory(train::memory_estimate_input_for_stage(one, stage));
+    const auto split = train::estimate_memory(input);
+    INFO("stage " << stage);
+    // Dense and expert tensors halve (etp = tp), the replicated norms and routers do not.
+    CHECK(split.num_parameters < whole.num_parameters);
+    CHECK(split.num_parameters > whole.num_parameters / 2);
+    CHECK(split.num_parameters <=
+          (whole.num_parameters + 1) / 2 + train::count_tensor_parallel_replicated_parameters([&] {
+            auto a = one.model.architecture;
+            a.resolve();
+            return a;
+          }()));
+  }
 }

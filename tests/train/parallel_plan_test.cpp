@@ -136,3 +136,23 @@ TEST_CASE("parallel plan: under TP the plan names the TP rank, its pool and the 
   CHECK_THAT(parallel::describe_rank_groups(split_plan, 8),
              Contains("FFN column shard 1 of 2 of each"));
 }
+
+TEST_CASE("parallel plan: pipeline stages, the layer split and a later stage's groups",
+          "[train][plan]") {
+  const auto piped = smoke_config(16, {"model.pipeline_model_parallel_size=2"});
+  const parallel::ParallelPlan plan = parallel::make_parallel_plan(piped, 16, 13);
+  CHECK(plan.layout.pipeline_model_parallel_size == 2);
+  CHECK(plan.layout.pool_size() == 8);
+  CHECK(plan.coordinates.pipeline_parallel_index == 1);
+  CHECK(plan.coordinates.pool_rank == 5);
+  // The same experts and CP position as pool rank 5 of stage 0.
+  const parallel::ParallelPlan stage0 = parallel::make_parallel_plan(piped, 16, 5);
+  CHECK(plan.experts.first == stage0.experts.first);
+  CHECK(plan.group(dist::GroupAxis::context_parallel).ranks() == std::vector<int>{12, 13});
+  REQUIRE(plan.pipeline.chunks.size() == 2);
+  const std::int64_t layers = piped.model.architecture.num_hidden_layers;
+  CHECK(plan.pipeline.chunk(1, 0).first_layer == layers / 2);
+  CHECK_THAT(parallel::summarize_parallel_plan(plan), Contains("world 16 = pp 2 (vpp 1) x dp 4"));
+  CHECK_THAT(parallel::describe_rank_groups(plan, piped.model.architecture.num_experts),
+             Contains("[5, 13] (stage 1 of 2)"));
+}

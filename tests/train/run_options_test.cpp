@@ -57,6 +57,12 @@ TEST_CASE("model_options_for: recompute, aux loss, experts, device and precision
         train::model_options_for(config, plan_of(config), core::Device::cuda);
     CHECK_FALSE(options.moe_grouped_gemm);
     CHECK_FALSE(options.moe_permute_fusion);
+    CHECK_FALSE(options.moe_router_force_load_balancing);
+  }
+  {
+    const auto config = smoke_config(4, {"model.moe_router_force_load_balancing=true"});
+    CHECK(train::model_options_for(config, plan_of(config), core::Device::cpu)
+              .moe_router_force_load_balancing);
   }
   {
     const auto config = smoke_config(4, {"model.recompute_granularity=selective",

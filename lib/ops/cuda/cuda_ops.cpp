@@ -50,6 +50,8 @@ bool bf16_products(const OpContext& ctx) {
 }
 
 const bf16* to_bf16(core::Arena& scratch, const Tensor& t, cudaStream_t stream) {
+  // bf16 storage (bf16 activations) is already the rounded operand.
+  if (t.dtype() == DType::bf16) return static_cast<const bf16*>(t.raw_data());
   if (!t.defined()) return nullptr;
   const Tensor copy = scratch.allocate(t.shape(), DType::bf16);
   kernels::convert_f32_to_bf16(f32(t), static_cast<bf16*>(copy.raw_data()), t.numel(), stream);
@@ -171,6 +173,14 @@ class CudaOps final : public CudaHybridOps {
                             stream_of(ctx));
   }
 
+  void balanced_router_forward(const OpContext& ctx, const Tensor& logits, const Tensor& positions,
+                               int layer, int top_k, bool normalize_top_k, const Tensor& expert_ids,
+                               const Tensor& weights, RouterSaved& saved) override {
+    kernels::balanced_router_forward(
+        f32(logits), i32(positions), logits.size(0), static_cast<int>(logits.size(1)), layer, top_k,
+        normalize_top_k, i32(expert_ids), f32(weights), f32(saved.probs), stream_of(ctx));
+  }
+
   void router_backward(const OpContext& ctx, const Tensor& dweights, const Tensor& expert_ids,
                        const Tensor& weights, const RouterSaved& saved, bool normalize_top_k,
                        const Tensor& dlogits) override {
@@ -268,6 +278,12 @@ class CudaOps final : public CudaHybridOps {
   void unpermute_forward(const OpContext& ctx, const Tensor& y_perm, const PermutePlan& plan,
                          const Tensor& weights, const Tensor& y) override {
     const std::int64_t tokens = y.size(0);
+    if (y_perm.dtype() == DType::bf16) {
+      kernels::unpermute_forward(static_cast<const bf16*>(y_perm.raw_data()),
+                                 i32(plan.assignment_row), f32(weights), f32(y), tokens,
+                                 top_k_of(plan, tokens), y.size(1), stream_of(ctx));
+      return;
+    }
     kernels::unpermute_forward(f32(y_perm), i32(plan.assignment_row), f32(weights), f32(y), tokens,
                                top_k_of(plan, tokens), y.size(1), stream_of(ctx));
   }
@@ -276,6 +292,13 @@ class CudaOps final : public CudaHybridOps {
                           const PermutePlan& plan, const Tensor& weights, const Tensor& dy_perm,
                           const Tensor& dweights) override {
     const std::int64_t tokens = dy.size(0);
+    if (y_perm.dtype() == DType::bf16) {
+      kernels::unpermute_backward(f32(dy), static_cast<const bf16*>(y_perm.raw_data()),
+                                  i32(plan.assignment_row), f32(weights), f32(dy_perm),
+                                  f32(dweights), tokens, top_k_of(plan, tokens), dy.size(1),
+                                  stream_of(ctx));
+      return;
+    }
     kernels::unpermute_backward(f32(dy), f32(y_perm), i32(plan.assignment_row), f32(weights),
                                 f32(dy_perm), f32(dweights), tokens, top_k_of(plan, tokens),
                                 dy.size(1), stream_of(ctx));
@@ -283,6 +306,16 @@ class CudaOps final : public CudaHybridOps {
 
   void add(const OpContext& ctx, const Tensor& a, const Tensor& b, const Tensor& out) override {
     kernels::add(f32(a), f32(b), f32(out), out.numel(), stream_of(ctx));
+  }
+
+  void convert(const OpContext& ctx, const Tensor& src, const Tensor& dst) override {
+    if (src.dtype() == DType::f32) {
+      kernels::convert_f32_to_bf16(f32(src), static_cast<bf16*>(dst.raw_data()), src.numel(),
+                                   stream_of(ctx));
+    } else {
+      kernels::convert_bf16_to_f32(static_cast<const bf16*>(src.raw_data()), f32(dst), src.numel(),
+                                   stream_of(ctx));
+    }
   }
 
   void gemm(const OpContext& ctx, const Tensor& a, Transpose transpose_a, const Tensor& b,
@@ -306,6 +339,12 @@ class CudaOps final : public CudaHybridOps {
   void grouped_linear_forward(const OpContext& ctx, const Tensor& x, const Tensor& weight,
                               const Tensor& host_offsets, const Tensor& y) override {
     if (host_offsets.device() == Device::cuda) {
+      if (x.dtype() == DType::bf16) {
+        kernels::grouped_gemm_forward(grouped_shape(ctx, x, weight, host_offsets),
+                                      static_cast<const bf16*>(x.raw_data()), f32(weight), f32(y),
+                                      stream_of(ctx));
+        return;
+      }
       kernels::grouped_gemm_forward(grouped_shape(ctx, x, weight, host_offsets), f32(x),
                                     f32(weight), f32(y), stream_of(ctx));
       return;
@@ -335,8 +374,12 @@ class CudaOps final : public CudaHybridOps {
         kernels::grouped_gemm_data_grad(shape, f32(dy), f32(weight), f32(dx),
                                         dx_mode == GradMode::accumulate, stream_of(ctx));
       }
-      if (dweight.defined())
+      if (dweight.defined() && x.dtype() == DType::bf16) {
+        kernels::grouped_gemm_weight_grad(shape, f32(dy), static_cast<const bf16*>(x.raw_data()),
+                                          f32(dweight), stream_of(ctx));
+      } else if (dweight.defined()) {
         kernels::grouped_gemm_weight_grad(shape, f32(dy), f32(x), f32(dweight), stream_of(ctx));
+      }
       return;
     }
     if (bf16_products(ctx)) {

@@ -4,7 +4,8 @@
 // number of ranks (EP = ranks up to --max-ep). Each save ends fsynced and published. Rank 0
 // also reports how much its peak resident memory rose during the save (VmHWM, reset before
 // each save through /proc/self/clear_refs). One JSON line per writer: median and min seconds
-// over --repeats saves, bytes of the largest and smallest rank.
+// over --repeats saves, bytes of the largest and smallest rank. A third line does the same for
+// the bf16 HF export written by the ranks holding its tensors (train/hf_export_writer.hpp).
 //
 //   mpirun -np N bench_checkpoint_save --out DIR [--hidden 512] [--layers 4] [--experts 16]
 //          [--moe-intermediate 256] [--vocab 8192] [--max-ep 4] [--repeats 3]
@@ -27,6 +28,8 @@
 #include "dist/parallel_layout.hpp"
 #include "dist/parallel_state.hpp"
 #include "parallel/expert_gather.hpp"
+#include "train/hf_export.hpp"
+#include "train/hf_export_writer.hpp"
 #include "train/sharded_checkpoint_saver.hpp"
 #include "train/training_checkpoint.hpp"
 
@@ -135,8 +138,12 @@ int main(int argc, char** argv) {
   parallel::EpExpertGather gather(state.expert_parallel());
   const bool writer_group = state.expert_parallel().rank() == world->rank();  // rank 0's group
 
-  for (const bool sharded : {true, false}) {
+  const fs::path hf_dir = fs::path(out) / ("hf_np" + std::to_string(ranks));
+  for (const char* writer : {"sharded", "single", "hf_export"}) {
+    const bool sharded = writer == std::string("sharded");
+    const bool hf = writer == std::string("hf_export");
     std::vector<double> seconds;
+    std::int64_t bytes = 0;  // what this rank wrote
     std::int64_t peak_rise_kib = 0;
     for (int repeat = 0; repeat < repeats; ++repeat) {
       loop.iteration = repeat + 1;
@@ -144,7 +151,10 @@ int main(int argc, char** argv) {
       reset_peak_rss();
       const std::int64_t before = proc_status_kib("VmRSS:");
       const auto start = std::chrono::steady_clock::now();
-      if (sharded) {
+      if (hf) {
+        bytes = static_cast<std::int64_t>(train::write_hf_weights_in_parallel(
+            *world, hf_dir, parameters, model::StoredDType::bf16, train::hf_export_shard_bytes));
+      } else if (sharded) {
         if (!saver.save(parameters, {exp_avg, exp_avg_sq, false}, loop)) return 1;
       } else if (world->rank() == 0) {
         const fs::path folder = single_store.begin(loop.iteration);
@@ -159,10 +169,11 @@ int main(int argc, char** argv) {
       peak_rise_kib = std::max(peak_rise_kib, proc_status_kib("VmHWM:") - before);
     }
     // Bytes each rank wrote into its checkpoint folder.
-    std::int64_t bytes = 0;
     const fs::path folder =
         (sharded ? sharded_dir : single_dir) / train::CheckpointStore::folder_name(repeats);
-    if (sharded) {
+    if (hf) {
+      // counted by the writer
+    } else if (sharded) {
       bytes =
           static_cast<std::int64_t>(fs::file_size(folder / train::rank_shard_path(world->rank())));
     } else if (world->rank() == 0) {
@@ -171,7 +182,7 @@ int main(int argc, char** argv) {
     }
     std::vector<std::int64_t> all(static_cast<std::size_t>(ranks));
     world->all_gather(std::span<const std::int64_t>(&bytes, 1), std::span<std::int64_t>(all));
-    if (!sharded) all.resize(1);  // only rank 0 writes
+    if (!sharded && !hf) all.resize(1);  // only rank 0 writes
     const std::int64_t largest = *std::max_element(all.begin(), all.end());
     const std::int64_t smallest = *std::min_element(all.begin(), all.end());
     if (world->rank() == 0) {
@@ -179,10 +190,9 @@ int main(int argc, char** argv) {
           "{\"writer\": \"%s\", \"ranks\": %d, \"ep\": %d, \"model_parameters\": %lld, "
           "\"median_s\": %.3f, \"min_s\": %.3f, \"largest_rank_bytes\": %lld, "
           "\"smallest_rank_bytes\": %lld, \"rank0_peak_rss_rise_mib\": %.1f}\n",
-          sharded ? "sharded" : "single", ranks, ep, static_cast<long long>(model_elements),
-          median(seconds), *std::min_element(seconds.begin(), seconds.end()),
-          static_cast<long long>(largest), static_cast<long long>(smallest),
-          static_cast<double>(peak_rise_kib) / 1024.0);
+          writer, ranks, ep, static_cast<long long>(model_elements), median(seconds),
+          *std::min_element(seconds.begin(), seconds.end()), static_cast<long long>(largest),
+          static_cast<long long>(smallest), static_cast<double>(peak_rise_kib) / 1024.0);
       std::fflush(stdout);
     }
   }
@@ -190,6 +200,7 @@ int main(int argc, char** argv) {
   if (world->rank() == 0) {
     fs::remove_all(sharded_dir);
     fs::remove_all(single_dir);
+    fs::remove_all(hf_dir);
   }
   return 0;
 }

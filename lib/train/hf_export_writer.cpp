@@ -1,0 +1,376 @@
+#include "train/hf_export_writer.hpp"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "config/model_architecture.hpp"
+#include "core/error.hpp"
+#include "core/output_file.hpp"
+#include "model/hf_checkpoint.hpp"
+#include "model/whole_model_tensors.hpp"
+
+namespace dyncp::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// One tensor of the export in file order. Experts: `layer`, `expert` (-1: every expert of the
+// layer, fused) and `part` (per expert 0 gate, 1 up, 2 down; fused 0 gate_up, 2 down).
+struct ExportTensor {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  const model::HfTensor* held = nullptr;
+  std::int64_t layer = -1;
+  std::int64_t expert = -1;
+  int part = 0;
+  std::string expert_prefix;  // "model.layers.{i}.mlp.experts."
+  std::int64_t numel() const {
+    return std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<>());
+  }
+};
+
+// The order and names of model::save_hf_checkpoint's export.
+std::vector<ExportTensor> export_tensors(const model::Qwen3MoeParameters& parameters) {
+  const auto& architecture = parameters.architecture();
+  const bool fused = model::export_fuses_experts(architecture);
+  std::vector<ExportTensor> tensors;
+  for (const model::WholeModelTensor& tensor : model::whole_model_tensors(parameters)) {
+    if (tensor.layer < 0) {
+      tensors.push_back({tensor.name, tensor.shape, tensor.held});
+      continue;
+    }
+    const std::string prefix = tensor.name.substr(0, tensor.name.find(".experts.") + 9);
+    if (!fused) {
+      tensors.push_back(
+          {tensor.name, tensor.shape, nullptr, tensor.layer, tensor.expert, tensor.part, prefix});
+      continue;
+    }
+    // gate_up_proj [E, 2I, h] at expert 0's gate, down_proj [E, h, I] at expert 0's down.
+    if (tensor.expert != 0 || tensor.part == 1) continue;
+    const bool down = tensor.part == 2;
+    tensors.push_back(
+        {prefix + (down ? "down_proj" : "gate_up_proj"),
+         {architecture.num_experts, tensor.shape[0] * (down ? 1 : 2), tensor.shape[1]},
+         nullptr,
+         tensor.layer,
+         -1,
+         down ? 2 : 0,
+         prefix});
+  }
+  return tensors;
+}
+
+// Elements [begin, begin + count) of one export tensor; `expert` -1 for a dense tensor.
+struct Piece {
+  std::size_t tensor = 0;
+  std::int64_t begin = 0;
+  std::int64_t count = 0;
+  std::int64_t expert = -1;
+  int writer = 0;
+};
+
+// Dense tensors stored in HF order are cut into runs of at most `dense_run` elements, so the
+// largest ones (embeddings, LM head) spread over the ranks and no buffer holds more than a run;
+// the others (rows kept de-interleaved) are reordered whole.
+std::vector<Piece> cut_pieces(const std::vector<ExportTensor>& tensors, std::int64_t num_experts,
+                              std::int64_t dense_run) {
+  std::vector<Piece> pieces;
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    const ExportTensor& tensor = tensors[t];
+    const std::int64_t numel = tensor.numel();
+    if (tensor.layer >= 0 && tensor.expert < 0) {
+      const std::int64_t per_expert = numel / num_experts;
+      for (std::int64_t e = 0; e < num_experts; ++e)
+        pieces.push_back({t, e * per_expert, per_expert, e});
+    } else if (tensor.layer < 0 && tensor.held->rows.empty()) {
+      for (std::int64_t begin = 0; begin < numel; begin += dense_run)
+        pieces.push_back({t, begin, std::min(dense_run, numel - begin), -1});
+    } else {
+      pieces.push_back({t, 0, numel, tensor.layer >= 0 ? tensor.expert : -1});
+    }
+  }
+  return pieces;
+}
+
+// The run length: about an eighth of a rank's share of the dense elements, at least 4 Ki.
+std::int64_t dense_run_for(const std::vector<ExportTensor>& tensors, int world_size) {
+  std::int64_t dense = 0;
+  for (const ExportTensor& tensor : tensors)
+    if (tensor.layer < 0) dense += tensor.numel();
+  return std::max<std::int64_t>(std::int64_t{1} << 12, dense / (8 * world_size) + 1);
+}
+
+// Every rank's expert slice: holds[rank * E + e] != 0 when `rank` holds expert e.
+std::vector<std::int32_t> expert_holders(dist::Comm& world,
+                                         const model::Qwen3MoeParameters& parameters) {
+  const std::int64_t experts = parameters.architecture().num_experts;
+  std::vector<std::int32_t> own(static_cast<std::size_t>(experts));
+  for (std::int64_t e = 0; e < experts; ++e)
+    own[static_cast<std::size_t>(e)] = parameters.expert_range().holds(e, experts) ? 1 : 0;
+  std::vector<std::int32_t> all(own.size() * static_cast<std::size_t>(world.size()));
+  world.all_gather(std::span<const std::int32_t>(own), std::span<std::int32_t>(all));
+  return all;
+}
+
+// Each piece to the least loaded rank holding it (ties: the lowest rank): the constrained
+// expert pieces first in file order, then the dense ones, largest first. The same on every
+// rank: it depends only on the model and every rank's slice.
+void assign_writers(std::vector<Piece>& pieces, const std::vector<std::int32_t>& holds,
+                    std::int64_t num_experts, int world_size, std::size_t value_bytes) {
+  std::vector<std::uint64_t> load(static_cast<std::size_t>(world_size), 0);
+  const auto place = [&](Piece& piece) {
+    int best = -1;
+    for (int r = 0; r < world_size; ++r) {
+      if (piece.expert >= 0 && holds[static_cast<std::size_t>(r * num_experts + piece.expert)] == 0)
+        continue;
+      if (best < 0 || load[static_cast<std::size_t>(r)] < load[static_cast<std::size_t>(best)])
+        best = r;
+    }
+    if (best < 0)
+      core::throw_runtime_error("HF export: no rank holds expert " + std::to_string(piece.expert));
+    piece.writer = best;
+    load[static_cast<std::size_t>(best)] += static_cast<std::uint64_t>(piece.count) * value_bytes;
+  };
+  std::vector<std::size_t> dense;
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    if (pieces[i].expert >= 0)
+      place(pieces[i]);
+    else
+      dense.push_back(i);
+  }
+  std::stable_sort(dense.begin(), dense.end(),
+                   [&](std::size_t a, std::size_t b) { return pieces[a].count > pieces[b].count; });
+  for (const std::size_t i : dense) place(pieces[i]);
+}
+
+// This rank's values of a piece in HF order.
+void fill_piece(const Piece& piece, const ExportTensor& tensor,
+                const std::map<std::string, const model::HfTensor*>& local,
+                std::vector<float>& values) {
+  values.resize(static_cast<std::size_t>(piece.count));
+  if (tensor.layer < 0) {
+    const core::Tensor& value = tensor.held->value;
+    if (piece.begin == 0 && piece.count == value.numel()) {
+      tensor.held->read_hf_order(value, values.data());
+    } else if (value.dtype() == core::DType::f32) {  // a run of a tensor stored in HF order
+      std::copy_n(value.data<float>() + piece.begin, piece.count, values.begin());
+    } else {
+      const double* from = value.data<double>() + piece.begin;
+      std::transform(from, from + piece.count, values.begin(),
+                     [](double x) { return static_cast<float>(x); });
+    }
+    return;
+  }
+  // One expert's tensors, concatenated: gate then up for a fused gate_up_proj.
+  std::vector<std::string> names;
+  const std::string expert = tensor.expert_prefix + std::to_string(piece.expert) + ".";
+  if (tensor.expert >= 0)
+    names.push_back(tensor.name);
+  else if (tensor.part == 2)
+    names.push_back(expert + "down_proj.weight");
+  else
+    names = {expert + "gate_proj.weight", expert + "up_proj.weight"};
+  float* out = values.data();
+  for (const std::string& name : names) {
+    const auto found = local.find(name);
+    DYNCP_CHECK(found != local.end(), "the writer of a piece holds " + name);
+    found->second->read_hf_order(found->second->value, out);
+    out += found->second->value.numel();
+  }
+  DYNCP_CHECK(out == values.data() + piece.count, "a piece's sources fill it exactly");
+}
+
+[[noreturn]] void throw_errno(const fs::path& path, const char* what) {
+  core::throw_runtime_error(std::string(what) + " '" + path.string() +
+                            "' failed: " + std::strerror(errno));
+}
+
+void write_at(int fd, const fs::path& path, const fs::path& named, const void* data,
+              std::size_t bytes, std::uint64_t offset) {
+  core::check_injected_write_fault(named, bytes);
+  const auto* from = static_cast<const std::uint8_t*>(data);
+  while (bytes > 0) {
+    const ssize_t done = ::pwrite(fd, from, bytes, static_cast<off_t>(offset));
+    if (done < 0 && errno == EINTR) continue;
+    if (done <= 0) throw_errno(path, "writing");
+    from += done;
+    bytes -= static_cast<std::size_t>(done);
+    offset += static_cast<std::uint64_t>(done);
+  }
+}
+
+fs::path partial_path(const fs::path& folder, const model::SafetensorsFilePlan& file) {
+  return folder / (file.name + ".partial");
+}
+
+// The header of `file` at the start of its partial file, sized to the whole file.
+void create_file(const fs::path& folder, const model::SafetensorsFilePlan& file) {
+  const fs::path path = partial_path(folder, file);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw_errno(path, "opening");
+  try {
+    write_at(fd, path, folder / file.name, file.head.data(), file.head.size(), 0);
+    if (::ftruncate(fd, static_cast<off_t>(file.bytes)) != 0) throw_errno(path, "sizing");
+    if (::fsync(fd) != 0) throw_errno(path, "syncing");
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  if (::close(fd) != 0) throw_errno(path, "closing");
+}
+
+// Writes this rank's pieces; returns their bytes.
+std::uint64_t write_pieces(const fs::path& folder, const std::vector<ExportTensor>& tensors,
+                           const std::vector<model::SafetensorsFilePlan>& files,
+                           const std::vector<std::size_t>& file_of,
+                           const std::vector<Piece>& pieces, int rank,
+                           const model::Qwen3MoeParameters& parameters, model::StoredDType dtype) {
+  std::map<std::string, const model::HfTensor*> local;
+  for (const model::HfTensor& tensor : parameters.hf_tensors())
+    if (tensor.is_expert) local[tensor.name] = &tensor;
+  std::map<std::size_t, int> open_files;  // file index -> fd
+  std::uint64_t written = 0;
+  std::vector<float> values;
+  std::vector<std::uint8_t> bytes;
+  const std::size_t value_bytes = model::stored_dtype_size(dtype);
+  try {
+    for (const Piece& piece : pieces) {
+      if (piece.writer != rank) continue;
+      const std::size_t k = file_of[piece.tensor];
+      const model::SafetensorsFilePlan& file = files[k];
+      const fs::path path = partial_path(folder, file);
+      auto fd = open_files.find(k);
+      if (fd == open_files.end()) {
+        const int opened = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+        if (opened < 0) throw_errno(path, "opening");
+        fd = open_files.emplace(k, opened).first;
+      }
+      fill_piece(piece, tensors[piece.tensor], local, values);
+      model::encode_safetensors_values(bytes, values, dtype);
+      const std::uint64_t offset = file.offsets[piece.tensor - file.first] +
+                                   static_cast<std::uint64_t>(piece.begin) * value_bytes;
+      write_at(fd->second, path, folder / file.name, bytes.data(), bytes.size(), offset);
+      written += bytes.size();
+    }
+    for (auto& [k, fd] : open_files) {
+      const fs::path path = partial_path(folder, files[k]);
+      const int closing = fd;
+      fd = -1;
+      if (::fsync(closing) != 0) {
+        ::close(closing);
+        throw_errno(path, "syncing");
+      }
+      if (::close(closing) != 0) throw_errno(path, "closing");
+    }
+  } catch (...) {
+    for (const auto& [k, fd] : open_files)
+      if (fd >= 0) ::close(fd);
+    throw;
+  }
+  return written;
+}
+
+// Collective: the failure of the lowest failing rank on every rank ("" when none failed).
+std::string agree_on_failure(dist::Comm& world, const std::string& failure) {
+  // The lowest failing rank as a max: size - rank.
+  std::int32_t lowest = failure.empty() ? 0 : world.size() - world.rank();
+  world.all_reduce(&lowest, &lowest, 1, core::DType::i32, dist::ReduceOp::max);
+  if (lowest == 0) return {};
+  const int first = world.size() - lowest;
+  std::int64_t length = world.rank() == first ? static_cast<std::int64_t>(failure.size()) : 0;
+  world.broadcast(std::span<std::int64_t>(&length, 1), first);
+  std::string text =
+      world.rank() == first ? failure : std::string(static_cast<std::size_t>(length), ' ');
+  world.broadcast(text.data(), text.size(), core::DType::u8, first);
+  return text;
+}
+
+// Runs `step` and returns its failure, named by rank ("" when it succeeded).
+template <typename Step>
+std::string attempt(int rank, Step&& step) {
+  try {
+    step();
+  } catch (const std::exception& error) {  // core::Error or std::filesystem's
+    return "rank " + std::to_string(rank) + ": " + error.what();
+  }
+  return {};
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  core::OutputFile file(path);
+  file.write(text);
+  file.close();
+}
+
+}  // namespace
+
+std::uint64_t write_hf_weights_in_parallel(dist::Comm& world, const fs::path& folder,
+                                           const model::Qwen3MoeParameters& parameters,
+                                           model::StoredDType dtype,
+                                           std::uint64_t max_shard_bytes) {
+  const std::int64_t num_experts = parameters.architecture().num_experts;
+  const std::vector<ExportTensor> tensors = export_tensors(parameters);
+  std::vector<model::TensorToWrite> listed;
+  for (const ExportTensor& tensor : tensors) listed.push_back({tensor.name, tensor.shape, {}, {}});
+  const std::vector<model::SafetensorsFilePlan> files =
+      model::plan_safetensors_folder(listed, dtype, max_shard_bytes);
+  std::vector<std::size_t> file_of(tensors.size());
+  for (std::size_t k = 0; k < files.size(); ++k)
+    for (std::size_t t = files[k].first; t < files[k].end; ++t) file_of[t] = k;
+  std::vector<Piece> pieces =
+      cut_pieces(tensors, num_experts, dense_run_for(tensors, world.size()));
+  assign_writers(pieces, expert_holders(world, parameters), num_experts, world.size(),
+                 model::stored_dtype_size(dtype));
+
+  const int rank = world.rank();
+  const auto fail = [&](const std::string& failure) {
+    if (rank == 0) {
+      std::error_code ignored;
+      for (const auto& file : files) fs::remove(partial_path(folder, file), ignored);
+    }
+    core::throw_runtime_error("the HF export to " + folder.string() +
+                              " failed, no file of it was published: " + failure);
+  };
+  std::string failure = attempt(rank, [&] {
+    if (rank == 0) fs::create_directories(folder);
+  });
+  if (const std::string agreed = agree_on_failure(world, failure); !agreed.empty()) fail(agreed);
+  failure = attempt(rank, [&] {
+    for (std::size_t k = static_cast<std::size_t>(rank); k < files.size();
+         k += static_cast<std::size_t>(world.size()))
+      create_file(folder, files[k]);
+  });
+  if (const std::string agreed = agree_on_failure(world, failure); !agreed.empty()) fail(agreed);
+  std::uint64_t written = 0;
+  failure = attempt(rank, [&] {
+    written = write_pieces(folder, tensors, files, file_of, pieces, rank, parameters, dtype);
+  });
+  if (!failure.empty()) spdlog::error("HF export to {}: {}", folder.string(), failure);
+  if (const std::string agreed = agree_on_failure(world, failure); !agreed.empty()) fail(agreed);
+  failure = attempt(rank, [&] {
+    if (rank != 0) return;
+    for (const auto& file : files) fs::rename(partial_path(folder, file), folder / file.name);
+    if (files.size() > 1)
+      write_text(folder / "model.safetensors.index.json",
+                 model::safetensors_index_json(listed, files, dtype));
+    write_text(folder / "config.json", config::to_hf_config_json(parameters.architecture()) + "\n");
+  });
+  if (const std::string agreed = agree_on_failure(world, failure); !agreed.empty()) fail(agreed);
+  for (std::size_t k = static_cast<std::size_t>(rank); k < files.size();
+       k += static_cast<std::size_t>(world.size()))
+    written += files[k].head.size();
+  return written;
+}
+
+}  // namespace dyncp::train
