@@ -30,6 +30,8 @@ struct Options {
   std::uint64_t seed = 1234;
   std::int64_t dp = 1;
   std::int64_t cp = 1;
+  std::int64_t tp = 1;
+  bool sequence_parallel = false;
   std::int64_t cap = 0;
   std::int64_t min_cp = 1;
   std::string scheduler = "default_dynamic_cp";
@@ -93,6 +95,9 @@ packing::CostModel make_cost_model(const Options& options) {
     architecture = config::load_hf_model_config(options.model_path);
   }
   if (options.device_tflops) parameters.device_flops_per_second = *options.device_tflops * 1e12;
+  // Under TP a pool rank is a TP group of tp devices sharing its work (TP's own collectives
+  // are not modelled).
+  parameters.device_flops_per_second *= static_cast<double>(options.tp);
   if (options.microbatch_overhead_ms) {
     parameters.microbatch_overhead_seconds = *options.microbatch_overhead_ms * 1e-3;
   }
@@ -105,14 +110,18 @@ packing::CostModel make_cost_model(const Options& options) {
   return packing::CostModel(packing::model_cost_from_architecture(architecture), parameters);
 }
 
-int run(const Options& options) {
+void check_scheduler_name(const std::string& scheduler) {
   const auto& names = plan::scheduler_names();
-  if (std::find(names.begin(), names.end(), options.scheduler) == names.end()) {
+  if (std::find(names.begin(), names.end(), scheduler) == names.end()) {
     std::string known;
     for (const auto& name : names) known += (known.empty() ? "" : ", ") + name;
-    core::throw_usage_error("--scheduler: unknown scheduler '" + options.scheduler +
+    core::throw_usage_error("--scheduler: unknown scheduler '" + scheduler +
                             "'; expected one of [" + known + "]");
   }
+}
+
+int run(const Options& options) {
+  check_scheduler_name(options.scheduler);
   if (options.lengths_path.empty() == options.distribution.empty()) {
     core::throw_usage_error("give exactly one of --lengths FILE or --distribution SPEC");
   }
@@ -148,6 +157,10 @@ int run(const Options& options) {
   if (!options.distribution.empty() && !options.global_batch_size) {
     core::throw_usage_error("--distribution needs --global-batch-size (samples per step)");
   }
+  if (options.sequence_parallel && options.tp < 2) {
+    core::throw_usage_error(
+        "--sequence-parallel shards the sequence inside a TP group: it needs --tp 2 or more");
+  }
   const bool dynamic = options.scheduler != "dp_balanced";
   const std::int64_t pool = options.dp * options.cp;
   if (pool > (std::int64_t{1} << 20)) {
@@ -174,18 +187,25 @@ int run(const Options& options) {
   const packing::CostModel cost_model = make_cost_model(options);
   plan::PlanSettings settings{options.scheduler, options.dp, options.cp, options.cap,
                               options.min_cp};
+  settings.tensor_parallel_size = options.tp;
   // Megatron's pool-wide multiple (also the cap that keeps synthetic lengths runnable by the
-  // static layout under either rule).
-  const std::int64_t multiple = packing::alignment_multiple({options.dp, options.cp, dynamic});
+  // static layout under either rule); sequence parallelism multiplies it by tp.
+  const std::int64_t multiple = packing::alignment_multiple(
+      {options.dp, options.cp, dynamic, options.tp, options.sequence_parallel});
   // Lengths files under the pool rule are taken as given (already padded, so Megatron's
   // inputs replay exactly); otherwise lengths are real and padded for the group that runs
   // them. Static CP is compared with its own padding (2 x cp).
   const bool as_given = !options.lengths_path.empty() && mode == config::PackingAlignment::pool;
-  settings.alignment = as_given ? packing::AlignmentRule{}
-                                : packing::alignment_rule({options.dp, options.cp, dynamic}, mode);
-  settings.static_alignment = as_given ? packing::AlignmentRule{}
-                                       : packing::alignment_rule({options.dp, options.cp, false},
-                                                                 config::PackingAlignment::pool);
+  settings.alignment =
+      as_given
+          ? packing::AlignmentRule{}
+          : packing::alignment_rule(
+                {options.dp, options.cp, dynamic, options.tp, options.sequence_parallel}, mode);
+  settings.static_alignment =
+      as_given ? packing::AlignmentRule{}
+               : packing::alignment_rule(
+                     {options.dp, options.cp, false, options.tp, options.sequence_parallel},
+                     config::PackingAlignment::pool);
 
   std::vector<std::vector<std::int64_t>> batches;
   if (!options.lengths_path.empty()) {
@@ -267,6 +287,13 @@ int main(int argc, char** argv) {
   app.add_option("--seed", options.seed, "Seed of the synthetic lengths");
   app.add_option("--dp", options.dp, "Data-parallel size")->check(CLI::Range(1, 1 << 20));
   app.add_option("--cp", options.cp, "Context-parallel size")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--tp", options.tp,
+                 "Tensor-parallel size: each pool rank is a TP group of tp devices (its compute "
+                 "is shared by them; TP collectives are not modelled)")
+      ->check(CLI::Range(1, 1 << 10));
+  app.add_flag("--sequence-parallel", options.sequence_parallel,
+               "Sequence parallelism: the alignment becomes 2c x tp on a group of c (pool rule "
+               "2 x dp x cp x tp)");
   app.add_option("--cap", options.cap,
                  "max_seqlen_per_dp_cp_rank: tokens one rank may hold per microbatch");
   app.add_option("--min-cp", options.min_cp, "Smallest dynamic CP group (a power of two)");

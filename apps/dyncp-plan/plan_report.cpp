@@ -154,9 +154,12 @@ std::string render_table(const PlanSettings& settings, const StepPlan& plan, boo
   for (const auto length : plan.lengths) tokens += length;
   const double step_ms = 1e3 * plan.modelled.step_seconds;
   os << "step " << plan.step << ": " << settings.scheduler << " on " << pool << " ranks (dp "
-     << settings.data_parallel_size << " x cp " << settings.context_parallel_size << "), cap "
-     << settings.max_seqlen_per_dp_cp_rank << ", " << plan.lengths.size() << " samples, " << tokens
-     << " tokens (" << plan.padded_tokens << " padded)\n";
+     << settings.data_parallel_size << " x cp " << settings.context_parallel_size
+     << (settings.tensor_parallel_size > 1
+             ? ", each pool rank a TP group of " + std::to_string(settings.tensor_parallel_size)
+             : std::string())
+     << "), cap " << settings.max_seqlen_per_dp_cp_rank << ", " << plan.lengths.size()
+     << " samples, " << tokens << " tokens (" << plan.padded_tokens << " padded)\n";
   os << "  microbatches              " << plan.schedule.num_microbatches() << "\n";
   os << "  group sizes (size: count) ";
   bool first = true;

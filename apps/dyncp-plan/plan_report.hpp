@@ -19,6 +19,7 @@ struct PlanSettings {
   std::int64_t min_group_size = 1;
   packing::AlignmentRule alignment;         // the chosen scheduler's padding
   packing::AlignmentRule static_alignment;  // the static layout's (2 x cp), for comparison
+  std::int64_t tensor_parallel_size = 1;    // each pool rank a TP group of this many devices
 };
 
 struct StepPlan {

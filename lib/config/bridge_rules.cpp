@@ -51,7 +51,7 @@ I train.manual_gc_interval : memory, GC, signal, sync and sanity-check knobs
 I train.manual_gc_eval : memory, GC, signal, sync and sanity-check knobs
 I train.check_optimizer_step_success : memory, GC, signal, sync and sanity-check knobs
 I train.skip_sync_grad_norm_across_mp : memory, GC, signal, sync and sanity-check knobs
-R model.tensor_model_parallel_size = 1 : tensor parallelism (TP > 1)
+H model.tensor_model_parallel_size -> model.tensor_model_parallel_size
 H model.pipeline_model_parallel_size -> model.pipeline_model_parallel_size
 H model.context_parallel_size -> model.context_parallel_size
 H model.expert_model_parallel_size -> model.expert_model_parallel_size
@@ -153,7 +153,7 @@ H model.num_layers_in_first_pipeline_stage -> model.num_layers_in_first_pipeline
 H model.num_layers_in_last_pipeline_stage -> model.num_layers_in_last_pipeline_stage
 R model.pipeline_model_parallel_layout : a pipeline layout
 H model.virtual_pipeline_model_parallel_size -> model.virtual_pipeline_model_parallel_size
-R model.expert_tensor_parallel_size = null|1 : expert tensor parallelism
+H model.expert_tensor_parallel_size -> model.expert_tensor_parallel_size
 R model.expert_tensor_parallel_num_weight_shards : expert tensor parallelism
 R model.tensor_parallel_num_weight_shards : tensor-parallel weight sharding
 R model.softmax_scale : a custom attention softmax scale

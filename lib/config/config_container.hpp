@@ -19,7 +19,7 @@ struct ModelConfig {
   std::string hf_model_path;  // HF checkpoint folder or config.json: fills `architecture`
   ModelArchitecture architecture;
 
-  // Parallelism. TP = 1 is the only supported value; dp = world / (pp x cp).
+  // Parallelism; world = pp x dp x cp x tp (docs/dist.md), so dp = world / (pp x cp x tp).
   std::int64_t tensor_model_parallel_size = 1;
   // Pipeline parallelism (Megatron's keys; docs/dist.md "Pipeline stages"): the stages, the
   // virtual chunks per stage (interleaved 1F1B), the uneven first/last stages and whether the
@@ -33,6 +33,9 @@ struct ModelConfig {
   std::int64_t context_parallel_size = 1;
   std::int64_t expert_model_parallel_size = 1;
   bool sequence_parallel = false;
+  // Tensor parallelism of the experts: 1 or tensor_model_parallel_size; unset: as Megatron,
+  // tensor_model_parallel_size (layout.expert_tensor_parallel_size holds the value used).
+  std::optional<std::int64_t> expert_tensor_parallel_size;
 
   // Sequence length and dynamic context parallelism.
   std::int64_t seq_length = 4096;
@@ -207,14 +210,16 @@ struct PackingCostConfig {
 
 // Filled by resolve_config; not keys. The parallel layout for one world size.
 struct ParallelLayout {
-  std::int64_t world_size = 1;  // pp x dp x cp
+  std::int64_t world_size = 1;  // pp x dp x cp x tp
   std::int64_t pipeline_model_parallel_size = 1;
   std::int64_t virtual_pipeline_model_parallel_size = 1;
   std::int64_t data_parallel_size = 1;
   std::int64_t context_parallel_size = 1;
   std::int64_t pool_size = 1;  // dp x cp
   std::int64_t expert_model_parallel_size = 1;
-  std::int64_t expert_data_parallel_size = 1;  // pool / ep
+  std::int64_t expert_data_parallel_size = 1;  // world / (etp x ep)
+  std::int64_t tensor_model_parallel_size = 1;
+  std::int64_t expert_tensor_parallel_size = 1;  // resolved: 1 or tp
   std::int64_t alignment_multiple = 1;
   std::vector<std::int64_t> dynamic_group_sizes;  // every CP group size that will exist
 };

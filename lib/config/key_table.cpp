@@ -19,7 +19,12 @@ void append_parallel_keys(std::vector<KeySpec>& keys) {
                           {.rules = "empty: the architecture comes from the model.* keys alone"}));
   keys.push_back(
       make_key("model.tensor_model_parallel_size", DYNCP_FIELD(model.tensor_model_parallel_size),
-               "Tensor-parallel size (TP)", {.rules = "must be 1 (TP is not supported)"}));
+               "Tensor-parallel size (tp): the fastest dimension of the world (tp x cp x dp, "
+               "Megatron's order); each dp x cp pool rank is a TP group of tp ranks",
+               {.rules = "divides the world / cp, num_attention_heads, num_key_value_heads, "
+                         "vocab_size and the FFN sizes (the Gated DeltaNet heads in hybrids); "
+                         "only --dry-run accepts tp > 1 (the layout, groups, alignment and "
+                         "memory estimate): training refuses it until the TP model is built"}));
   keys.push_back(make_key(
       "model.pipeline_model_parallel_size", DYNCP_FIELD(model.pipeline_model_parallel_size),
       "Pipeline-parallel size (pp): the layers are split over pp stages, world = pp x dp x cp",
@@ -61,14 +66,25 @@ void append_parallel_keys(std::vector<KeySpec>& keys) {
       "Expert-parallel size (ep) over the dp x cp pool; expert-data-parallel size = pool / ep",
       {.rules = "must divide the pool (dp x cp) and model.num_experts"}));
   keys.push_back(make_key("model.sequence_parallel", DYNCP_FIELD(model.sequence_parallel),
-                          "Sequence parallelism inside a TP group",
-                          {.rules = "must be false (needs TP > 1); would multiply the alignment "
-                                    "multiple by tp"}));
+                          "Sequence parallelism inside a TP group: multiplies the alignment "
+                          "multiple by tp (2c x tp on a group of c; pool rule 2 x dp x cp x tp)",
+                          {.rules = "needs tensor_model_parallel_size > 1; like TP, accepted by "
+                                    "--dry-run only"}));
+  keys.push_back(make_key(
+      "model.expert_tensor_parallel_size", DYNCP_FIELD(model.expert_tensor_parallel_size),
+      "Tensor parallelism of the experts (etp): 1 = whole experts per EP rank, EP groups of ep "
+      "consecutive world ranks; tp = each expert split over its TP group; unset: "
+      "tensor_model_parallel_size, as Megatron",
+      {.rules = "1 or tensor_model_parallel_size; etp x ep divides the world"}));
   keys.push_back(make_key("model.seq_length", DYNCP_FIELD(model.seq_length),
                           "Longest sample in tokens (after the chat template)",
                           {.max = detail::max_sequence_tokens,
                            .rules = "multiple of the alignment multiple; <= pool x "
                                     "model.max_seqlen_per_dp_cp_rank"}));
+}
+
+// The dynamic-CP, packing and scheduler keys of the layout (after the parallel sizes).
+void append_packing_layout_keys(std::vector<KeySpec>& keys) {
   keys.push_back(make_key(
       "model.dynamic_context_parallel", DYNCP_FIELD(model.dynamic_context_parallel),
       "Dynamic CP: each microbatch runs on CP groups sized for its sequences, drawn from the "
@@ -481,6 +497,7 @@ void append_runtime_keys(std::vector<KeySpec>& keys) {
 std::vector<KeySpec> build_table() {
   std::vector<KeySpec> keys;
   append_parallel_keys(keys);
+  append_packing_layout_keys(keys);
   detail::append_model_architecture_keys(keys);
   append_data_keys(keys);
   append_training_keys(keys);

@@ -1,7 +1,7 @@
 // Rules for the parallel layout and global-batch packing, after Megatron-Bridge's
 // ConfigContainer.validate and MCore's dynamic-CP checks, plus this program's own limits
-// (TP = 1; training runs PP = 1, train/pipeline_support.hpp). Every rule names the key, the
-// value, the rule and the fix.
+// (training runs TP = PP = 1, train/pipeline_support.hpp; tensor parallelism's own rules are in
+// tensor_parallel_rules.cpp). Every rule names the key, the value, the rule and the fix.
 
 #include <algorithm>
 #include <string>
@@ -21,18 +21,6 @@ std::string str(std::int64_t value) {
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
   return (a + b - 1) / b;
-}
-
-void check_unsupported_parallelism(const ModelConfig& model, ProblemList& problems) {
-  if (model.tensor_model_parallel_size != 1) {
-    problems.add("model.tensor_model_parallel_size", str(model.tensor_model_parallel_size),
-                 "only 1 is supported (tensor parallelism is not implemented; scale with "
-                 "context and expert parallelism instead); set it to 1");
-  }
-  if (model.sequence_parallel) {
-    problems.add("model.sequence_parallel", "true",
-                 "needs tensor parallelism (tp > 1), which is not implemented; set it to false");
-  }
 }
 
 std::string list_text(const std::vector<std::int64_t>& values) {
@@ -98,8 +86,10 @@ void check_head_sharding(const ModelConfig& model, const std::vector<std::int64_
   for (const std::int64_t size : a2a_sizes) {
     const std::string where = a2a ? "a CP group of " + str(size) + " ranks"
                                   : "an all-to-all group of " + str(size) + " ranks";
+    // Under TP the all-to-all divides the heads of one TP rank.
+    const std::int64_t tp = std::max<std::int64_t>(model.tensor_model_parallel_size, 1);
     std::string problem =
-        head_sharding_problem(arch.num_attention_heads, arch.num_key_value_heads, size);
+        head_sharding_problem(arch.num_attention_heads / tp, arch.num_key_value_heads / tp, size);
     if (!problem.empty()) {
       problems.add("model.cp_comm_type", value,
                    "model.num_attention_heads " + str(arch.num_attention_heads) +
@@ -110,7 +100,8 @@ void check_head_sharding(const ModelConfig& model, const std::vector<std::int64_
       return;
     }
     if (!arch.is_hybrid()) continue;
-    problem = head_sharding_problem(arch.linear_num_value_heads, arch.linear_num_key_heads, size);
+    problem = head_sharding_problem(arch.linear_num_value_heads / tp,
+                                    arch.linear_num_key_heads / tp, size);
     if (!problem.empty()) {
       problems.add("model.cp_comm_type", value,
                    "the Gated DeltaNet heads (model.linear_num_value_heads " +
@@ -227,30 +218,51 @@ void check_pipeline_microbatches(const ConfigContainer& config, std::int64_t dp,
   }
 }
 
+// A stage's ranks = tp x cp x dp; the dp x cp pool is the ranks of one TP index. Returns dp, or
+// 0 when cp (or tp) does not divide the stage.
+std::int64_t data_parallel_size_of(const ModelConfig& model, std::int64_t world_size,
+                                   std::int64_t full_world, ProblemList& problems) {
+  const std::int64_t cp = model.context_parallel_size;
+  const std::int64_t tp = std::max<std::int64_t>(model.tensor_model_parallel_size, 1);
+  if (world_size % tp != 0) return 0;  // check_tensor_parallel names it
+  const std::int64_t pool_world = world_size / tp;
+  if (cp >= 1 && pool_world % cp == 0) return pool_world / cp;
+  const bool staged = world_size != full_world;
+  if (tp == 1) {
+    problems.add("model.context_parallel_size", str(cp),
+                 (staged ? "must divide the " + str(world_size) +
+                               " ranks of one pipeline stage (dp = world / (pp x cp))"
+                         : "must divide the world size " + str(world_size) + " (dp = world / cp)") +
+                     "; use a divisor of " + str(world_size) + " or launch a multiple of " +
+                     str(cp) + " ranks");
+  } else {
+    problems.add("model.context_parallel_size", str(cp),
+                 (staged ? "must divide " + str(world_size) + " ranks (one pipeline stage) / "
+                         : "must divide world " + str(world_size) + " / ") +
+                     "tensor_model_parallel_size " + str(tp) + " = " + str(pool_world) +
+                     (staged ? " (dp = world / (pp x tp x cp))" : " (dp = world / (tp x cp))") +
+                     "; use a divisor of " + str(pool_world) + " or launch a multiple of " +
+                     str(tp * cp) + " ranks" + (staged ? " per stage" : ""));
+  }
+  return 0;
+}
+
 void check_parallel_and_packing(ConfigContainer& config, std::int64_t world_size,
                                 ProblemList& problems) {
   auto& model = config.model;
-  check_unsupported_parallelism(model, problems);
+  const std::int64_t full_world = world_size;
+  // Every rule below is about one stage's ranks (tp x cp x dp; each stage has its own).
+  world_size = check_pipeline(config, full_world, problems);
+  check_tensor_parallel(config, world_size, problems);
   check_packing_switches(config, problems);
   resolve_scheduler(model, problems);
-  const std::int64_t full_world = world_size;
-  // Every rule below is about one stage's dp x cp pool (each stage has its own).
-  world_size = check_pipeline(config, full_world, problems);
 
   const bool dynamic = model.dynamic_context_parallel;
   const std::int64_t cp = model.context_parallel_size;
   const std::int64_t seq_length = model.seq_length;
-  const bool layout_known = world_size % cp == 0;
-  if (!layout_known) {
-    problems.add("model.context_parallel_size", str(cp),
-                 (world_size == full_world
-                      ? "must divide the world size " + str(world_size) + " (dp = world / cp)"
-                      : "must divide the " + str(world_size) +
-                            " ranks of one pipeline stage (dp = world / (pp x cp))") +
-                     "; use a divisor of " + str(world_size) + " or launch a multiple of " +
-                     str(cp) + " ranks");
-  }
-  const std::int64_t dp = layout_known ? world_size / cp : 0;
+  const std::int64_t tp = std::max<std::int64_t>(model.tensor_model_parallel_size, 1);
+  const std::int64_t dp = data_parallel_size_of(model, world_size, full_world, problems);
+  const bool layout_known = dp > 0;
   const std::int64_t pool = dp * cp;
   const std::string pool_text = "dp " + str(dp) + " x cp " + str(cp) + " = " + str(pool);
 
@@ -258,8 +270,9 @@ void check_parallel_and_packing(ConfigContainer& config, std::int64_t world_size
   if (layout_known && config.train.global_batch_size % dp != 0) {
     const auto gbs = config.train.global_batch_size;
     problems.add("train.global_batch_size", str(gbs),
-                 "must be divisible by dp = " + str(dp) + " (world " + str(world_size) + " / cp " +
-                     str(cp) + "); use e.g. " + str(ceil_div(gbs, dp) * dp));
+                 "must be divisible by dp = " + str(dp) + " (world " + str(world_size) +
+                     (tp > 1 ? " / tp " + str(tp) : std::string()) + " / cp " + str(cp) +
+                     "); use e.g. " + str(ceil_div(gbs, dp) * dp));
   }
 
   if (dynamic && layout_known && (pool < 2 || !is_power_of_two(pool))) {
@@ -300,7 +313,8 @@ void check_parallel_and_packing(ConfigContainer& config, std::int64_t world_size
 
   const std::int64_t ep = model.expert_model_parallel_size;
   const std::int64_t num_experts = model.architecture.num_experts;
-  if (layout_known && pool % ep != 0) {
+  // Under TP the experts span the world (tensor_parallel_rules.cpp checks etp x ep).
+  if (layout_known && tp == 1 && pool % ep != 0) {
     problems.add("model.expert_model_parallel_size", str(ep),
                  "must divide the dp x cp pool (" + pool_text + ")");
   }
@@ -315,15 +329,16 @@ void check_parallel_and_packing(ConfigContainer& config, std::int64_t world_size
   // Per-sequence alignment: zigzag CP needs every length divisible by 2 x (group size), and
   // every dynamic group size divides the pool.
   std::int64_t alignment = dynamic ? 2 * pool : (cp > 1 ? 2 * cp : 1);
-  if (model.sequence_parallel && model.tensor_model_parallel_size > 1) {
-    alignment *= model.tensor_model_parallel_size;
-  }
+  const bool sequence_parallel = model.sequence_parallel && tp > 1;
+  if (sequence_parallel) alignment *= tp;
+  const std::string alignment_text =
+      std::string(dynamic ? " (2 x dp x cp" : " (2 x cp") + (sequence_parallel ? " x tp)" : ")");
   auto& pad_to = config.dataset.global_batch_packing_pad_to_multiple_of;
   if (layout_known && alignment > 0) {
     if (pad_to && *pad_to % alignment != 0) {
       problems.add("dataset.global_batch_packing_pad_to_multiple_of", str(*pad_to),
                    "must be a multiple of the required alignment " + str(alignment) +
-                       (dynamic ? " (2 x dp x cp)" : " (2 x cp, or 1 without CP)") +
+                       (dynamic || cp > 1 ? alignment_text : std::string(" (1 without CP)")) +
                        "; remove it to use the derived value");
     } else if (pad_to && dynamic && config.packing.alignment == PackingAlignment::per_group &&
                *pad_to != alignment) {
@@ -335,7 +350,7 @@ void check_parallel_and_packing(ConfigContainer& config, std::int64_t world_size
       if (seq_length % *pad_to != 0) {
         problems.add("model.seq_length", str(seq_length),
                      "must be a multiple of the alignment multiple " + str(*pad_to) +
-                         (dynamic ? " (2 x dp x cp)" : " (2 x cp)") + "; use e.g. " +
+                         alignment_text + "; use e.g. " +
                          str(ceil_div(seq_length, *pad_to) * *pad_to));
       }
       const auto& dataset_length = config.dataset.seq_length;
@@ -363,7 +378,11 @@ void check_parallel_and_packing(ConfigContainer& config, std::int64_t world_size
   layout.context_parallel_size = cp;
   layout.pool_size = pool;
   layout.expert_model_parallel_size = ep;
-  layout.expert_data_parallel_size = ep > 0 && pool % ep == 0 ? pool / ep : 0;
+  layout.tensor_model_parallel_size = tp;
+  layout.expert_tensor_parallel_size = model.expert_tensor_parallel_size.value_or(tp);
+  const std::int64_t expert_block = layout.expert_tensor_parallel_size * ep;
+  layout.expert_data_parallel_size =
+      expert_block > 0 && world_size % expert_block == 0 ? world_size / expert_block : 0;
   layout.alignment_multiple = pad_to.value_or(alignment);
   if (dynamic) {
     for (std::int64_t size = min_size; size > 0 && size <= pool; size *= 2) {

@@ -43,6 +43,21 @@ std::vector<std::string> unbuilt_features(const ConfigContainer& config) {
   }
   std::vector<std::string> out;
   for (const auto& [feature, settings] : features) out.push_back(feature + " (" + settings + ")");
+  // Tensor parallelism: the layout, its rules and the dry run's estimates are built, the TP
+  // model is not, so a training run refuses it while --dry-run shows what it would be.
+  if (config.model.tensor_model_parallel_size > 1) {
+    std::string settings = "model.tensor_model_parallel_size=" +
+                           std::to_string(config.model.tensor_model_parallel_size);
+    if (config.model.sequence_parallel) settings += ", model.sequence_parallel=true";
+    if (config.model.expert_tensor_parallel_size) {
+      settings += ", model.expert_tensor_parallel_size=" +
+                  std::to_string(*config.model.expert_tensor_parallel_size);
+    }
+    out.push_back("tensor parallelism in training (" + settings +
+                  "; built: the tp x cp x dp layout, its groups and rules, the alignment and the "
+                  "memory estimate shown by --dry-run; supported in training: "
+                  "model.tensor_model_parallel_size=1)");
+  }
   // Selective recomputation is built for some of Megatron's modules only.
   std::string unbuilt_modules;
   for (const auto& module : config.model.recompute_modules)
@@ -120,17 +135,36 @@ std::string describe_layout(const ConfigContainer& config) {
   const bool dynamic = config.model.dynamic_context_parallel;
   std::ostringstream out;
   out << "parallel layout:\n";
-  out << "  world size:              " << layout.world_size << "\n";
-  if (layout.pipeline_model_parallel_size > 1) {
+  const bool pipelined = layout.pipeline_model_parallel_size > 1;
+  const bool tensor = layout.tensor_model_parallel_size > 1;
+  out << "  world size:              " << layout.world_size
+      << (pipelined && tensor ? " (pp x dp x cp x tp: TP fastest, stage slowest)"
+          : tensor            ? " (tp x cp x dp, TP fastest)"
+                              : "")
+      << "\n";
+  if (pipelined) {
     out << "  pipeline parallel (pp):  " << layout.pipeline_model_parallel_size
-        << " stages (each with its own dp x cp pool), "
+        << " stages (each with its own dp x cp pool" << (tensor ? " per TP rank" : "") << "), "
         << layout.virtual_pipeline_model_parallel_size << " virtual chunk(s) per stage\n";
     out << "  layer split:\n" << split_layers(pipeline_split_input(config.model)).describe();
+  }
+  if (tensor) {
+    out << "  tensor parallel (tp):    " << layout.tensor_model_parallel_size
+        << (config.model.sequence_parallel ? " with sequence parallelism" : " (no SP)") << "\n";
+    out << "  expert tensor parallel:  " << layout.expert_tensor_parallel_size
+        << (layout.expert_tensor_parallel_size == 1 ? " (whole experts per EP rank)"
+                                                    : " (each expert split over its TP group)")
+        << "\n";
   }
   out << "  data parallel (dp):      " << layout.data_parallel_size << "\n";
   out << "  context parallel (cp):   " << layout.context_parallel_size
       << (dynamic ? " (static size; dynamic CP draws groups from the pool)" : " (static)") << "\n";
-  out << "  dp x cp pool:            " << layout.pool_size << "\n";
+  out << "  dp x cp pool:            " << layout.pool_size
+      << (layout.tensor_model_parallel_size > 1
+              ? " (one per TP rank: " + std::to_string(layout.tensor_model_parallel_size) +
+                    " pools)"
+              : std::string())
+      << "\n";
   out << "  expert parallel (ep):    " << layout.expert_model_parallel_size << "\n";
   out << "  expert data parallel:    " << layout.expert_data_parallel_size << "\n";
   out << "  alignment multiple:      " << layout.alignment_multiple << "\n";

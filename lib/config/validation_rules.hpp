@@ -11,6 +11,10 @@ namespace dyncp::config::detail {
 void check_parallel_and_packing(ConfigContainer& config, std::int64_t world_size,
                                 ProblemList& problems);
 
+// Tensor parallelism: what tp splits divides evenly, etp is 1 or tp, etp x ep divides the
+// world (tensor_parallel_rules.cpp; called by check_parallel_and_packing).
+void check_tensor_parallel(ConfigContainer& config, std::int64_t world_size, ProblemList& problems);
+
 // Model dimensions (heads vs KV heads, top-k vs experts, hybrid layer pattern, ...).
 void check_model_architecture(ConfigContainer& config, ProblemList& problems);
 

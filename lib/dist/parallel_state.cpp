@@ -29,6 +29,10 @@ const char* short_axis_name(GroupAxis axis) {
       return "ep";
     case GroupAxis::expert_data_parallel:
       return "expert_dp";
+    case GroupAxis::tensor_parallel:
+      return "tp";
+    case GroupAxis::expert_tensor_parallel:
+      return "expert_tp";
   }
   return "?";
 }
@@ -47,13 +51,17 @@ ParallelState::ParallelState(Comm& world, const ParallelLayout& layout,
                              const ParallelStateOptions& options)
     : world_(world), layout_(layout), options_(options) {
   validate_layout(layout_);
-  if (world_.size() != layout_.pool_size()) {
+  if (world_.size() != layout_.world_size()) {
+    const std::string tensor_factor =
+        layout_.tensor_model_parallel_size == 1
+            ? std::string()
+            : fmt::format("tensor_model_parallel_size ({}) x ", layout_.tensor_model_parallel_size);
     core::throw_config_error(
         "model.context_parallel_size",
-        fmt::format("data_parallel_size ({}) x context_parallel_size ({}) = {} ranks, but the job "
-                    "has {} ranks",
-                    layout_.data_parallel_size, layout_.context_parallel_size, layout_.pool_size(),
-                    world_.size()));
+        fmt::format("{}data_parallel_size ({}) x context_parallel_size ({}) = {} ranks, but the "
+                    "job has {} ranks",
+                    tensor_factor, layout_.data_parallel_size, layout_.context_parallel_size,
+                    layout_.world_size(), world_.size()));
   }
   coordinates_ = coordinates_of(layout_, world_.rank());
   for (const GroupAxis axis : all_group_axes) {
@@ -65,9 +73,9 @@ ParallelState::ParallelState(Comm& world, const ParallelLayout& layout,
         "split produced a group that differs from the layout's");
     static_groups_[axis_slot(axis)] = std::move(comm);
   }
-  spdlog::debug("parallel state: rank {} = dp_index {}, cp_index {}, ep_index {}", world_.rank(),
-                coordinates_.data_parallel_index, coordinates_.context_parallel_index,
-                coordinates_.expert_parallel_index);
+  spdlog::debug("parallel state: rank {} = tp_index {}, dp_index {}, cp_index {}, ep_index {}",
+                world_.rank(), coordinates_.tensor_parallel_index, coordinates_.data_parallel_index,
+                coordinates_.context_parallel_index, coordinates_.expert_parallel_index);
 }
 
 ParallelState::~ParallelState() = default;
@@ -97,11 +105,12 @@ Comm& ParallelState::dynamic_group(int size) {
 }
 
 Comm& ParallelState::dynamic_group_at(int first_rank, int size) {
-  const int rank = world_.rank();
+  // Schedules name pool ranks; under TP each TP rank runs the same schedule on its own pool.
+  const int rank = coordinates_.pool_rank;
   if (size < 1 || first_rank % size != 0 || rank < first_rank || rank >= first_rank + size) {
     core::throw_runtime_error(fmt::format(
-        "rank {} was scheduled into the group of {} ranks starting at rank {}: a group must hold "
-        "its rank and start at a multiple of its size",
+        "pool rank {} was scheduled into the group of {} ranks starting at pool rank {}: a group "
+        "must hold its rank and start at a multiple of its size",
         rank, size, first_rank));
   }
   return dynamic_group(size);
@@ -158,7 +167,7 @@ void ParallelState::ensure_dynamic_groups(std::span<const int> sizes) {
     dynamic_[log2] = owned_dynamic_[log2].get();
     created_dynamic_sizes_.push_back(size);
     spdlog::info("created dynamic CP groups of size {} ({} groups; creation #{}) in {:.2f} ms",
-                 size, layout_.pool_size() / size, created_dynamic_sizes_.size(), milliseconds);
+                 size, layout_.world_size() / size, created_dynamic_sizes_.size(), milliseconds);
   }
 }
 

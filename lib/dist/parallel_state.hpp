@@ -3,8 +3,10 @@
 // group). Passed explicitly to whoever needs it; never a global.
 //
 // Static groups (context_parallel, data_parallel, pool, expert_parallel,
-// expert_data_parallel) are split from the world communicator in the constructor, which is
-// therefore collective over the world.
+// expert_data_parallel, tensor_parallel, expert_tensor_parallel) are split from the world
+// communicator in the constructor, which is therefore collective over the world. Under TP
+// every pool group (and every dynamic CP group) is one per TP rank: the pool communicator a
+// dynamic group is split from holds the ranks of this rank's TP index only.
 //
 // Dynamic CP groups: a microbatch runs on the aligned block of c ranks the scheduler chose
 // (c a power of two in [min_dynamic_context_parallel_size, pool]). Every rank holds the same
@@ -35,8 +37,8 @@ struct ParallelStateOptions {
 
 class ParallelState {
  public:
-  // Collective over `world`, whose size must equal layout.pool_size(). `world` must outlive
-  // this object.
+  // Collective over `world`, whose size must equal layout.world_size() (tp x dp x cp).
+  // `world` must outlive this object.
   ParallelState(Comm& world, const ParallelLayout& layout,
                 const ParallelStateOptions& options = {});
   ~ParallelState();
@@ -54,6 +56,8 @@ class ParallelState {
   Comm& pool() { return group(GroupAxis::pool); }
   Comm& expert_parallel() { return group(GroupAxis::expert_parallel); }
   Comm& expert_data_parallel() { return group(GroupAxis::expert_data_parallel); }
+  Comm& tensor_parallel() { return group(GroupAxis::tensor_parallel); }
+  Comm& expert_tensor_parallel() { return group(GroupAxis::expert_tensor_parallel); }
 
   // Collective over the pool; see the header comment. Throws a runtime error for a size that
   // is not a dynamic CP size of this layout (or when dynamic CP is off).
@@ -63,7 +67,7 @@ class ParallelState {
   bool has_dynamic_group(int size) const;
   // This rank's group of `size`; throws if ensure_dynamic_groups has not created it.
   Comm& dynamic_group(int size);
-  // The group a schedule names for this rank: ranks [first_rank, first_rank + size). Throws
+  // The group a schedule names for this rank: pool ranks [first_rank, first_rank + size). Throws
   // when this rank is not in it or it is not an aligned block (a scheduling bug), else as
   // dynamic_group(size).
   Comm& dynamic_group_at(int first_rank, int size);
@@ -85,7 +89,7 @@ class ParallelState {
   ParallelLayout layout_;
   ParallelStateOptions options_;
   RankCoordinates coordinates_;
-  std::array<std::unique_ptr<Comm>, 5> static_groups_;
+  std::array<std::unique_ptr<Comm>, std::size(all_group_axes)> static_groups_;
   // Indexed by log2(size): owned when created by a split, else pointing at a static group.
   std::array<std::unique_ptr<Comm>, max_log2_pool + 1> owned_dynamic_;
   std::array<Comm*, max_log2_pool + 1> dynamic_{};

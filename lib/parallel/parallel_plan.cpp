@@ -40,7 +40,10 @@ ParallelPlan make_parallel_plan(const config::ConfigContainer& config, int world
       static_cast<int>(model.expert_model_parallel_size), model.dynamic_context_parallel,
       static_cast<int>(model.min_dynamic_context_parallel_size),
       {static_cast<int>(model.pipeline_model_parallel_size),
-       static_cast<int>(model.virtual_pipeline_model_parallel_size.value_or(1))});
+       static_cast<int>(model.virtual_pipeline_model_parallel_size.value_or(1))},
+      {static_cast<int>(model.tensor_model_parallel_size),
+       static_cast<int>(
+           model.expert_tensor_parallel_size.value_or(model.tensor_model_parallel_size))});
   plan.pipeline = config::split_layers(config::pipeline_split_input(model));
   plan.coordinates = dist::coordinates_of(plan.layout, rank);
   plan.scheduler = model.sequence_packing_scheduler.value_or(
@@ -56,28 +59,44 @@ ParallelPlan make_parallel_plan(const config::ConfigContainer& config, int world
 
 std::string summarize_parallel_plan(const ParallelPlan& plan) {
   const dist::ParallelLayout& layout = plan.layout;
+  const std::int64_t sp_factor = plan.alignment.sequence_parallel_factor;
   const std::string alignment =
       layout.dynamic_context_parallel && plan.alignment.per_group()
-          ? std::string("per group (2 x group size)")
+          ? (sp_factor > 1 ? fmt::format("per group (2 x group size x tp {})", sp_factor)
+                           : std::string("per group (2 x group size)"))
           : "multiple " + std::to_string(plan.alignment.multiple(layout.context_parallel_size));
+  const int tp = layout.tensor_model_parallel_size;
   const std::string pipeline =
       layout.pipeline_model_parallel_size > 1
           ? fmt::format("pp {} (vpp {}) x ", layout.pipeline_model_parallel_size,
                         layout.virtual_pipeline_model_parallel_size)
           : std::string();
-  return fmt::format("world {} = {}dp {} x cp {}, ep {}, {} CP, alignment {}", plan.world_size,
-                     pipeline, layout.data_parallel_size, layout.context_parallel_size,
-                     layout.expert_model_parallel_size,
+  const std::string tensor_part =
+      tp == 1 ? std::string()
+              : fmt::format("tp {}{} x ", tp, sp_factor > 1 ? " (sequence parallel)" : "");
+  const std::string expert_part =
+      tp == 1 ? std::string() : fmt::format(" (etp {})", layout.expert_tensor_parallel_size);
+  return fmt::format("world {} = {}{}dp {} x cp {}, ep {}{}, {} CP, alignment {}", plan.world_size,
+                     pipeline, tensor_part, layout.data_parallel_size, layout.context_parallel_size,
+                     layout.expert_model_parallel_size, expert_part,
                      layout.dynamic_context_parallel ? "dynamic" : "static", alignment);
 }
 
 std::string describe_rank_groups(const ParallelPlan& plan, std::int64_t num_experts) {
   const dist::RankCoordinates& at = plan.coordinates;
+  const bool tensor_parallel = plan.layout.tensor_model_parallel_size > 1;
+  const std::string tensor_part =
+      tensor_parallel
+          ? fmt::format("tp index {}, pool rank {}, ", at.tensor_parallel_index, at.pool_rank)
+          : std::string();
   std::string text = fmt::format(
-      "groups of rank {} (dp index {}, cp index {}, ep index {}, expert-dp index {}):\n", plan.rank,
-      at.data_parallel_index, at.context_parallel_index, at.expert_parallel_index,
-      at.expert_data_parallel_index);
+      "groups of rank {} ({}dp index {}, cp index {}, ep index {}, expert-dp index {}):\n",
+      plan.rank, tensor_part, at.data_parallel_index, at.context_parallel_index,
+      at.expert_parallel_index, at.expert_data_parallel_index);
   for (const dist::GroupAxis axis : dist::all_group_axes) {
+    const bool tensor_axis =
+        axis == dist::GroupAxis::tensor_parallel || axis == dist::GroupAxis::expert_tensor_parallel;
+    if (tensor_axis && !tensor_parallel) continue;
     text += fmt::format("  {:<26}{}\n", std::string(dist::group_axis_name(axis)) + ":",
                         plan.group(axis).to_string());
   }
@@ -86,8 +105,12 @@ std::string describe_rank_groups(const ParallelPlan& plan, std::int64_t num_expe
                         dist::dynamic_cp_group_of(plan.layout, size, plan.rank).to_string());
   }
   if (num_experts > 0) {
-    text += fmt::format("  {:<26}[{}, {}) of {}\n", "experts:", plan.experts.first,
-                        plan.experts.first + plan.experts.count, num_experts);
+    const int etp = plan.layout.expert_tensor_parallel_size;
+    text += fmt::format("  {:<26}[{}, {}) of {}{}\n", "experts:", plan.experts.first,
+                        plan.experts.first + plan.experts.count, num_experts,
+                        etp > 1 ? fmt::format(", FFN column shard {} of {} of each",
+                                              at.expert_tensor_parallel_index, etp)
+                                : std::string());
   }
   if (plan.layout.pipeline_model_parallel_size > 1) {
     text += fmt::format("  {:<26}{} (stage {} of {})\n", "pipeline_parallel:",

@@ -1,8 +1,9 @@
 #pragma once
 // The run's parallel plan: one value, built once from the resolved config and the world, that
 // everything after start-up asks about layout. It holds the size of every dimension (pp, dp, cp,
-// the dp x cp pool of each stage, ep and expert-dp; TP = 1 today), Megatron's rank order, the
-// split of the layers over the pipeline stages, this rank's
+// the dp x cp pool of each stage and TP rank, ep and expert-dp, tp and expert-tp), Megatron's
+// rank order (tp fastest, pp slowest), the split of the layers over the pipeline stages, this
+// rank's
 // coordinates and experts, the dynamic CP group sizes, the scheduler that runs, the capacity per
 // pool rank and the alignment rule. Pure: no communication, so `--dry-run` builds the very plan
 // of rank 0 that a real run logs at start-up. A new parallel dimension is a new field here (and
@@ -55,7 +56,8 @@ ParallelPlan make_parallel_plan(const config::ConfigContainer& config, int world
 model::ExpertRange expert_range_of(std::int64_t num_experts, int expert_parallel_size,
                                    int expert_parallel_index);
 
-// One line for the start-up log: "world 8 = dp 4 x cp 2, ep 2, dynamic CP, alignment ...".
+// One line for the start-up log: "world 8 = dp 4 x cp 2, ep 2, dynamic CP, alignment ...";
+// under TP "world 16 = tp 2 (sequence parallel) x dp 4 x cp 2, ep 2 (etp 1), ...".
 std::string summarize_parallel_plan(const ParallelPlan& plan);
 // This rank's coordinates, static groups, dynamic CP groups and experts, one per line (the dry
 // run prints rank 0's).

@@ -245,9 +245,16 @@ std::string format_pipeline_stage_memory(const config::ConfigContainer& config,
 bool write_dry_run_report(std::ostream& out, const config::ConfigContainer& config,
                           std::int64_t max_records) {
   bool valid = true;
-  out << parallel::describe_rank_groups(
-      parallel::make_parallel_plan(config, static_cast<int>(config.layout.world_size), 0),
-      config.model.architecture.num_experts);
+  const parallel::ParallelPlan plan =
+      parallel::make_parallel_plan(config, static_cast<int>(config.layout.world_size), 0);
+  out << "layout: " << parallel::summarize_parallel_plan(plan) << "\n"
+      << dist::format_layout(plan.layout)
+      << parallel::describe_rank_groups(plan, config.model.architecture.num_experts);
+  if (plan.layout.tensor_model_parallel_size > 1) {
+    out << "note: the modelled step times below are those of tp 1: the cost and step models do "
+           "not price TP's split of the work or its collectives (dyncp-plan --tp scales the "
+           "compute); the schedule, its padding and the memory estimate are TP's\n";
+  }
   TrainingData data = open_preview_data(config, max_records);
   SchedulePreview preview;
   if (data.source) {
@@ -274,6 +281,12 @@ bool write_dry_run_report(std::ostream& out, const config::ConfigContainer& conf
                                     (input.on_gpu ? " on the GPU" : " held as fp32 on the CPU")
                               : std::string("fp32"))
       << "; " << input.tokens_per_rank << " tokens per rank; "
+      << (input.tensor_model_parallel_size > 1
+              ? "TP " + std::to_string(input.tensor_model_parallel_size) +
+                    " divides heads, FFN columns, vocabulary and their weights" +
+                    (input.sequence_parallel ? " and the residual stream (SP)" : "") +
+                    ", experts over etp " + std::to_string(input.expert_tensor_parallel_size) + "; "
+              : std::string())
       << (input.recompute_full ? "recompute full"
           : config.model.recompute_granularity == config::RecomputeGranularity::selective
               ? "recompute selective"

@@ -39,6 +39,25 @@ Shape shape_of(const config::ModelArchitecture& a) {
           static_cast<double>(a.vocab_size)};
 }
 
+// The shape one TP rank computes with: heads, FFN columns and vocabulary over tp (an expert's
+// columns over tp either way: ETP splits them, ETP 1 splits its tokens), the hidden width over
+// tp under sequence parallelism (the residual stream, norms and MoE rows hold T / tp tokens:
+// dividing the width divides every [T, h] term the same).
+Shape tensor_parallel_shape(Shape s, const MemoryEstimateInput& input) {
+  const double tp =
+      static_cast<double>(std::max<std::int64_t>(input.tensor_model_parallel_size, 1));
+  if (tp == 1) return s;
+  s.q_width /= tp;
+  s.kv_width /= tp;
+  s.q_heads /= tp;
+  s.kv_heads /= tp;
+  s.moe_intermediate /= tp;
+  s.dense_intermediate /= tp;
+  s.vocab /= tp;
+  if (input.sequence_parallel) s.hidden /= tp;
+  return s;
+}
+
 // Values one layer saves for backward, per local token. The two residual norms' outputs
 // (normed input, normed mid) are counted apart: norm_outputs_saved_per_token.
 double attention_saved_per_token(const Shape& s) {
@@ -178,6 +197,38 @@ std::int64_t count_expert_parameters(const config::ModelArchitecture& a,
 
 namespace {
 
+// The values TP replicates on every rank (norms, q/k norms, routers, shared-expert gates) of the
+// layers `holds` accepts, plus the final norm when `final_norm`.
+template <typename Holds>
+std::int64_t replicated_parameters(const config::ModelArchitecture& a, Holds holds,
+                                   bool final_norm) {
+  const std::int64_t head_dim =
+      a.head_dim > 0 ? a.head_dim
+                     : a.hidden_size / std::max<std::int64_t>(a.num_attention_heads, 1);
+  std::int64_t values = final_norm ? a.hidden_size : 0;
+  for (std::int64_t layer = 0; layer < a.num_hidden_layers; ++layer) {
+    if (!holds(layer)) continue;
+    values += 2 * a.hidden_size;  // input and post-attention norms
+    values += a.mixer_of_layer(layer) == config::LayerMixer::linear_attention
+                  ? a.linear_value_head_dim  // gated RMSNorm weight, per head dim
+                  : 2 * head_dim;            // q and k RMSNorm
+    if (a.is_moe_layer(layer)) {
+      values += a.num_experts * a.hidden_size;                             // router
+      if (a.shared_expert_intermediate_size > 0) values += a.hidden_size;  // shared gate
+    }
+  }
+  return values;
+}
+
+}  // namespace
+
+std::int64_t count_tensor_parallel_replicated_parameters(const config::ModelArchitecture& a) {
+  return replicated_parameters(
+      a, [](std::int64_t) { return true; }, true);
+}
+
+namespace {
+
 bool has_layers(const config::ModelArchitecture& a, bool moe) {
   for (std::int64_t layer = 0; layer < a.num_hidden_layers; ++layer)
     if (a.is_moe_layer(layer) == moe) return true;
@@ -216,22 +267,43 @@ bool estimates_layer(const MemoryEstimateInput& input, std::int64_t layer) {
   return false;
 }
 
+// The replicated values of this estimate's layers (the final norm sits with the loss).
+std::int64_t held_replicated_parameters(const MemoryEstimateInput& input) {
+  return replicated_parameters(
+      input.architecture, [&](std::int64_t layer) { return estimates_layer(input, layer); },
+      input.stage_layers.empty() || input.stage_holds_loss);
+}
+
 void add_parameter_state(MemoryEstimate& out, const MemoryEstimateInput& input) {
   const auto& a = input.architecture;
   // Under EP a rank holds only its E/ep experts of every MoE layer.
   const std::int64_t ep = std::max<std::int64_t>(input.expert_model_parallel_size, 1);
-  std::int64_t held_experts = 0;
-  out.num_parameters = held_parameters(input, ep, &held_experts);
+  const std::int64_t tp = std::max<std::int64_t>(input.tensor_model_parallel_size, 1);
+  const std::int64_t etp = std::max<std::int64_t>(input.expert_tensor_parallel_size, 1);
+  // Under TP a rank holds 1/tp of the dense tensors of its stage but all of the replicated
+  // ones, and 1/etp of each of its experts.
+  std::int64_t all_experts_here = 0;
+  const std::int64_t held = held_parameters(input, ep, &all_experts_here);
+  const std::int64_t replicated = tp > 1 ? held_replicated_parameters(input) : 0;
+  const std::int64_t dense_here = held - all_experts_here;
+  const std::int64_t experts_here = (all_experts_here + etp - 1) / etp;
+  out.num_parameters = (dense_here - replicated + tp - 1) / tp + replicated + experts_here;
   const double parameter_bytes = static_cast<double>(out.num_parameters) * bytes_per_value;
+  const std::string tensor_part =
+      tp > 1 ? " (TP " + std::to_string(tp) + ": dense 1/" + std::to_string(tp) + " but " +
+                   with_commas(static_cast<double>(replicated)) + " replicated" +
+                   (etp > 1 ? ", each expert 1/" + std::to_string(etp) : std::string()) + ")"
+             : std::string();
   const std::string parameters =
       with_commas(static_cast<double>(out.num_parameters)) + " fp32" +
       (input.bf16_products ? std::string(" (master)") : std::string()) +
       (!input.stage_layers.empty() ? std::string(" of this stage") : std::string()) +
       (ep > 1 && input.stage_layers.empty()
            ? " (experts 1/" + std::to_string(ep) + ": " +
-                 with_commas(static_cast<double>(count_expert_parameters(a, ep))) + " of " +
+                 with_commas(static_cast<double>(experts_here)) + " of " +
                  with_commas(static_cast<double>(count_expert_parameters(a))) + ")"
-           : "");
+           : "") +
+      tensor_part;
   out.lines.push_back({"weights", parameter_bytes, parameters});
   out.lines.push_back({"gradients", parameter_bytes,
                        input.bf16_products
@@ -247,9 +319,10 @@ void add_parameter_state(MemoryEstimate& out, const MemoryEstimateInput& input) 
   if (input.distributed_optimizer && input.pool_size > 1) {
     const std::int64_t pool = input.pool_size;
     // This rank's experts are split over the pool / ep ranks of its expert-DP group.
-    const std::int64_t experts = held_experts;
+    // Dense pieces over this TP rank's pool; experts over the stage's ranks / (etp x ep).
+    const std::int64_t experts = experts_here;
     const std::int64_t dense = out.num_parameters - experts;
-    const std::int64_t expert_shards = std::max<std::int64_t>(pool / ep, 1);
+    const std::int64_t expert_shards = std::max<std::int64_t>(pool * tp / (etp * ep), 1);
     const double owned = static_cast<double>((dense + pool - 1) / pool +
                                              (experts + expert_shards - 1) / expert_shards);
     out.lines.push_back({"AdamW moments", owned * moment_bytes,
@@ -271,6 +344,14 @@ void add_parameter_state(MemoryEstimate& out, const MemoryEstimateInput& input) 
 // recompute settings), one layer's backward scratch and the cross-entropy chunk.
 void add_activations(MemoryEstimate& out, const MemoryEstimateInput& input, const Shape& s) {
   const auto& a = input.architecture;
+  // The Gated DeltaNet heads and the shared expert's columns of one TP rank.
+  config::ModelArchitecture per_rank = a;
+  if (const std::int64_t tp = input.tensor_model_parallel_size; tp > 1) {
+    per_rank.linear_num_key_heads = std::max<std::int64_t>(a.linear_num_key_heads / tp, 1);
+    per_rank.linear_num_value_heads = std::max<std::int64_t>(a.linear_num_value_heads / tp, 1);
+    per_rank.shared_expert_intermediate_size = a.shared_expert_intermediate_size / tp;
+    if (input.sequence_parallel) per_rank.hidden_size = a.hidden_size / tp;
+  }
   const double tokens = static_cast<double>(input.tokens_per_rank);
   double kept_layers = 0;  // saved for backward through the whole bin
   double largest_layer = 0;
@@ -292,12 +373,12 @@ void add_activations(MemoryEstimate& out, const MemoryEstimateInput& input, cons
     const double mixer =
         norm_outputs_saved_per_token(s, input.selective.layernorm) +
         (a.mixer_of_layer(layer) == config::LayerMixer::linear_attention
-             ? deltanet_saved_per_token(a, input.bf16_activations)
+             ? deltanet_saved_per_token(per_rank, input.bf16_activations)
              : attention_saved_per_token(s) + (a.is_hybrid() ? 2 * s.q_width : 0.0));  // gate
     const double per_token =
         mixer + (moe ? moe_saved_per_token(s, input.expert_model_parallel_size, input.selective,
                                            input.bf16_activations) +
-                           shared_expert_saved_per_token(a, input.selective)
+                           shared_expert_saved_per_token(per_rank, input.selective)
                      : dense_saved_per_token(s, input.selective.mlp));
     const bool recomputed = input.recompute_full && (input.recompute_first_layers < 0 ||
                                                      layer < input.recompute_first_layers);
@@ -445,7 +526,10 @@ void add_precision_and_device_buffers(MemoryEstimate& out, const MemoryEstimateI
     // The CUDA gated delta rule's (chunked) backward, one layer at a time: prepared rows, the
     // outgoing-state gradient of every chunk (T / 64 chunks, as the saved chunk states count
     // them), the per-chunk kernel's slots and per-head dq, dk rows.
-    const ops::GatedDeltaRuleScratchShape shape{input.tokens_per_rank, a.linear_num_value_heads,
+    // Under TP a rank runs its tp-th of the value heads.
+    const std::int64_t value_heads = std::max<std::int64_t>(
+        a.linear_num_value_heads / std::max<std::int64_t>(input.tensor_model_parallel_size, 1), 1);
+    const ops::GatedDeltaRuleScratchShape shape{input.tokens_per_rank, value_heads,
                                                 a.linear_key_head_dim, a.linear_value_head_dim};
     const std::int64_t chunks = (input.tokens_per_rank + shape.chunk - 1) / shape.chunk;
     out.lines.push_back(
@@ -460,7 +544,7 @@ void add_precision_and_device_buffers(MemoryEstimate& out, const MemoryEstimateI
 }  // namespace
 
 MemoryEstimate estimate_memory(const MemoryEstimateInput& input) {
-  const Shape s = shape_of(input.architecture);
+  const Shape s = tensor_parallel_shape(shape_of(input.architecture), input);
   MemoryEstimate out;
   add_parameter_state(out, input);
   add_activations(out, input, s);
@@ -523,6 +607,9 @@ MemoryEstimateInput memory_estimate_input(const config::ConfigContainer& config)
   input.cp_comm_type = config.model.cp_comm_type;
   if (!config.model.hierarchical_context_parallel_sizes.empty())
     input.hierarchical_inner_size = config.model.hierarchical_context_parallel_sizes.front();
+  input.tensor_model_parallel_size = config.layout.tensor_model_parallel_size;
+  input.expert_tensor_parallel_size = config.layout.expert_tensor_parallel_size;
+  input.sequence_parallel = config.model.sequence_parallel;
   return input;
 }
 

@@ -3,10 +3,10 @@
 // peak with. The model keeps fp32 master weights and fp32 gradients (main_grad) on both devices,
 // and fp32 activations except under mixed_precision: bf16_mixed on the GPU, where the layer
 // inputs, the MoE expert outputs (y_perm), the experts' rows (x_perm, the EP rows) and SwiGLU
-// output are bf16 (bf16 activations, docs/precision.md; everything else stays fp32). What bf16_mixed adds is the bf16 operands of
-// each matrix product, converted per call into the scratch arena: the largest single product's
-// copies are counted, 2 bytes a value on the GPU (real bf16) and 4 on the CPU (which rounds
-// fp32 copies).
+// output are bf16 (bf16 activations, docs/precision.md; everything else stays fp32). What
+// bf16_mixed adds is the bf16 operands of each matrix product, converted per call into the scratch
+// arena: the largest single product's copies are counted, 2 bytes a value on the GPU (real bf16)
+// and 4 on the CPU (which rounds fp32 copies).
 //
 // Persistent state: weights, gradients, AdamW exp_avg and exp_avg_sq, 4 bytes per parameter
 // each (a bf16 moment of the precision-aware optimizer: 2), of the parameters a rank holds: every
@@ -82,11 +82,17 @@ struct MemoryEstimateInput {
   // layer inputs, y_perm, expert rows and SwiGLU output, and under EP an unkept x_perm.
   bool bf16_activations = false;
   std::string largest_cp_group_why;  // how largest_cp_group was derived, for the table
+  // Tensor parallelism: heads, FFN columns, vocabulary and their weights over tp (experts over
+  // expert_tensor_parallel_size); the residual stream over tp only under sequence parallelism.
+  std::int64_t tensor_model_parallel_size = 1;
+  std::int64_t expert_tensor_parallel_size = 1;
+  bool sequence_parallel = false;
   // Pipeline parallelism: the estimate of one stage (stage_layers empty: the whole model).
   // The stage holds its layers' parameters, the embedding on the first stage, the final norm
   // and LM head on the last; its saved activations are those of its layers, times the
   // microbatches in flight its schedule keeps (pipeline_in_flight); the loss chunk is only on
   // the last stage, and every stage has the P2P buffers of one bin's activation and gradient.
+  // With both, the stage's numbers are divided by tp as above.
   bool pipeline = false;
   // The stage's layers as runs {first layer, count} (one per virtual chunk); empty: every layer.
   std::vector<std::pair<std::int64_t, std::int64_t>> stage_layers;
@@ -117,6 +123,11 @@ std::int64_t count_parameters(const config::ModelArchitecture& architecture,
 // The part of count_parameters in routed experts' tensors (gate_up and down of MoE layers).
 std::int64_t count_expert_parameters(const config::ModelArchitecture& architecture,
                                      std::int64_t expert_model_parallel_size = 1);
+// The values tensor parallelism replicates on every TP rank: the norms' weights (residual,
+// q/k, final, the gated norm's), the routers and the shared-expert gates. The rest of the
+// dense parameters is split over tp.
+std::int64_t count_tensor_parallel_replicated_parameters(
+    const config::ModelArchitecture& architecture);
 
 MemoryEstimate estimate_memory(const MemoryEstimateInput& input);
 

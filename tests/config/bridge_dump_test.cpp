@@ -309,12 +309,32 @@ TEST_CASE("honoured Bridge fields change what they map to", "[config][bridge]") 
   CHECK(with_wandb.logger.tensorboard_dir == "tb");
 }
 
+TEST_CASE("a Bridge dump with tensor parallelism loads its TP sizes", "[config][bridge]") {
+  const auto text = read_text(fixture_path("qwen3_30b_a3b_pretrain_dynamic_cp.yaml"));
+  auto with_tp = edit(text, "model", "tensor_model_parallel_size", "1", "2");
+  with_tp = edit(with_tp, "model", "expert_tensor_parallel_size", "1", "2");
+  auto config = load_text(with_tp);
+  CHECK(config.model.tensor_model_parallel_size == 2);
+  CHECK(config.model.expert_tensor_parallel_size == std::optional<std::int64_t>(2));
+  // EP 16 with each expert split over 2 ranks needs etp x ep = 32 ranks.
+  CHECK_THAT(error_of(with_tp, 16), Catch::Contains("model.expert_model_parallel_size: 16"));
+  resolve_config(config, 32);
+  CHECK(config.layout.tensor_model_parallel_size == 2);
+  CHECK(config.layout.pool_size == 16);
+  CHECK(config.layout.expert_tensor_parallel_size == 2);
+  // The dump's own ETP 1 is kept: whole experts per EP rank under TP 2.
+  auto whole_experts = load_text(edit(text, "model", "tensor_model_parallel_size", "1", "2"));
+  resolve_config(whole_experts, 16);
+  CHECK(whole_experts.layout.pool_size == 8);
+  CHECK(whole_experts.layout.expert_tensor_parallel_size == 1);
+}
+
 TEST_CASE("refused Bridge values, unknown keys and classes name what is supported",
           "[config][bridge]") {
   const auto text = read_text(fixture_path("qwen3_30b_a3b_pretrain_dynamic_cp.yaml"));
-  auto message = error_of(edit(text, "model", "tensor_model_parallel_size", "1", "2"), 16);
-  CHECK(message.find("model.tensor_model_parallel_size") != std::string::npos);
-  CHECK(message.find("tensor parallelism (TP > 1) is not built; supported: 1") !=
+  auto message = error_of(edit(text, "model", "softmax_type", "vanilla", "learnable"), 16);
+  CHECK(message.find("model.softmax_type") != std::string::npos);
+  CHECK(message.find("off-by-one or learnable softmax is not built; supported: vanilla") !=
         std::string::npos);
 
   // Every problem at once: fp8, MTP and MLA together.

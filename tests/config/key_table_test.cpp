@@ -25,6 +25,7 @@ const std::vector<std::string> frozen_keys = {
     "model.context_parallel_size",
     "model.expert_model_parallel_size",
     "model.sequence_parallel",
+    "model.expert_tensor_parallel_size",
     "model.seq_length",
     "model.dynamic_context_parallel",
     "model.min_dynamic_context_parallel_size",
@@ -182,10 +183,9 @@ const std::vector<std::string> frozen_aliases = {
 const std::vector<std::string> frozen_inert_keys = {
     "model.cuda_graph_impl",           "model.transformer_impl",
     "model.moe_token_dispatcher_type", "model.cross_entropy_loss_fusion",
-    "model.cross_entropy_fusion_impl", "model.expert_tensor_parallel_size",
-    "model.hybrid_context_parallel",   "ddp.grad_reduce_in_fp32",
-    "ddp.check_for_nan_in_grad",       "ddp.use_megatron_fsdp",
-    "dataset.packed_sequence_specs",
+    "model.cross_entropy_fusion_impl", "model.hybrid_context_parallel",
+    "ddp.grad_reduce_in_fp32",         "ddp.check_for_nan_in_grad",
+    "ddp.use_megatron_fsdp",           "dataset.packed_sequence_specs",
 };
 
 std::vector<std::string> sorted(std::vector<std::string> items) {

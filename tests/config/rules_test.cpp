@@ -24,12 +24,94 @@ TEST_CASE("the base recipe resolves and derives the layout", "[config]") {
   CHECK(config.model.architecture.head_dim == 16);
 }
 
-TEST_CASE("rule: the tensor parallel size must be 1", "[config]") {
+TEST_CASE("rule: sequence parallelism needs tp > 1", "[config]") {
   REQUIRE_NOTHROW(resolved({"model.tensor_model_parallel_size=1"}));
-  REQUIRE_THROWS_WITH(resolved({"model.tensor_model_parallel_size=2"}),
-                      Contains("model.tensor_model_parallel_size: 2: only 1 is supported"));
   REQUIRE_THROWS_WITH(resolved({"model.sequence_parallel=true"}),
-                      Contains("model.sequence_parallel: true"));
+                      Contains("model.sequence_parallel: true: needs "
+                               "model.tensor_model_parallel_size > 1"));
+}
+
+TEST_CASE("rule: tp x cp x dp is the world, TP fastest; etp defaults to tp", "[config][tp]") {
+  const auto config = resolved({"model.tensor_model_parallel_size=2"}, 8);
+  CHECK(config.layout.world_size == 8);
+  CHECK(config.layout.tensor_model_parallel_size == 2);
+  CHECK(config.layout.data_parallel_size == 2);
+  CHECK(config.layout.pool_size == 4);
+  CHECK(config.layout.expert_tensor_parallel_size == 2);  // Megatron: unset etp = tp
+  CHECK(config.layout.expert_data_parallel_size == 2);    // world 8 / (etp 2 x ep 2)
+  CHECK(config.layout.alignment_multiple == 8);           // 2 x dp x cp: no SP
+  CHECK(config.layout.dynamic_group_sizes == std::vector<std::int64_t>{1, 2, 4});
+
+  const auto whole_experts =
+      resolved({"model.tensor_model_parallel_size=2", "model.expert_tensor_parallel_size=1"}, 8);
+  CHECK(whole_experts.layout.expert_tensor_parallel_size == 1);
+  CHECK(whole_experts.layout.expert_data_parallel_size == 4);  // world 8 / ep 2
+
+  // Sequence parallelism multiplies the pool multiple by tp: 2 x dp x cp x tp.
+  const auto sequence_parallel =
+      resolved({"model.tensor_model_parallel_size=2", "model.sequence_parallel=true"}, 8);
+  CHECK(sequence_parallel.layout.alignment_multiple == 16);
+  CHECK(sequence_parallel.dataset.global_batch_packing_pad_to_multiple_of == 16);
+  REQUIRE_THROWS_WITH(
+      resolved({"model.tensor_model_parallel_size=2", "model.sequence_parallel=true",
+                "model.seq_length=264", "model.max_seqlen_per_dp_cp_rank=132"},
+               8),
+      Contains("model.seq_length: 264: must be a multiple of the alignment "
+               "multiple 16 (2 x dp x cp x tp)"));
+}
+
+TEST_CASE("rule: TP sizes the model or the world cannot take name the key, value and fix",
+          "[config][tp]") {
+  // 2 K/V heads: Megatron splits the query groups and never replicates them.
+  REQUIRE_THROWS_WITH(
+      resolved({"model.tensor_model_parallel_size=4"}, 16),
+      Contains("model.tensor_model_parallel_size: 4: must divide model.num_key_value_heads = 2") &&
+          Contains("tp values that work for this model on 16 ranks with cp 2: 1, 2"));
+  REQUIRE_THROWS_WITH(resolved({"model.tensor_model_parallel_size=2", "model.vocab_size=511"}, 8),
+                      Contains("must divide model.vocab_size = 511") &&
+                          Contains("tp values that work for this model on 8 ranks with cp 2: 1"));
+  REQUIRE_THROWS_WITH(resolved({"model.tensor_model_parallel_size=2", "model.num_attention_heads=3",
+                                "model.num_key_value_heads=1", "model.head_dim=16"},
+                               8),
+                      Contains("must divide model.num_attention_heads = 3"));
+  REQUIRE_THROWS_WITH(
+      resolved({"model.tensor_model_parallel_size=2"}, 5),
+      Contains("model.tensor_model_parallel_size: 2: must divide the world size 5"));
+  REQUIRE_THROWS_WITH(
+      resolved({"model.tensor_model_parallel_size=2", "model.context_parallel_size=4"}, 4),
+      Contains("model.context_parallel_size: 4: must divide world 4 / "
+               "tensor_model_parallel_size 2 = 2"));
+  REQUIRE_THROWS_WITH(
+      resolved({"model.tensor_model_parallel_size=2", "model.expert_tensor_parallel_size=3"}, 8),
+      Contains("model.expert_tensor_parallel_size: 3: must be 1") &&
+          Contains("or tensor_model_parallel_size 2"));
+  REQUIRE_THROWS_WITH(resolved({"model.expert_tensor_parallel_size=2"}),
+                      Contains("model.expert_tensor_parallel_size: 2: must be 1"));
+  REQUIRE_THROWS_WITH(
+      resolved({"model.tensor_model_parallel_size=2", "model.moe_intermediate_size=33"}, 8),
+      Contains("model.expert_tensor_parallel_size: 2: must divide model.moe_intermediate_size = "
+               "33"));
+  // EP 4 with each expert split in 2 needs 8 ranks for the experts alone.
+  REQUIRE_THROWS_WITH(
+      resolved({"model.tensor_model_parallel_size=2", "model.expert_model_parallel_size=8"}, 8),
+      Contains("model.expert_model_parallel_size: 8: expert_tensor_parallel_size 2 x 8 must "
+               "divide the world size 8"));
+  REQUIRE_NOTHROW(
+      resolved({"model.tensor_model_parallel_size=2", "model.expert_model_parallel_size=8",
+                "model.expert_tensor_parallel_size=1"},
+               8));
+}
+
+TEST_CASE("rule: a training run refuses TP, which --dry-run only estimates", "[config][tp]") {
+  const auto config =
+      resolved({"model.tensor_model_parallel_size=2", "model.sequence_parallel=true"}, 8);
+  const auto missing = unbuilt_features(config);
+  REQUIRE(missing.size() == 1);
+  CHECK_THAT(missing[0],
+             Contains("tensor parallelism in training (model.tensor_model_parallel_size=2, "
+                      "model.sequence_parallel=true;"));
+  CHECK_THAT(missing[0], Contains("supported in training: model.tensor_model_parallel_size=1"));
+  CHECK(unbuilt_features(resolved({"model.expert_tensor_parallel_size=1"})).empty());
 }
 
 TEST_CASE("rule: the world size is divisible by cp", "[config]") {
@@ -323,7 +405,7 @@ TEST_CASE("rule: the modelled step's peaks are positive and its efficiencies fra
 
 TEST_CASE("several broken rules are all reported in one error", "[config]") {
   try {
-    resolved({"model.tensor_model_parallel_size=2", "train.micro_batch_size=2",
+    resolved({"model.sequence_parallel=true", "train.micro_batch_size=2",
               "model.calculate_per_token_loss=false", "dist.use_decentralized_pg=true",
               "model.seq_length=260", "model.num_experts_per_tok=9"});
     FAIL("expected a config error");
@@ -332,9 +414,9 @@ TEST_CASE("several broken rules are all reported in one error", "[config]") {
     CHECK(error.exit_code() == 2);
     const std::string message = error.what();
     CHECK_THAT(message, Contains("6 problems"));
-    for (const char* key : {"model.tensor_model_parallel_size", "train.micro_batch_size",
-                            "model.calculate_per_token_loss", "dist.use_decentralized_pg",
-                            "model.seq_length", "model.num_experts_per_tok"}) {
+    for (const char* key :
+         {"model.sequence_parallel", "train.micro_batch_size", "model.calculate_per_token_loss",
+          "dist.use_decentralized_pg", "model.seq_length", "model.num_experts_per_tok"}) {
       CHECK_THAT(message, Contains(std::string("\n  ") + key + ": "));
     }
   }
@@ -577,4 +659,29 @@ TEST_CASE("the layout description names the stages and the layer split", "[confi
                        Contains("2 virtual chunk(s) per stage") &&
                        Contains("stage 1: 4 layers chunk 0 [2, 4), chunk 1 [6, 8) + final norm"));
   CHECK_THAT(describe_layout(resolved()), !Contains("pipeline parallel"));
+}
+
+TEST_CASE("rule: world = pp x dp x cp x tp: a TP-fastest stage per pipeline stage",
+          "[config][tp]") {
+  // 16 ranks, pp 2, tp 2: each stage has 8 ranks, a dp 2 x cp 2 pool per TP rank.
+  const auto config =
+      resolved({"model.pipeline_model_parallel_size=2", "model.tensor_model_parallel_size=2"}, 16);
+  CHECK(config.layout.world_size == 16);
+  CHECK(config.layout.pipeline_model_parallel_size == 2);
+  CHECK(config.layout.tensor_model_parallel_size == 2);
+  CHECK(config.layout.data_parallel_size == 2);
+  CHECK(config.layout.pool_size == 4);
+  CHECK(config.layout.expert_data_parallel_size == 2);  // stage 8 / (etp 2 x ep 2)
+  CHECK(config.layout.dynamic_group_sizes == std::vector<std::int64_t>{1, 2, 4});
+  CHECK_THAT(describe_layout(config), Contains("pp x dp x cp x tp: TP fastest, stage slowest"));
+  // 8 ranks, pp 2 x tp 2 leaves 2 per TP rank and stage: cp 2 fits with dp 1, cp 4 does not.
+  CHECK(resolved({"model.pipeline_model_parallel_size=2", "model.tensor_model_parallel_size=2"}, 8)
+            .layout.data_parallel_size == 1);
+  REQUIRE_THROWS_WITH(
+      resolved({"model.pipeline_model_parallel_size=2", "model.tensor_model_parallel_size=2",
+                "model.context_parallel_size=4", "model.dynamic_context_parallel=false",
+                "model.sequence_packing_scheduler=dp_balanced"},
+               8),
+      Contains("model.context_parallel_size: 4: must divide 4 ranks (one pipeline stage) / "
+               "tensor_model_parallel_size 2 = 2"));
 }

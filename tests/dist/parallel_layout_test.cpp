@@ -9,8 +9,11 @@ using namespace dyncp::dist;
 
 namespace {
 
-ParallelLayout make(int dp, int cp, int ep, bool dynamic = false, int min_size = 1) {
+ParallelLayout make(int dp, int cp, int ep, bool dynamic = false, int min_size = 1, int tp = 1,
+                    int etp = 1) {
   ParallelLayout layout;
+  layout.tensor_model_parallel_size = tp;
+  layout.expert_tensor_parallel_size = etp;
   layout.data_parallel_size = dp;
   layout.context_parallel_size = cp;
   layout.expert_model_parallel_size = ep;
@@ -22,7 +25,7 @@ ParallelLayout make(int dp, int cp, int ep, bool dynamic = false, int min_size =
 // Every rank lands in exactly one group of the axis, at a distinct (index, position), and
 // the group it lands in is the one every member of that group reports.
 void check_axis_partitions_pool(const ParallelLayout& layout, GroupAxis axis, int expected_size) {
-  const int pool = layout.pool_size();
+  const int pool = layout.world_size();
   const int groups = num_groups(layout, axis);
   REQUIRE(groups * expected_size == pool);
   std::vector<char> taken(static_cast<std::size_t>(pool), 0);
@@ -197,6 +200,148 @@ TEST_CASE("layout: the dry-run text lists the factors and every axis's groups", 
   CHECK_THAT(format_layout(make(2, 1, 1)), Catch::Contains("dynamic CP: off"));
 }
 
+TEST_CASE("layout: the TP worked example of the header holds for rank 5 of tp 2 x cp 2 x dp 2",
+          "[dist][layout][tp]") {
+  const ParallelLayout layout = make(2, 2, 2, true, 1, 2, 1);
+  REQUIRE(layout_problems(layout).empty());
+  REQUIRE(layout.world_size() == 8);
+  const RankCoordinates where = coordinates_of(layout, 5);
+  CHECK(where.tensor_parallel_index == 1);
+  CHECK(where.pool_rank == 2);
+  CHECK(where.data_parallel_index == 1);
+  CHECK(where.context_parallel_index == 0);
+  const auto ranks = [&](GroupAxis axis) { return group_of(layout, axis, 5).ranks(); };
+  CHECK(ranks(GroupAxis::tensor_parallel) == std::vector<int>{4, 5});
+  CHECK(ranks(GroupAxis::context_parallel) == std::vector<int>{5, 7});
+  CHECK(ranks(GroupAxis::data_parallel) == std::vector<int>{1, 5});
+  CHECK(ranks(GroupAxis::pool) == std::vector<int>{1, 3, 5, 7});
+  CHECK(ranks(GroupAxis::expert_parallel) == std::vector<int>{4, 5});
+  CHECK(ranks(GroupAxis::expert_data_parallel) == std::vector<int>{1, 3, 5, 7});
+  CHECK(ranks(GroupAxis::expert_tensor_parallel) == std::vector<int>{5});
+  CHECK(dynamic_cp_group_of(layout, 1, 5).ranks() == std::vector<int>{5});
+  CHECK(dynamic_cp_group_of(layout, 2, 5).ranks() == std::vector<int>{5, 7});
+  CHECK(dynamic_cp_group_of(layout, 4, 5) == group_of(layout, GroupAxis::pool, 5));
+
+  const ParallelLayout split_experts = make(2, 2, 2, true, 1, 2, 2);
+  REQUIRE(layout_problems(split_experts).empty());
+  const auto split = [&](GroupAxis axis) { return group_of(split_experts, axis, 5).ranks(); };
+  CHECK(split(GroupAxis::expert_tensor_parallel) == std::vector<int>{4, 5});
+  CHECK(split(GroupAxis::expert_parallel) == std::vector<int>{5, 7});
+  CHECK(split(GroupAxis::expert_data_parallel) == std::vector<int>{1, 5});
+  // Rank 5 is first in its EP group [5, 7], rank 7 second.
+  CHECK(coordinates_of(split_experts, 5).expert_parallel_index == 0);
+  CHECK(coordinates_of(split_experts, 7).expert_parallel_index == 1);
+  CHECK(coordinates_of(split_experts, 5).expert_tensor_parallel_index == 1);
+}
+
+TEST_CASE("layout: under TP every axis partitions the world, TP fastest, pools per TP rank",
+          "[dist][layout][tp]") {
+  const int tp = GENERATE(2, 4, 8);
+  const int cp = GENERATE(1, 2, 4);
+  const int dp = GENERATE(1, 2, 3, 16);
+  for (const int etp : {1, tp}) {
+    for (const int ep : {1, 2, 4, 8}) {
+      const ParallelLayout layout = make(dp, cp, ep, false, 1, tp, etp);
+      const int world = layout.world_size();
+      if (world % (etp * ep) != 0) {
+        CHECK_FALSE(layout_problems(layout).empty());
+        continue;
+      }
+      INFO("tp " << tp << " etp " << etp << " dp " << dp << " cp " << cp << " ep " << ep);
+      REQUIRE(layout_problems(layout).empty());
+      check_axis_partitions_pool(layout, GroupAxis::tensor_parallel, tp);
+      check_axis_partitions_pool(layout, GroupAxis::context_parallel, cp);
+      check_axis_partitions_pool(layout, GroupAxis::data_parallel, dp);
+      check_axis_partitions_pool(layout, GroupAxis::pool, dp * cp);
+      check_axis_partitions_pool(layout, GroupAxis::expert_tensor_parallel, etp);
+      check_axis_partitions_pool(layout, GroupAxis::expert_parallel, ep);
+      check_axis_partitions_pool(layout, GroupAxis::expert_data_parallel, world / (etp * ep));
+      for (int rank = 0; rank < world; ++rank) {
+        const RankCoordinates where = coordinates_of(layout, rank);
+        // Megatron's order tp-cp-dp.
+        REQUIRE(rank == (where.data_parallel_index * cp + where.context_parallel_index) * tp +
+                            where.tensor_parallel_index);
+        REQUIRE(group_of(layout, GroupAxis::tensor_parallel, rank).stride == 1);
+        // Every pool-derived group keeps the TP index and names pool ranks in order.
+        for (const GroupAxis axis :
+             {GroupAxis::context_parallel, GroupAxis::data_parallel, GroupAxis::pool}) {
+          for (const int member : group_of(layout, axis, rank).ranks()) {
+            REQUIRE(member % tp == where.tensor_parallel_index);
+          }
+        }
+        // Experts: etp 1 groups ep consecutive ranks; etp = tp keeps the TP index.
+        const RankGroup experts = group_of(layout, GroupAxis::expert_parallel, rank);
+        REQUIRE(experts.stride == etp);
+        if (etp == tp) {
+          for (const int member : experts.ranks()) {
+            REQUIRE(coordinates_of(layout, member).tensor_parallel_index ==
+                    where.tensor_parallel_index);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("layout: under TP dynamic CP groups are aligned blocks of one TP rank's pool",
+          "[dist][layout][tp]") {
+  const int tp = GENERATE(2, 4);
+  const int pool = GENERATE(2, 8, 64);
+  const ParallelLayout layout = make(pool / 2, 2, 1, true, 1, tp);
+  REQUIRE(layout_problems(layout).empty());
+  for (const int size : dynamic_cp_group_sizes(layout)) {
+    for (int rank = 0; rank < layout.world_size(); ++rank) {
+      const RankGroup group = dynamic_cp_group_of(layout, size, rank);
+      const int pool_rank = rank / tp;
+      REQUIRE(group.size == size);
+      REQUIRE(group.stride == tp);
+      REQUIRE(group.first_rank == (pool_rank - pool_rank % size) * tp + rank % tp);
+      REQUIRE(group.position_of(rank) == pool_rank % size);
+      if (size == 2) REQUIRE(group == group_of(layout, GroupAxis::context_parallel, rank));
+      if (size == pool) REQUIRE(group == group_of(layout, GroupAxis::pool, rank));
+    }
+  }
+}
+
+TEST_CASE("layout: TP sizes that cannot work are refused naming the key and the fix",
+          "[dist][layout][tp]") {
+  REQUIRE_THROWS_WITH(validate_layout(make(2, 2, 1, false, 1, 4, 2)),
+                      Catch::Contains("model.expert_tensor_parallel_size: 2: must be 1") &&
+                          Catch::Contains("tensor_model_parallel_size (4)"));
+  REQUIRE_THROWS_WITH(validate_layout(make(1, 1, 4, false, 1, 2, 2)),
+                      Catch::Contains("model.expert_model_parallel_size: 4: "
+                                      "expert_tensor_parallel_size (2) x 4 must divide the 2 "
+                                      "ranks of a pipeline stage"));
+  REQUIRE_THROWS_WITH(layout_for_world(6, 1, 1, false, 1, {}, {4, 1}),
+                      Catch::Contains("model.tensor_model_parallel_size: 4: must be >= 1 and "
+                                      "divide the 6 ranks of a pipeline stage"));
+  REQUIRE_THROWS_WITH(layout_for_world(8, 3, 1, false, 1, {}, {2, 1}),
+                      Catch::Contains("model.context_parallel_size: 3: must be >= 1 and divide "
+                                      "world 8 / (pipeline_model_parallel_size 1 x "
+                                      "tensor_model_parallel_size 2) = 4"));
+  const ParallelLayout layout = layout_for_world(16, 2, 4, true, 1, {}, {2, 1});
+  CHECK(layout.data_parallel_size == 4);
+  CHECK(layout.pool_size() == 8);
+  CHECK(layout.world_size() == 16);
+  REQUIRE_THROWS_WITH(
+      coordinates_of(layout, 16),
+      Catch::Contains("rank 16 is outside the world of 16 ranks (dp 4 x cp 2 x tp 2)"));
+}
+
+TEST_CASE("layout: the dry-run text under TP lists the TP and expert-TP groups",
+          "[dist][layout][tp]") {
+  const std::string text = format_layout(make(2, 2, 2, true, 1, 2, 1), 8);
+  CHECK_THAT(text, Catch::Contains("world 8 = pipeline 1 x data_parallel 2 x context_parallel 2 "
+                                   "x tensor_parallel 2"));
+  CHECK_THAT(text, Catch::Contains("tensor_parallel (4 groups): [0, 1] [2, 3] [4, 5] [6, 7]"));
+  CHECK_THAT(text, Catch::Contains("context_parallel (4 groups): [0, 2] [1, 3] [4, 6] [5, 7]"));
+  CHECK_THAT(text, Catch::Contains("pool (2 groups): [0, 2, 4, 6] [1, 3, 5, 7]"));
+  CHECK_THAT(text, Catch::Contains("expert_parallel (4 groups): [0, 1] [2, 3] [4, 5] [6, 7]"));
+  CHECK_THAT(text, Catch::Contains("dynamic CP size 2 (4 groups): [0, 2] [1, 3] [4, 6] [5, 7]"));
+  // Without TP the TP axes are not listed.
+  CHECK_THAT(format_layout(make(2, 1, 1)), !Catch::Contains("tensor_parallel"));
+}
+
 TEST_CASE("layout: pipeline stages are the slowest dimension, each with its own pool",
           "[dist][layout]") {
   // world 16 = pp 2 x dp 4 x cp 2, ep 2, dynamic CP: rank 13 = stage 1, pool rank 5.
@@ -235,4 +380,49 @@ TEST_CASE("layout: pipeline stages are the slowest dimension, each with its own 
                     Catch::Contains("model.virtual_pipeline_model_parallel_size: 2"));
   CHECK_THAT(format_layout(layout), Catch::Contains("world 16 = pipeline 2 x data_parallel 4 x "
                                                     "context_parallel 2"));
+}
+
+TEST_CASE("layout: pp 2 x dp 2 x tp 2 nests a TP-fastest stage inside each pipeline stage",
+          "[dist][layout][tp]") {
+  // world 8 = pp 2 x dp 2 x cp 1 x tp 2: stage s holds ranks 4s..4s+3; rank 6 = stage 1,
+  // pool rank 1, tp index 0.
+  const ParallelLayout layout = layout_for_world(8, 1, 1, false, 1, {2, 1}, {2, 1});
+  REQUIRE(layout.data_parallel_size == 2);
+  REQUIRE(layout.stage_size() == 4);
+  const RankCoordinates at = coordinates_of(layout, 6);
+  CHECK(at.pipeline_parallel_index == 1);
+  CHECK(at.pool_rank == 1);
+  CHECK(at.tensor_parallel_index == 0);
+  CHECK(at.data_parallel_index == 1);
+  CHECK(pipeline_group_of(layout, 6).ranks() == std::vector<int>{2, 6});
+  CHECK(pipeline_group_of(layout, 1).ranks() == std::vector<int>{1, 5});
+  CHECK(group_of(layout, GroupAxis::tensor_parallel, 6).ranks() == std::vector<int>{6, 7});
+  CHECK(group_of(layout, GroupAxis::pool, 6).ranks() == std::vector<int>{4, 6});
+  CHECK(group_of(layout, GroupAxis::data_parallel, 7).ranks() == std::vector<int>{5, 7});
+  CHECK(group_of(layout, GroupAxis::pool, 1).ranks() == std::vector<int>{1, 3});
+  CHECK(group_of(layout, GroupAxis::tensor_parallel, 1).ranks() == std::vector<int>{0, 1});
+  // Colors are distinct across stages (each stage's groups are its own communicators).
+  CHECK(group_of(layout, GroupAxis::tensor_parallel, 6).index ==
+        group_of(layout, GroupAxis::tensor_parallel, 2).index +
+            num_groups(layout, GroupAxis::tensor_parallel));
+  // Every axis partitions the world: each rank in exactly one group, at distinct colors.
+  for (const GroupAxis axis : all_group_axes) {
+    std::vector<int> seen(8, 0);
+    for (int rank = 0; rank < 8; ++rank) {
+      const RankGroup group = group_of(layout, axis, rank);
+      REQUIRE(group.contains(rank));
+      for (const int member : group.ranks()) REQUIRE(group_of(layout, axis, member) == group);
+      REQUIRE(group.rank_at(group.size - 1) / 4 == rank / 4);  // inside one stage
+      ++seen[static_cast<std::size_t>(rank)];
+    }
+    for (const int count : seen) REQUIRE(count == 1);
+  }
+  const std::string text = format_layout(layout, 8);
+  CHECK_THAT(text, Catch::Contains("world 8 = pipeline 2 x data_parallel 2 x context_parallel 1 x "
+                                   "tensor_parallel 2"));
+  CHECK_THAT(text, Catch::Contains("pipeline_parallel (4 groups): [0, 4]"));
+  CHECK_THAT(text, Catch::Contains("tensor_parallel (2 groups): [0, 1] [2, 3]"));
+  CHECK_THAT(text, Catch::Contains("pool (2 groups): [0, 2] [1, 3]"));
+  REQUIRE_THROWS_WITH(layout_for_world(8, 1, 1, false, 1, {2, 1}, {3, 1}),
+                      Catch::Contains("model.tensor_model_parallel_size: 3"));
 }

@@ -21,14 +21,22 @@ std::vector<int> world_ranks_of(Comm& comm) {
   return {ranks.begin(), ranks.end()};
 }
 
-// Every (cp, ep) with cp and ep powers of two dividing the world.
+// Every (tp, etp, cp, ep) with tp, cp and ep powers of two dividing the world, etp 1 or tp.
 std::vector<ParallelLayout> layouts_for(int world_size, bool dynamic) {
   std::vector<ParallelLayout> layouts;
-  for (int cp = 1; cp <= world_size; cp *= 2) {
-    for (int ep = 1; ep <= world_size; ep *= 2) {
-      if (world_size % cp != 0 || world_size % ep != 0) continue;
-      if (dynamic && (world_size < 2 || (world_size & (world_size - 1)) != 0)) continue;
-      layouts.push_back(layout_for_world(world_size, cp, ep, dynamic, 1));
+  const bool power_of_two = world_size >= 2 && (world_size & (world_size - 1)) == 0;
+  if (dynamic && !power_of_two) return layouts;
+  for (int tp = 1; tp <= world_size; tp *= 2) {
+    if (world_size % tp != 0 || (dynamic && world_size / tp < 2)) continue;
+    for (const int etp : {1, tp}) {
+      for (int cp = 1; cp <= world_size / tp; cp *= 2) {
+        for (int ep = 1; ep <= world_size; ep *= 2) {
+          if ((world_size / tp) % cp != 0 || world_size % (ep * etp) != 0) continue;
+          if (tp == 1 && (world_size % ep != 0)) continue;
+          layouts.push_back(layout_for_world(world_size, cp, ep, dynamic, 1, {}, {tp, etp}));
+        }
+      }
+      if (tp == 1) break;  // etp is 1 either way
     }
   }
   return layouts;
@@ -39,8 +47,9 @@ std::vector<ParallelLayout> layouts_for(int world_size, bool dynamic) {
 TEST_CASE("parallel state: static groups hold exactly the layout's ranks", "[dist][mpi][state]") {
   Comm& world = test_world();
   for (const ParallelLayout& layout : layouts_for(world.size(), false)) {
-    INFO("dp " << layout.data_parallel_size << " cp " << layout.context_parallel_size << " ep "
-               << layout.expert_model_parallel_size);
+    INFO("tp " << layout.tensor_model_parallel_size << " etp " << layout.expert_tensor_parallel_size
+               << " dp " << layout.data_parallel_size << " cp " << layout.context_parallel_size
+               << " ep " << layout.expert_model_parallel_size);
     ParallelState state(world, layout);
     for (const GroupAxis axis : all_group_axes) {
       INFO(group_axis_name(axis));
@@ -68,7 +77,8 @@ TEST_CASE("parallel state: dynamic groups are created once, ascending, and match
           "[dist][mpi][state]") {
   Comm& world = test_world();
   for (const ParallelLayout& layout : layouts_for(world.size(), true)) {
-    INFO("dp " << layout.data_parallel_size << " cp " << layout.context_parallel_size);
+    INFO("tp " << layout.tensor_model_parallel_size << " dp " << layout.data_parallel_size << " cp "
+               << layout.context_parallel_size);
     ParallelState state(world, layout);
     const int pool = layout.pool_size();
     const int cp = layout.context_parallel_size;
@@ -103,7 +113,10 @@ TEST_CASE("parallel state: dynamic groups are created once, ascending, and match
     }
     // A schedule's (start, size) resolves to the same group; a block without this rank or
     // an unaligned start is a scheduling bug.
-    const int block_start = world.rank() - world.rank() % 2;
+    // Schedules name pool ranks (world rank / tp).
+    const int pool_rank = state.coordinates().pool_rank;
+    REQUIRE(pool_rank == world.rank() / layout.tensor_model_parallel_size);
+    const int block_start = pool_rank - pool_rank % 2;
     if (pool >= 2) {
       CHECK(&state.dynamic_group_at(block_start, 2) == &state.dynamic_group(2));
       if (pool >= 4) {
@@ -118,6 +131,27 @@ TEST_CASE("parallel state: dynamic groups are created once, ascending, and match
     REQUIRE_THROWS_WITH(state.ensure_dynamic_groups(std::vector<int>{3}),
                         Catch::Contains("no dynamic CP group of size 3"));
   }
+}
+
+TEST_CASE(
+    "parallel state: under TP every pool group holds one TP index and a TP group is "
+    "consecutive ranks",
+    "[dist][mpi][state]") {
+  Comm& world = test_world();
+  if (world.size() < 2 || world.size() % 2 != 0) return;
+  ParallelState state(world, layout_for_world(world.size(), 1, 1, false, 1, {}, {2, 2}));
+  const int first = world.rank() - world.rank() % 2;
+  CHECK(world_ranks_of(state.tensor_parallel()) == std::vector<int>{first, first + 1});
+  CHECK(world_ranks_of(state.expert_tensor_parallel()) == std::vector<int>{first, first + 1});
+  for (const int member : world_ranks_of(state.pool())) CHECK(member % 2 == world.rank() % 2);
+  CHECK(state.pool().size() == world.size() / 2);
+  // A sum over the TP group of its members' ranks: the pair's ranks add up.
+  std::vector<float> value(1, static_cast<float>(world.rank()));
+  state.tensor_parallel().all_reduce(std::span<float>(value), ReduceOp::sum);
+  CHECK(value[0] == static_cast<float>(2 * first + 1));
+  REQUIRE_THROWS_WITH(
+      ParallelState(world, layout_for_world(world.size() * 2, 1, 1, false, 1, {}, {2, 1})),
+      Catch::Contains("tensor_model_parallel_size (2) x data_parallel_size"));
 }
 
 TEST_CASE("parallel state: ranks asking for different dynamic sizes get an error, not a hang",

@@ -551,6 +551,57 @@ TEST_CASE("memory estimate: the fit verdict compares every rank's total with wha
   CHECK(train::host_memory_bytes() > 0);
 }
 
+TEST_CASE("memory estimate: TP divides heads, FFN columns, vocabulary and their weights",
+          "[train][memory][tp]") {
+  // The same dp 2 x cp 2 pool at tp 1 (4 ranks) and tp 2 (8 ranks).
+  const auto estimate = [](std::int64_t world, std::vector<std::string> overrides) {
+    return train::estimate_memory(train::memory_estimate_input(smoke_config(world, overrides)));
+  };
+  const auto one = estimate(4, {});
+  const auto whole_experts =
+      estimate(8, {"model.tensor_model_parallel_size=2", "model.expert_tensor_parallel_size=1"});
+  const auto split_experts = estimate(8, {"model.tensor_model_parallel_size=2"});
+  const auto sequence_parallel =
+      estimate(8, {"model.tensor_model_parallel_size=2", "model.sequence_parallel=true"});
+
+  auto architecture = smoke_config(4).model.architecture;
+  architecture.resolve();
+  const std::int64_t experts = train::count_expert_parameters(architecture, 2);
+  const std::int64_t dense = train::count_parameters(architecture, 2) - experts;
+  const std::int64_t replicated = train::count_tensor_parallel_replicated_parameters(architecture);
+  REQUIRE(replicated > 0);
+  REQUIRE(replicated < dense);
+  CHECK(one.num_parameters == dense + experts);
+  CHECK(whole_experts.num_parameters == (dense - replicated + 1) / 2 + replicated + experts);
+  CHECK(split_experts.num_parameters ==
+        (dense - replicated + 1) / 2 + replicated + (experts + 1) / 2);
+  CHECK(line_bytes(whole_experts, "weights") ==
+        Approx(4.0 * static_cast<double>(whole_experts.num_parameters)));
+  // K/V are split by heads: the all-gather's buffers halve.
+  CHECK(line_bytes(whole_experts, "CP all-gather") == Approx(line_bytes(one, "CP all-gather") / 2));
+  CHECK(line_bytes(whole_experts, "saved activations") < line_bytes(one, "saved activations"));
+  // The residual stream is replicated over TP, and sharded along the sequence under SP.
+  CHECK(line_bytes(whole_experts, "layer inputs + final norm") ==
+        Approx(line_bytes(one, "layer inputs + final norm")));
+  CHECK(line_bytes(sequence_parallel, "layer inputs + final norm") ==
+        Approx(line_bytes(one, "layer inputs + final norm") / 2));
+  CHECK(line_bytes(sequence_parallel, "saved activations") <
+        line_bytes(split_experts, "saved activations"));
+
+  // The hybrid on the GPU: the gated delta rule's backward scratch follows the value heads.
+  const auto hybrid = [](std::int64_t world, std::vector<std::string> overrides) {
+    overrides.push_back("dist.device=cuda");
+    auto config = config::load_config_file(
+        std::string(DYNCP_SOURCE_DIR) + "/configs/smoke/tiny_hybrid_mock.yaml", overrides);
+    config::resolve_config(config, world);
+    return train::estimate_memory(train::memory_estimate_input(config));
+  };
+  const double one_rank = line_bytes(hybrid(4, {}), "DeltaNet backward (GPU)");
+  REQUIRE(one_rank > 0);
+  CHECK(line_bytes(hybrid(8, {"model.tensor_model_parallel_size=2"}), "DeltaNet backward (GPU)") <
+        one_rank);
+}
+
 TEST_CASE("memory estimate: pipeline stages split the parameters and keep pp - s microbatches",
           "[train][memory]") {
   // 4 layers over 2 stages (pp 2, static CP on 2 ranks a stage).
@@ -601,4 +652,34 @@ TEST_CASE("memory estimate: pipeline stages split the parameters and keep pp - s
   CHECK(interleaved.stage_layers ==
         std::vector<std::pair<std::int64_t, std::int64_t>>{{0, 2}, {4, 2}});
   CHECK(interleaved.pipeline_in_flight == 2.5);
+}
+
+TEST_CASE("memory estimate: a pipeline stage under TP holds 1/tp of its dense tensors",
+          "[train][memory][tp]") {
+  // pp 2 with cp 1: 4 ranks at tp 1 (dp 2 a stage), 8 ranks at tp 2 (the same dp 2 pool).
+  const std::vector<std::string> piped = {
+      "model.pipeline_model_parallel_size=2", "model.num_hidden_layers=4",
+      "model.dynamic_context_parallel=false", "model.sequence_packing_scheduler=dp_balanced",
+      "model.max_seqlen_per_dp_cp_rank=256",  "model.context_parallel_size=1"};
+  std::vector<std::string> tensor = piped;
+  tensor.push_back("model.tensor_model_parallel_size=2");
+  const auto one = smoke_config(4, piped);
+  const auto two = smoke_config(8, tensor);
+  REQUIRE(two.layout.pool_size == one.layout.pool_size);
+  for (const std::int64_t stage : {0, 1}) {
+    const auto input = train::memory_estimate_input_for_stage(two, stage);
+    CHECK(input.tensor_model_parallel_size == 2);
+    const auto whole = train::estimate_memory(train::memory_estimate_input_for_stage(one, stage));
+    const auto split = train::estimate_memory(input);
+    INFO("stage " << stage);
+    // Dense and expert tensors halve (etp = tp), the replicated norms and routers do not.
+    CHECK(split.num_parameters < whole.num_parameters);
+    CHECK(split.num_parameters > whole.num_parameters / 2);
+    CHECK(split.num_parameters <=
+          (whole.num_parameters + 1) / 2 + train::count_tensor_parallel_replicated_parameters([&] {
+            auto a = one.model.architecture;
+            a.resolve();
+            return a;
+          }()));
+  }
 }

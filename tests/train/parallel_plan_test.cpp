@@ -100,6 +100,43 @@ TEST_CASE("parallel plan: the start-up line and rank 0's groups as the dry run p
   CHECK_THAT(groups, Contains("experts:                  [4, 8) of 8"));
 }
 
+TEST_CASE("parallel plan: under TP the plan names the TP rank, its pool and the SP alignment",
+          "[train][plan][tp]") {
+  const auto config =
+      smoke_config(16, {"model.tensor_model_parallel_size=2", "model.sequence_parallel=true",
+                        "model.expert_tensor_parallel_size=1"});
+  // Rank 5 = pool rank 2 (dp index 1, cp index 0) x tp 2 + tp index 1.
+  const parallel::ParallelPlan plan = parallel::make_parallel_plan(config, 16, 5);
+  CHECK(plan.layout.tensor_model_parallel_size == 2);
+  CHECK(plan.layout.pool_size() == 8);
+  CHECK(plan.coordinates.tensor_parallel_index == 1);
+  CHECK(plan.coordinates.pool_rank == 2);
+  CHECK(plan.coordinates.data_parallel_index == 1);
+  CHECK(plan.group(dist::GroupAxis::tensor_parallel).ranks() == std::vector<int>{4, 5});
+  CHECK(plan.group(dist::GroupAxis::context_parallel).ranks() == std::vector<int>{5, 7});
+  // ETP 1: EP groups are consecutive world ranks; rank 5 holds experts [4, 8).
+  CHECK(plan.group(dist::GroupAxis::expert_parallel).ranks() == std::vector<int>{4, 5});
+  CHECK(plan.experts.first == 4);
+  // Per-group alignment under SP: 2c x tp; the pool's largest group of 8 pads to 32.
+  CHECK(plan.alignment.multiple(2) == 8);
+  CHECK(plan.alignment.multiple(1) == 2);
+  CHECK(plan.largest_group_multiple() == 32);
+  CHECK(parallel::summarize_parallel_plan(plan) ==
+        "world 16 = tp 2 (sequence parallel) x dp 4 x cp 2, ep 2 (etp 1), dynamic CP, alignment "
+        "per group (2 x group size x tp 2)");
+  const std::string groups = parallel::describe_rank_groups(plan, 8);
+  CHECK_THAT(groups, Contains("groups of rank 5 (tp index 1, pool rank 2, dp index 1"));
+  CHECK_THAT(groups, Contains("tensor_parallel:          [4, 5]"));
+  CHECK_THAT(groups, Contains("dynamic CP size 4:        [1, 3, 5, 7]"));
+
+  const auto split = smoke_config(16, {"model.tensor_model_parallel_size=2"});
+  const parallel::ParallelPlan split_plan = parallel::make_parallel_plan(split, 16, 5);
+  CHECK(split_plan.layout.expert_tensor_parallel_size == 2);
+  CHECK(split_plan.group(dist::GroupAxis::expert_parallel).ranks() == std::vector<int>{5, 7});
+  CHECK_THAT(parallel::describe_rank_groups(split_plan, 8),
+             Contains("FFN column shard 1 of 2 of each"));
+}
+
 TEST_CASE("parallel plan: pipeline stages, the layer split and a later stage's groups",
           "[train][plan]") {
   const auto piped = smoke_config(16, {"model.pipeline_model_parallel_size=2"});
