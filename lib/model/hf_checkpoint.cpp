@@ -12,21 +12,10 @@ namespace dyncp::model {
 
 namespace {
 
-std::string shape_text(const core::Shape& shape) {
-  return shape.to_string();
-}
-
 std::string shape_text(const std::vector<std::int64_t>& shape) {
   std::string text = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
   return text + "]";
-}
-
-bool same_shape(const core::Shape& expected, const std::vector<std::int64_t>& stored) {
-  if (static_cast<std::size_t>(expected.rank()) != stored.size()) return false;
-  for (int i = 0; i < expected.rank(); ++i)
-    if (expected[i] != stored[static_cast<std::size_t>(i)]) return false;
-  return true;
 }
 
 bool belongs_to_other_model_parts(const std::string& name) {
@@ -107,7 +96,7 @@ void read_fused_expert(const SafetensorsCheckpoint& checkpoint, const std::strin
                                        "') is missing from the checkpoint");
   // Per expert: gate_up [2I, h] (gate rows then up rows) or down [h, I]; the model's view of
   // one part has shape rows x columns.
-  const std::int64_t rows = tensor.value.size(0), columns = tensor.value.size(1);
+  const std::int64_t rows = tensor.hf_shape.at(0), columns = tensor.hf_shape.at(1);
   const bool gate_up = slice.fused_name.ends_with("gate_up_proj");
   const std::vector<std::int64_t> expected =
       gate_up ? std::vector<std::int64_t>{num_experts, 2 * rows, columns}
@@ -119,7 +108,7 @@ void read_fused_expert(const SafetensorsCheckpoint& checkpoint, const std::strin
                                shape_text(expected) + " ([E, 2I, h] / [E, h, I])");
   const std::int64_t per_expert = (gate_up ? 2 : 1) * rows * columns;
   const std::int64_t first = slice.expert * per_expert + slice.part * rows * columns;
-  buffer.resize(static_cast<std::size_t>(tensor.value.numel()));
+  buffer.resize(static_cast<std::size_t>(tensor.hf_numel()));
   checkpoint.read_f32_range(slice.fused_name, first, buffer);
   tensor.write_hf_order(buffer.data(), tensor.value);
 }
@@ -143,15 +132,15 @@ void load_hf_weights(const std::string& folder, const Qwen3MoeParameters& parame
     expected_names.insert(name);
     const StoredTensorInfo* stored = checkpoint.find(name);
     if (stored == nullptr)
-      core::throw_data_error(folder, "tensor '" + name + "' (shape " +
-                                         shape_text(tensor.value.shape()) +
+      core::throw_data_error(folder, "tensor '" + name + "' (shape " + shape_text(tensor.hf_shape) +
                                          ") is missing from the checkpoint");
-    if (!same_shape(tensor.value.shape(), stored->shape))
+    if (stored->shape != tensor.hf_shape)
       core::throw_data_error(checkpoint.file_of(name), "tensor '" + name + "' has shape " +
                                                            shape_text(stored->shape) +
                                                            " but the model (config.json) needs " +
-                                                           shape_text(tensor.value.shape()));
-    buffer.resize(static_cast<std::size_t>(tensor.value.numel()));
+                                                           shape_text(tensor.hf_shape));
+    // The whole tensor; a tensor-parallel rank keeps its piece.
+    buffer.resize(static_cast<std::size_t>(tensor.hf_numel()));
     checkpoint.read_f32(name, buffer);
     tensor.write_hf_order(buffer.data(), tensor.value);
   }

@@ -39,45 +39,6 @@ bool is_norm_weight(const std::string& name) {
   return name.ends_with("norm.weight");
 }
 
-// Gated q_proj: HF row 2d·j + i of head j is query row d·j + i (i < d) or gate row
-// Hq·d + d·j + (i − d) of our [query rows | gate rows] storage (qwen-moe.md §3.3).
-std::vector<std::int64_t> gated_query_rows(std::int64_t heads, std::int64_t head_dim) {
-  std::vector<std::int64_t> rows;
-  for (std::int64_t j = 0; j < heads; ++j)
-    for (std::int64_t i = 0; i < 2 * head_dim; ++i)
-      rows.push_back(i < head_dim ? j * head_dim + i
-                                  : heads * head_dim + j * head_dim + i - head_dim);
-  return rows;
-}
-
-// Qwen3-Next in_proj_qkvz: Hk groups of [q_g (dk) | k_g (dk) | v_g (r·dv) | z_g (r·dv)],
-// r = Hv / Hk, over our storage [q all | k all | v all | z all] (qwen-moe.md §3.4 step 1).
-std::vector<std::int64_t> next_qkvz_rows(const config::ModelArchitecture& a) {
-  const std::int64_t hk = a.linear_num_key_heads, dk = a.linear_key_head_dim,
-                     dv = a.linear_value_head_dim, r = a.linear_num_value_heads / hk;
-  const std::int64_t key_dim = hk * dk, value_dim = a.linear_num_value_heads * dv;
-  std::vector<std::int64_t> rows;
-  for (std::int64_t g = 0; g < hk; ++g) {
-    for (std::int64_t i = 0; i < dk; ++i) rows.push_back(g * dk + i);
-    for (std::int64_t i = 0; i < dk; ++i) rows.push_back(key_dim + g * dk + i);
-    for (std::int64_t i = 0; i < r * dv; ++i) rows.push_back(2 * key_dim + g * r * dv + i);
-    for (std::int64_t i = 0; i < r * dv; ++i)
-      rows.push_back(2 * key_dim + value_dim + g * r * dv + i);
-  }
-  return rows;
-}
-
-// Qwen3-Next in_proj_ba: Hk groups of [b_g (r) | a_g (r)] over our storage [b all | a all].
-std::vector<std::int64_t> next_ba_rows(const config::ModelArchitecture& a) {
-  const std::int64_t hk = a.linear_num_key_heads, hv = a.linear_num_value_heads, r = hv / hk;
-  std::vector<std::int64_t> rows;
-  for (std::int64_t g = 0; g < hk; ++g) {
-    for (std::int64_t i = 0; i < r; ++i) rows.push_back(g * r + i);
-    for (std::int64_t i = 0; i < r; ++i) rows.push_back(hv + g * r + i);
-  }
-  return rows;
-}
-
 }  // namespace
 
 namespace {
@@ -91,9 +52,9 @@ struct ParameterSlots {
   Param& lm_head;
 };
 
-// Where every parameter lives in the flat buffers, for an architecture and the experts a rank
-// holds: the one plan behind both the allocation and parameter_count(), so the memory
-// estimate counts exactly what is allocated.
+// Where every parameter lives in the flat buffers, for the sizes a rank computes with (its
+// local architecture, tensor_parallel.hpp) and the experts it holds: the one plan behind both
+// the allocation and count(), so the memory estimate counts exactly what is allocated.
 Layout plan_layout(const config::ModelArchitecture& a, const ExpertRange& experts,
                    ParameterSlots slots) {
   const std::int64_t local_experts = experts.count;
@@ -187,24 +148,37 @@ void copy_row_in(const float* in, const Tensor& table, std::int64_t row, std::in
 
 }  // namespace
 
+std::int64_t HfTensor::hf_numel() const {
+  std::int64_t n = 1;
+  for (const std::int64_t extent : hf_shape) n *= extent;
+  return n;
+}
+
+bool HfTensor::stored_in_hf_order() const {
+  if (!holds_whole() || hf_column_first != 0) return false;
+  for (const HfRowRun& run : row_runs)
+    if (run.row != run.hf_row) return false;
+  return true;
+}
+
 void HfTensor::read_hf_order(const Tensor& source, float* hf) const {
-  if (rows.empty()) {
-    copy_row_out(source, 0, source.numel(), hf);
-    return;
-  }
-  const std::int64_t columns = source.numel() / source.size(0);
-  for (std::size_t r = 0; r < rows.size(); ++r)
-    copy_row_out(source, rows[r], columns, hf + static_cast<std::int64_t>(r) * columns);
+  const std::int64_t columns = source.numel() / std::max<std::int64_t>(source.size(0), 1);
+  const std::int64_t hf_columns = hf_numel() / std::max<std::int64_t>(hf_shape.at(0), 1);
+  const Tensor rows = source.reshape({source.size(0), columns});
+  for_each_row_run([&](std::int64_t row, std::int64_t hf_row, std::int64_t count) {
+    for (std::int64_t r = 0; r < count; ++r)
+      copy_row_out(rows, row + r, columns, hf + (hf_row + r) * hf_columns + hf_column_first);
+  });
 }
 
 void HfTensor::write_hf_order(const float* hf, const Tensor& destination) const {
-  if (rows.empty()) {
-    copy_row_in(hf, destination, 0, destination.numel());
-    return;
-  }
-  const std::int64_t columns = destination.numel() / destination.size(0);
-  for (std::size_t r = 0; r < rows.size(); ++r)
-    copy_row_in(hf + static_cast<std::int64_t>(r) * columns, destination, rows[r], columns);
+  const std::int64_t columns = destination.numel() / std::max<std::int64_t>(destination.size(0), 1);
+  const std::int64_t hf_columns = hf_numel() / std::max<std::int64_t>(hf_shape.at(0), 1);
+  const Tensor rows = destination.reshape({destination.size(0), columns});
+  for_each_row_run([&](std::int64_t row, std::int64_t hf_row, std::int64_t count) {
+    for (std::int64_t r = 0; r < count; ++r)
+      copy_row_in(hf + (hf_row + r) * hf_columns + hf_column_first, rows, row + r, columns);
+  });
 }
 
 void validate_qwen3_moe_architecture(const config::ModelArchitecture& a) {
@@ -274,12 +248,14 @@ void validate_qwen3_moe_architecture(const config::ModelArchitecture& a) {
 }
 
 Qwen3MoeParameters::Qwen3MoeParameters(const config::ModelArchitecture& architecture,
-                                       ExpertRange experts, core::DType dtype, core::Device device)
-    : architecture_(architecture), expert_range_(experts) {
+                                       ExpertRange experts, core::DType dtype, core::Device device,
+                                       TensorParallelShape tensor_parallel)
+    : architecture_(architecture), tensor_parallel_(tensor_parallel), expert_range_(experts) {
   if (dtype != DType::f32 && dtype != DType::f64)
     core::throw_config_error("model.dtype", "parameters are f32 or f64");
   architecture_.resolve();
   validate_qwen3_moe_architecture(architecture_);
+  local_architecture_ = model::local_architecture(architecture_, tensor_parallel_);
   const auto& a = architecture_;
   if (expert_range_.count == 0) expert_range_.count = a.num_experts;
   if (expert_range_.first < 0 || expert_range_.count < 0 ||
@@ -288,16 +264,9 @@ Qwen3MoeParameters::Qwen3MoeParameters(const config::ModelArchitecture& architec
                              "expert range [" + std::to_string(expert_range_.first) + ", " +
                                  std::to_string(expert_range_.first + expert_range_.count) +
                                  ") does not fit in " + std::to_string(a.num_experts) + " experts");
-  Layout layout = plan_layout(a, expert_range_, {embed_tokens, layers, final_norm, lm_head});
+  Layout layout =
+      plan_layout(local_architecture_, expert_range_, {embed_tokens, layers, final_norm, lm_head});
   dense_numel_ = layout.dense_total;
-  const std::int64_t local_experts = expert_range_.count;
-  const std::int64_t h = a.hidden_size, d = a.head_dim, hq = a.num_attention_heads,
-                     moe_i = a.moe_intermediate_size, dense_i = a.intermediate_size;
-  const bool hybrid = a.is_hybrid();
-  const std::int64_t value_dim = a.linear_num_value_heads * a.linear_value_head_dim,
-                     conv_dim = 2 * a.linear_num_key_heads * a.linear_key_head_dim + value_dim,
-                     hv = a.linear_num_value_heads, shared_i = a.shared_expert_intermediate_size;
-
   all_values_ = Tensor::zeros({layout.total}, dtype, device);
   all_grads_ = Tensor::zeros({layout.total}, dtype, device);
   for (const auto& entry : layout.entries) {
@@ -306,98 +275,15 @@ Qwen3MoeParameters::Qwen3MoeParameters(const config::ModelArchitecture& architec
     entry.param->grad = all_grads_.slice(entry.offset, end).reshape(entry.shape);
   }
   if (a.tie_word_embeddings) lm_head = embed_tokens;
-
-  // HF names (qwen-moe.md §4.2), in checkpoint order.
-  const auto add_hf = [this](std::string name, const Param& param, bool is_expert = false) {
-    hf_tensors_.push_back({std::move(name), param.value, param.grad, is_expert});
-  };
-  const auto rows_of = [](const Param& param, std::int64_t begin, std::int64_t end) {
-    return Param{param.value.slice(begin, end), param.grad.slice(begin, end)};
-  };
-  const auto select = [](const Param& param, std::int64_t index) {
-    return Param{param.value.select(index), param.grad.select(index)};
-  };
-  // Rows [0, rows) of the storage starting at `first` (adjacent parameters), as one tensor.
-  const auto spanning = [](const Param& first, std::int64_t rows, std::int64_t columns) {
-    const auto view = [&](const Tensor& t) {
-      return Tensor::view_of(t.raw_data(), {rows, columns}, t.dtype(), t.device());
-    };
-    return Param{view(first.value), view(first.grad)};
-  };
-  const auto add_hf_rows = [this](std::string name, const Param& param,
-                                  std::vector<std::int64_t> rows) {
-    hf_tensors_.push_back({std::move(name), param.value, param.grad, false, std::move(rows)});
-  };
-  add_hf("model.embed_tokens.weight", embed_tokens);
-  for (std::int64_t i = 0; i < a.num_hidden_layers; ++i) {
-    const auto& layer = layers[static_cast<std::size_t>(i)];
-    const std::string prefix = "model.layers." + std::to_string(i) + ".";
-    add_hf(prefix + "input_layernorm.weight", layer.input_norm);
-    if (layer.mixer == config::LayerMixer::full_attention) {
-      if (hybrid) {
-        add_hf_rows(prefix + "self_attn.q_proj.weight",
-                    spanning(layer.attention.q_proj, 2 * hq * d, h), gated_query_rows(hq, d));
-      } else {
-        add_hf(prefix + "self_attn.q_proj.weight", layer.attention.q_proj);
-      }
-      add_hf(prefix + "self_attn.k_proj.weight", layer.attention.k_proj);
-      add_hf(prefix + "self_attn.v_proj.weight", layer.attention.v_proj);
-      add_hf(prefix + "self_attn.o_proj.weight", layer.attention.o_proj);
-      add_hf(prefix + "self_attn.q_norm.weight", layer.attention.q_norm);
-      add_hf(prefix + "self_attn.k_norm.weight", layer.attention.k_norm);
-    } else {
-      const auto& gdn = layer.linear_attention;
-      const std::string linear = prefix + "linear_attn.";
-      if (a.model_type == "qwen3_next") {
-        add_hf_rows(linear + "in_proj_qkvz.weight",
-                    spanning(gdn.in_proj_qkv, conv_dim + value_dim, h), next_qkvz_rows(a));
-        add_hf_rows(linear + "in_proj_ba.weight", spanning(gdn.in_proj_b, 2 * hv, h),
-                    next_ba_rows(a));
-      } else {
-        add_hf(linear + "in_proj_qkv.weight", gdn.in_proj_qkv);
-        add_hf(linear + "in_proj_z.weight", gdn.in_proj_z);
-        add_hf(linear + "in_proj_b.weight", gdn.in_proj_b);
-        add_hf(linear + "in_proj_a.weight", gdn.in_proj_a);
-      }
-      add_hf(linear + "conv1d.weight", gdn.conv1d);
-      add_hf(linear + "A_log", gdn.A_log);
-      add_hf(linear + "dt_bias", gdn.dt_bias);
-      add_hf(linear + "norm.weight", gdn.norm);
-      add_hf(linear + "out_proj.weight", gdn.out_proj);
-    }
-    add_hf(prefix + "post_attention_layernorm.weight", layer.post_attention_norm);
-    if (layer.is_moe) {
-      add_hf(prefix + "mlp.gate.weight", layer.moe.router);
-      if (layer.moe.has_shared_expert) {
-        const auto& shared = layer.moe.shared_expert;
-        add_hf(prefix + "mlp.shared_expert.gate_proj.weight", rows_of(shared.gate_up, 0, shared_i));
-        add_hf(prefix + "mlp.shared_expert.up_proj.weight",
-               rows_of(shared.gate_up, shared_i, 2 * shared_i));
-        add_hf(prefix + "mlp.shared_expert.down_proj.weight", shared.down);
-        add_hf(prefix + "mlp.shared_expert_gate.weight", layer.moe.shared_expert_gate);
-      }
-      for (std::int64_t local = 0; local < local_experts; ++local) {
-        const std::int64_t expert = expert_range_.first + local;
-        const std::string expert_prefix = prefix + "mlp.experts." + std::to_string(expert) + ".";
-        const Param gate_up = select(layer.moe.experts.gate_up, local);
-        add_hf(expert_prefix + "gate_proj.weight", rows_of(gate_up, 0, moe_i), true);
-        add_hf(expert_prefix + "up_proj.weight", rows_of(gate_up, moe_i, 2 * moe_i), true);
-        add_hf(expert_prefix + "down_proj.weight", select(layer.moe.experts.down, local), true);
-      }
-    } else {
-      add_hf(prefix + "mlp.gate_proj.weight", rows_of(layer.dense.gate_up, 0, dense_i));
-      add_hf(prefix + "mlp.up_proj.weight", rows_of(layer.dense.gate_up, dense_i, 2 * dense_i));
-      add_hf(prefix + "mlp.down_proj.weight", layer.dense.down);
-    }
-  }
-  add_hf("model.norm.weight", final_norm);
-  if (!a.tie_word_embeddings) add_hf("lm_head.weight", lm_head);
+  add_hf_tensors();
 }
 
 std::int64_t Qwen3MoeParameters::count(const config::ModelArchitecture& architecture,
-                                       ExpertRange experts, std::int64_t* dense) {
-  config::ModelArchitecture a = architecture;
-  a.resolve();
+                                       ExpertRange experts, std::int64_t* dense,
+                                       TensorParallelShape tensor_parallel) {
+  config::ModelArchitecture whole = architecture;
+  whole.resolve();
+  const config::ModelArchitecture a = model::local_architecture(whole, tensor_parallel);
   if (experts.count == 0) experts.count = a.num_experts;
   Param embed_tokens, final_norm, lm_head;
   std::vector<DecoderLayerParams> layers;
@@ -447,6 +333,9 @@ const HfTensor* Qwen3MoeParameters::find(const std::string& hf_name) const {
 void Qwen3MoeParameters::copy_values_from(const Qwen3MoeParameters& other) const {
   if (other.all_values_.shape() != all_values_.shape() ||
       other.all_values_.dtype() != all_values_.dtype() ||
+      other.tensor_parallel_.size != tensor_parallel_.size ||
+      other.tensor_parallel_.index != tensor_parallel_.index ||
+      other.tensor_parallel_.expert_index != tensor_parallel_.expert_index ||
       other.expert_range_.first != expert_range_.first ||
       other.expert_range_.count != expert_range_.count)
     core::throw_runtime_error("Qwen3MoeParameters::copy_values_from: the models differ (" +
@@ -458,7 +347,8 @@ void Qwen3MoeParameters::copy_values_from(const Qwen3MoeParameters& other) const
 void Qwen3MoeParameters::init_random(std::uint64_t seed, double init_std) const {
   if (device() != core::Device::cpu) {
     // The random streams are host code: draw on a host copy and upload it once.
-    const Qwen3MoeParameters host(architecture_, expert_range_, all_values_.dtype());
+    const Qwen3MoeParameters host(architecture_, expert_range_, all_values_.dtype(),
+                                  core::Device::cpu, tensor_parallel_);
     host.init_random(seed, init_std);
     copy_values_from(host);
     return;
@@ -479,7 +369,8 @@ void Qwen3MoeParameters::init_random(std::uint64_t seed, double init_std) const 
       global_index += tensors_per_expert * (tensor.is_expert ? first : after);
       in_experts = tensor.is_expert;
     }
-    values.resize(static_cast<std::size_t>(tensor.value.numel()));
+    // Drawn for the whole tensor, so a TP piece holds the whole model's values there.
+    values.resize(static_cast<std::size_t>(tensor.hf_numel()));
     fill_initial_values(tensor.name, global_index++, seed, init_std, values);
     tensor.write_hf_order(values.data(), tensor.value);
   }

@@ -16,6 +16,7 @@
 
 #include "config/model_architecture.hpp"
 #include "model/seams.hpp"
+#include "model/tensor_parallel.hpp"
 
 namespace dyncp::model {
 
@@ -74,21 +75,56 @@ struct DecoderLayerParams {
   MoeParams moe;         // when is_moe
 };
 
+// Which group holds the pieces of a tensor split by tensor parallelism.
+enum class TensorSplit : std::uint8_t {
+  whole,                   // every rank of the TP group holds all of it
+  tensor_parallel,         // a 1/tp piece per TP rank (heads, FFN columns, vocabulary)
+  expert_tensor_parallel,  // a 1/etp piece of an expert per expert-TP rank
+};
+
+// Local rows [row, row + count) of a tensor hold its HF rows [hf_row, hf_row + count).
+struct HfRowRun {
+  std::int64_t row = 0;
+  std::int64_t hf_row = 0;
+  std::int64_t count = 0;
+};
+
 // One HF checkpoint tensor: its name and the views holding its value and gradient.
 // Names are the text model's (`model.` prefix, one tensor per expert); hf_checkpoint.cpp maps
 // them to the on-disk layouts (Qwen3.5's `model.language_model.` prefix and fused experts).
+//
+// `value` holds the whole HF tensor or, under tensor parallelism, this rank's piece of it. As a
+// matrix (first dimension rows, the rest columns) the piece is rows given by `row_runs` (empty:
+// local row r is HF row r) and the columns [hf_column_first, hf_column_first + local columns):
+// column-parallel pieces are rows, row-parallel ones columns. Row runs also map the tensors we
+// store de-interleaved (the gated q_proj, Qwen3-Next's in_proj_qkvz / in_proj_ba) to HF order.
 struct HfTensor {
   std::string name;
   Tensor value;
   Tensor grad;
   bool is_expert = false;  // summed over the expert-data-parallel group, not the whole pool
-  // Empty: value / grad hold the tensor in HF order. Otherwise HF row r (first dim) is row
-  // rows[r] of value / grad, whose shape is then the HF shape (the gated q_proj and Qwen3-Next's
-  // grouped in_proj_qkvz / in_proj_ba are stored de-interleaved for the layers).
-  std::vector<std::int64_t> rows;
-  // Copies value (or grad; f32 or f64) in HF order into / out of `hf` (value.numel() floats).
+  std::vector<std::int64_t> hf_shape;  // the whole tensor's HF shape
+  std::vector<HfRowRun> row_runs;
+  std::int64_t hf_column_first = 0;
+  TensorSplit split = TensorSplit::whole;
+  // A whole tensor whose gradient on a TP rank is only that rank's part (it acts on the rank's
+  // heads or rows): the gradient is summed over the TP group before anything else reads it.
+  bool tp_partial_grad = false;
+
+  std::int64_t hf_numel() const;
+  bool holds_whole() const { return hf_numel() == value.numel(); }
+  // Whether value is the whole tensor in HF order (a plain view, no runs to map).
+  bool stored_in_hf_order() const;
+  // Copies the held elements of value (or grad; f32 or f64) into / out of `hf`, the WHOLE
+  // tensor in HF order (hf_numel() floats); elements other ranks hold are left untouched.
   void read_hf_order(const Tensor& source, float* hf) const;
   void write_hf_order(const float* hf, const Tensor& destination) const;
+  // fn(local_row, hf_row, count) for every run (the identity run when row_runs is empty).
+  template <typename Fn>
+  void for_each_row_run(Fn&& fn) const {
+    if (row_runs.empty()) return fn(std::int64_t{0}, std::int64_t{0}, value.size(0));
+    for (const HfRowRun& run : row_runs) fn(run.row, run.hf_row, run.count);
+  }
 };
 
 // The experts this rank holds: [first, first + count) of every MoE layer (count 0 = all).
@@ -108,14 +144,17 @@ class Qwen3MoeParameters {
   // dtype: f32, or f64 for finite-difference checks. On Device::cuda the buffers live in
   // device memory: host code (checkpoints, init) reaches them through a host copy
   // (copy_values_from / init_random upload one; checkpoint writers download one).
+  // `tensor_parallel`: this rank's piece of every split tensor (tensor_parallel.hpp).
   explicit Qwen3MoeParameters(const config::ModelArchitecture& architecture,
                               ExpertRange experts = {}, core::DType dtype = core::DType::f32,
-                              core::Device device = core::Device::cpu);
+                              core::Device device = core::Device::cpu,
+                              TensorParallelShape tensor_parallel = {});
 
   // Elements the buffers of a model with this architecture and expert range take, without
   // allocating them (the memory estimate); `dense` receives the part before the experts.
   static std::int64_t count(const config::ModelArchitecture& architecture, ExpertRange experts,
-                            std::int64_t* dense = nullptr);
+                            std::int64_t* dense = nullptr,
+                            TensorParallelShape tensor_parallel = {});
   // The elements of one pipeline stage's parameters (the memory estimate of a stage): the
   // tensors of layers [first_layer, first_layer + num_layers), the embedding when
   // `embedding`, the final norm and LM head when `head` (a tied head: the embedding, which the
@@ -131,7 +170,12 @@ class Qwen3MoeParameters {
                                   ExpertRange experts, const StageParts& parts,
                                   std::int64_t* experts_out = nullptr);
 
+  // The whole model's architecture (HF names and shapes, config.json).
   const config::ModelArchitecture& architecture() const { return architecture_; }
+  // The sizes this rank's layers compute with: the whole architecture's without tensor
+  // parallelism, the rank's share of heads, FFN columns and vocabulary with it.
+  const config::ModelArchitecture& local_architecture() const { return local_architecture_; }
+  const TensorParallelShape& tensor_parallel() const { return tensor_parallel_; }
   const ExpertRange& expert_range() const { return expert_range_; }
   Param embed_tokens;  // [V, h]
   std::vector<DecoderLayerParams> layers;
@@ -164,7 +208,10 @@ class Qwen3MoeParameters {
  private:
   void fill_initial_values(const std::string& name, std::size_t index, std::uint64_t seed,
                            double init_std, std::vector<float>& values) const;
+  void add_hf_tensors();
   config::ModelArchitecture architecture_;
+  config::ModelArchitecture local_architecture_;
+  TensorParallelShape tensor_parallel_;
   ExpertRange expert_range_;
   Tensor all_values_;
   Tensor all_grads_;

@@ -82,10 +82,8 @@ std::vector<WholeModelTensor> whole_model_tensors(const Qwen3MoeParameters& para
   std::vector<WholeModelTensor> tensors;
   std::int64_t layer = -1;  // the MoE layer whose experts were listed last
   for (const HfTensor& tensor : parameters.hf_tensors()) {
-    std::vector<std::int64_t> shape;
-    for (int d = 0; d < tensor.value.rank(); ++d) shape.push_back(tensor.value.size(d));
     if (!tensor.is_expert) {
-      tensors.push_back({tensor.name, std::move(shape), &tensor});
+      tensors.push_back({tensor.name, tensor.hf_shape, &tensor});
       continue;
     }
     // "model.layers.{i}.mlp.experts.{e}.<part>.weight": the first expert tensor of a layer
@@ -95,9 +93,8 @@ std::vector<WholeModelTensor> whole_model_tensors(const Qwen3MoeParameters& para
     if (this_layer == layer) continue;
     layer = this_layer;
     const std::string prefix = tensor.name.substr(0, tensor.name.find(".experts.") + 9);
-    const auto& experts = parameters.layers[static_cast<std::size_t>(layer)].moe.experts;
-    const std::int64_t intermediate = experts.down.value.size(2),
-                       hidden = experts.down.value.size(1);
+    const std::int64_t intermediate = parameters.architecture().moe_intermediate_size,
+                       hidden = parameters.architecture().hidden_size;
     for (std::int64_t e = 0; e < num_experts; ++e) {
       const std::string expert = prefix + std::to_string(e) + ".";
       tensors.push_back(
@@ -117,7 +114,7 @@ TensorToWrite tensor_to_write(const WholeModelTensor& tensor, std::string stored
   if (tensor.held != nullptr) {
     const HfTensor* held = tensor.held;
     const Tensor source = counterpart(parameters, flat, held->value);
-    if (held->rows.empty() && source.dtype() == core::DType::f32) {
+    if (held->stored_in_hf_order() && source.dtype() == core::DType::f32) {
       entry.values = {source.data<float>(), static_cast<std::size_t>(source.numel())};
     } else {
       entry.fill = [held, source](std::span<float> out) {

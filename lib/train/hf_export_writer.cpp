@@ -93,7 +93,7 @@ std::vector<Piece> cut_pieces(const std::vector<ExportTensor>& tensors, std::int
       const std::int64_t per_expert = numel / num_experts;
       for (std::int64_t e = 0; e < num_experts; ++e)
         pieces.push_back({t, e * per_expert, per_expert, e});
-    } else if (tensor.layer < 0 && tensor.held->rows.empty()) {
+    } else if (tensor.layer < 0 && tensor.held->stored_in_hf_order()) {
       for (std::int64_t begin = 0; begin < numel; begin += dense_run)
         pieces.push_back({t, begin, std::min(dense_run, numel - begin), -1});
     } else {

@@ -1,0 +1,230 @@
+// The HF tensor list of Qwen3MoeParameters: every checkpoint tensor's name, the views holding
+// this rank's part of it, and where that part sits in the whole HF tensor (qwen-moe.md §4.2-4.4,
+// tensor parallelism in tensor_parallel.hpp).
+
+#include "core/error.hpp"
+#include "model/qwen3_moe_parameters.hpp"
+
+namespace dyncp::model {
+
+namespace {
+
+// This rank's share of `count` things split over `parts` ranks: [first, first + share).
+struct Share {
+  std::int64_t first = 0;
+  std::int64_t count = 0;
+};
+
+Share share_of(std::int64_t count, int parts, int index) {
+  return {count / parts * index, count / parts};
+}
+
+// Gated q_proj: HF stores query and gate interleaved per head ([q_j (d) | gate_j (d)] for head
+// j); we keep [query rows of our heads | gate rows of our heads] (qwen-moe.md §3.3).
+std::vector<HfRowRun> gated_query_runs(Share heads, std::int64_t head_dim) {
+  std::vector<HfRowRun> runs;
+  for (std::int64_t j = 0; j < heads.count; ++j) {
+    const std::int64_t hf = 2 * head_dim * (heads.first + j);
+    runs.push_back({j * head_dim, hf, head_dim});
+    runs.push_back({(heads.count + j) * head_dim, hf + head_dim, head_dim});
+  }
+  return runs;
+}
+
+// Qwen3-Next in_proj_qkvz: Hk groups of [q_g (dk) | k_g (dk) | v_g (r·dv) | z_g (r·dv)],
+// r = Hv / Hk, over our storage [q ours | k ours | v ours | z ours] (qwen-moe.md §3.4 step 1).
+std::vector<HfRowRun> next_qkvz_runs(const config::ModelArchitecture& whole, Share key_heads) {
+  const std::int64_t dk = whole.linear_key_head_dim,
+                     ratio = whole.linear_num_value_heads / whole.linear_num_key_heads,
+                     value_rows = ratio * whole.linear_value_head_dim;
+  const std::int64_t key_rows = key_heads.count * dk, group_rows = 2 * dk + 2 * value_rows;
+  std::vector<HfRowRun> runs;
+  for (std::int64_t g = 0; g < key_heads.count; ++g) {
+    const std::int64_t hf = (key_heads.first + g) * group_rows;
+    runs.push_back({g * dk, hf, dk});
+    runs.push_back({key_rows + g * dk, hf + dk, dk});
+    runs.push_back({2 * key_rows + g * value_rows, hf + 2 * dk, value_rows});
+    runs.push_back(
+        {2 * key_rows + (key_heads.count + g) * value_rows, hf + 2 * dk + value_rows, value_rows});
+  }
+  return runs;
+}
+
+// Qwen3-Next in_proj_ba: Hk groups of [b_g (r) | a_g (r)] over our storage [b ours | a ours].
+std::vector<HfRowRun> next_ba_runs(const config::ModelArchitecture& whole, Share key_heads) {
+  const std::int64_t ratio = whole.linear_num_value_heads / whole.linear_num_key_heads;
+  std::vector<HfRowRun> runs;
+  for (std::int64_t g = 0; g < key_heads.count; ++g) {
+    const std::int64_t hf = 2 * ratio * (key_heads.first + g);
+    runs.push_back({g * ratio, hf, ratio});
+    runs.push_back({(key_heads.count + g) * ratio, hf + ratio, ratio});
+  }
+  return runs;
+}
+
+// One row run covering a contiguous share of HF rows.
+std::vector<HfRowRun> rows_run(Share rows) {
+  return {{0, rows.first, rows.count}};
+}
+
+}  // namespace
+
+void Qwen3MoeParameters::add_hf_tensors() {
+  const config::ModelArchitecture& a = architecture_;
+  const TensorParallelShape& tp = tensor_parallel_;
+  const bool split = tp.active();
+  const std::int64_t h = a.hidden_size, d = a.head_dim;
+  const Share q_heads = share_of(a.num_attention_heads, tp.size, tp.index),
+              kv_heads = share_of(a.num_key_value_heads, tp.size, tp.index),
+              key_heads = share_of(a.linear_num_key_heads, tp.size, tp.index),
+              value_heads = share_of(a.linear_num_value_heads, tp.size, tp.index),
+              vocab = share_of(a.vocab_size, tp.size, tp.index),
+              dense_i = share_of(a.intermediate_size, tp.size, tp.index),
+              shared_i = share_of(a.shared_expert_intermediate_size, tp.size, tp.index),
+              moe_i = share_of(a.moe_intermediate_size, tp.expert_size, tp.expert_index);
+  const std::int64_t dk = a.linear_key_head_dim, dv = a.linear_value_head_dim;
+  const std::int64_t key_dim = a.linear_num_key_heads * dk,
+                     value_dim = a.linear_num_value_heads * dv;
+
+  // A tensor held whole by every rank: its gradient is this rank's part when `partial`.
+  const auto add_whole = [&](std::string name, const Param& param, bool partial = false) {
+    HfTensor tensor{std::move(name), param.value, param.grad};
+    for (int dim = 0; dim < param.value.rank(); ++dim)
+      tensor.hf_shape.push_back(param.value.size(dim));
+    tensor.tp_partial_grad = split && partial;
+    hf_tensors_.push_back(std::move(tensor));
+  };
+  // Rows of the whole tensor of shape `hf_shape` (column-parallel pieces, vocabulary rows and
+  // the de-interleaved layouts); `over` says which group splits it.
+  const auto add_rows = [&](std::string name, const Param& param,
+                            std::vector<std::int64_t> hf_shape, std::vector<HfRowRun> runs,
+                            TensorSplit over, bool is_expert = false) {
+    HfTensor tensor{std::move(name), param.value, param.grad, is_expert};
+    tensor.hf_shape = std::move(hf_shape);
+    tensor.row_runs = std::move(runs);
+    tensor.split = over;
+    hf_tensors_.push_back(std::move(tensor));
+  };
+  // Columns [first, first + value columns) of a whole [rows, columns] tensor (row-parallel).
+  const auto add_columns = [&](std::string name, const Param& param, std::int64_t hf_columns,
+                               std::int64_t first, TensorSplit over, bool is_expert = false) {
+    HfTensor tensor{std::move(name), param.value, param.grad, is_expert};
+    tensor.hf_shape = {param.value.size(0), hf_columns};
+    tensor.hf_column_first = first;
+    tensor.split = over;
+    hf_tensors_.push_back(std::move(tensor));
+  };
+  const TensorSplit by_tp = split ? TensorSplit::tensor_parallel : TensorSplit::whole;
+  const TensorSplit by_etp =
+      tp.expert_size > 1 ? TensorSplit::expert_tensor_parallel : TensorSplit::whole;
+  const auto rows_of = [](const Param& param, std::int64_t begin, std::int64_t end) {
+    return Param{param.value.slice(begin, end), param.grad.slice(begin, end)};
+  };
+  const auto select = [](const Param& param, std::int64_t index) {
+    return Param{param.value.select(index), param.grad.select(index)};
+  };
+  // Rows [0, rows) of the storage starting at `first` (adjacent parameters), as one tensor.
+  const auto spanning = [](const Param& first, std::int64_t rows, std::int64_t columns) {
+    const auto view = [&](const Tensor& t) {
+      return Tensor::view_of(t.raw_data(), {rows, columns}, t.dtype(), t.device());
+    };
+    return Param{view(first.value), view(first.grad)};
+  };
+  // Norm weights act on the rank's rows under sequence parallelism.
+  const bool sp = tp.sequence_parallel;
+
+  add_rows("model.embed_tokens.weight", embed_tokens, {a.vocab_size, h}, rows_run(vocab), by_tp);
+  for (std::int64_t i = 0; i < a.num_hidden_layers; ++i) {
+    const auto& layer = layers[static_cast<std::size_t>(i)];
+    const std::string prefix = "model.layers." + std::to_string(i) + ".";
+    add_whole(prefix + "input_layernorm.weight", layer.input_norm, sp);
+    if (layer.mixer == config::LayerMixer::full_attention) {
+      const std::string attn = prefix + "self_attn.";
+      const std::int64_t q_rows = a.num_attention_heads * d, kv_rows = a.num_key_value_heads * d;
+      if (a.is_hybrid()) {
+        add_rows(attn + "q_proj.weight", spanning(layer.attention.q_proj, 2 * q_heads.count * d, h),
+                 {2 * q_rows, h}, gated_query_runs(q_heads, d), by_tp);
+      } else {
+        add_rows(attn + "q_proj.weight", layer.attention.q_proj, {q_rows, h},
+                 rows_run({q_heads.first * d, q_heads.count * d}), by_tp);
+      }
+      const std::vector<HfRowRun> kv_run = rows_run({kv_heads.first * d, kv_heads.count * d});
+      add_rows(attn + "k_proj.weight", layer.attention.k_proj, {kv_rows, h}, kv_run, by_tp);
+      add_rows(attn + "v_proj.weight", layer.attention.v_proj, {kv_rows, h}, kv_run, by_tp);
+      add_columns(attn + "o_proj.weight", layer.attention.o_proj, q_rows, q_heads.first * d, by_tp);
+      // q/k norms are per head dim, shared by all heads: each TP rank's heads add to them.
+      add_whole(attn + "q_norm.weight", layer.attention.q_norm, true);
+      add_whole(attn + "k_norm.weight", layer.attention.k_norm, true);
+    } else {
+      const auto& gdn = layer.linear_attention;
+      const std::string linear = prefix + "linear_attn.";
+      const std::int64_t conv_dim = 2 * key_dim + value_dim;
+      const std::int64_t key_rows = key_heads.count * dk, value_rows = value_heads.count * dv;
+      // Our [q | k | v] rows (the conv's channels): three runs of the whole [q | k | v].
+      const std::vector<HfRowRun> qkv_runs = {
+          {0, key_heads.first * dk, key_rows},
+          {key_rows, key_dim + key_heads.first * dk, key_rows},
+          {2 * key_rows, 2 * key_dim + value_heads.first * dv, value_rows}};
+      const std::int64_t local_conv = 2 * key_rows + value_rows;
+      if (a.model_type == "qwen3_next") {
+        add_rows(linear + "in_proj_qkvz.weight",
+                 spanning(gdn.in_proj_qkv, local_conv + value_rows, h), {conv_dim + value_dim, h},
+                 next_qkvz_runs(a, key_heads), by_tp);
+        add_rows(linear + "in_proj_ba.weight", spanning(gdn.in_proj_b, 2 * value_heads.count, h),
+                 {2 * a.linear_num_value_heads, h}, next_ba_runs(a, key_heads), by_tp);
+      } else {
+        add_rows(linear + "in_proj_qkv.weight", gdn.in_proj_qkv, {conv_dim, h}, qkv_runs, by_tp);
+        add_rows(linear + "in_proj_z.weight", gdn.in_proj_z, {value_dim, h},
+                 rows_run({value_heads.first * dv, value_rows}), by_tp);
+        const std::vector<HfRowRun> head_run = rows_run(value_heads);
+        add_rows(linear + "in_proj_b.weight", gdn.in_proj_b, {a.linear_num_value_heads, h},
+                 head_run, by_tp);
+        add_rows(linear + "in_proj_a.weight", gdn.in_proj_a, {a.linear_num_value_heads, h},
+                 head_run, by_tp);
+      }
+      add_rows(linear + "conv1d.weight", gdn.conv1d, {conv_dim, 1, a.linear_conv_kernel_dim},
+               qkv_runs, by_tp);
+      add_rows(linear + "A_log", gdn.A_log, {a.linear_num_value_heads}, rows_run(value_heads),
+               by_tp);
+      add_rows(linear + "dt_bias", gdn.dt_bias, {a.linear_num_value_heads}, rows_run(value_heads),
+               by_tp);
+      // The gated output norm is per value head dim, shared by all heads.
+      add_whole(linear + "norm.weight", gdn.norm, true);
+      add_columns(linear + "out_proj.weight", gdn.out_proj, value_dim, value_heads.first * dv,
+                  by_tp);
+    }
+    add_whole(prefix + "post_attention_layernorm.weight", layer.post_attention_norm, sp);
+    // gate_proj rows [0, I) and up_proj rows [I, 2I) of a fused gate_up, down's columns.
+    const auto add_swiglu = [&](const std::string& mlp, const DenseMlpParams& params, Share rows,
+                                std::int64_t whole_rows, TensorSplit over, bool is_expert) {
+      add_rows(mlp + "gate_proj.weight", rows_of(params.gate_up, 0, rows.count), {whole_rows, h},
+               rows_run(rows), over, is_expert);
+      add_rows(mlp + "up_proj.weight", rows_of(params.gate_up, rows.count, 2 * rows.count),
+               {whole_rows, h}, rows_run(rows), over, is_expert);
+      add_columns(mlp + "down_proj.weight", params.down, whole_rows, rows.first, over, is_expert);
+    };
+    if (layer.is_moe) {
+      // The router and the shared-expert gate act on the rank's rows of the MoE block.
+      add_whole(prefix + "mlp.gate.weight", layer.moe.router, true);
+      if (layer.moe.has_shared_expert) {
+        add_swiglu(prefix + "mlp.shared_expert.", layer.moe.shared_expert, shared_i,
+                   a.shared_expert_intermediate_size, by_tp, false);
+        add_whole(prefix + "mlp.shared_expert_gate.weight", layer.moe.shared_expert_gate, true);
+      }
+      for (std::int64_t local = 0; local < expert_range_.count; ++local) {
+        const std::int64_t expert = expert_range_.first + local;
+        const DenseMlpParams one{select(layer.moe.experts.gate_up, local),
+                                 select(layer.moe.experts.down, local)};
+        add_swiglu(prefix + "mlp.experts." + std::to_string(expert) + ".", one, moe_i,
+                   a.moe_intermediate_size, by_etp, true);
+      }
+    } else {
+      add_swiglu(prefix + "mlp.", layer.dense, dense_i, a.intermediate_size, by_tp, false);
+    }
+  }
+  add_whole("model.norm.weight", final_norm, sp);
+  if (!a.tie_word_embeddings)
+    add_rows("lm_head.weight", lm_head, {a.vocab_size, h}, rows_run(vocab), by_tp);
+}
+
+}  // namespace dyncp::model
