@@ -43,21 +43,6 @@ std::vector<std::string> unbuilt_features(const ConfigContainer& config) {
   }
   std::vector<std::string> out;
   for (const auto& [feature, settings] : features) out.push_back(feature + " (" + settings + ")");
-  // Tensor parallelism: the layout, its rules and the dry run's estimates are built, the TP
-  // model is not, so a training run refuses it while --dry-run shows what it would be.
-  if (config.model.tensor_model_parallel_size > 1) {
-    std::string settings = "model.tensor_model_parallel_size=" +
-                           std::to_string(config.model.tensor_model_parallel_size);
-    if (config.model.sequence_parallel) settings += ", model.sequence_parallel=true";
-    if (config.model.expert_tensor_parallel_size) {
-      settings += ", model.expert_tensor_parallel_size=" +
-                  std::to_string(*config.model.expert_tensor_parallel_size);
-    }
-    out.push_back("tensor parallelism in training (" + settings +
-                  "; built: the tp x cp x dp layout, its groups and rules, the alignment and the "
-                  "memory estimate shown by --dry-run; supported in training: "
-                  "model.tensor_model_parallel_size=1)");
-  }
   // Selective recomputation is built for some of Megatron's modules only.
   std::string unbuilt_modules;
   for (const auto& module : config.model.recompute_modules)

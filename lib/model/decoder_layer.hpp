@@ -64,7 +64,12 @@ struct DecoderLayerActivations {
   Tensor y_perm;  // [T·k, h]: expert outputs, unweighted
   ExpertSaved experts;
   Tensor aux_grad_coeff;  // [S, E] when the aux loss is on
-  // Shared expert (hybrid family): SwiGLU [T, 2Is] / [T, Is], its output [T, h] and gate logit.
+  // Tensor parallelism without sequence parallelism: the MoE block routes a slice of the
+  // layer's rows on each TP rank; this is cu_seqlens clipped to that slice (host i32 [S + 1]).
+  Tensor moe_cu_seqlens;
+  // Shared expert (hybrid family): SwiGLU [T, 2Is] / [T, Is], its output [T, h] and gate logit
+  // (under tensor parallelism SwiGLU on every row and the rank's columns, output and logit on
+  // the MoE block's rows).
   // shared_hidden is undefined when the backward recomputes the MoE activation, and
   // shared_gate_up too when it recomputes the whole shared expert.
   Tensor shared_gate_up, shared_hidden, shared_out;
@@ -107,9 +112,13 @@ struct LayerRunContext {
   // model.moe_router_force_load_balancing: experts from the token positions
   // (ops::balanced_router_forward), through the unfused plan and permutation.
   bool moe_router_force_load_balancing = false;
+  // model.sequence_parallel: under tensor parallelism (seams.tensor_parallel of more than one
+  // rank) the residual stream holds this rank's 1/tp of the rows (tensor_parallel.hpp).
+  bool sequence_parallel = false;
 };
 
-// output [T, h] = layer(input). Saved tensors are allocated from run.seam.activations,
+// output [T, h] = layer(input), T the layer's rows (under sequence parallelism this rank's
+// share of the bin's rows; positions and cu_seqlens always describe every row). Saved tensors are allocated from run.seam.activations,
 // temporaries from run.seam.scratch. Returns this layer's aux loss (0 when off or dense).
 double decoder_layer_forward(const LayerRunContext& run, int layer_index,
                              const DecoderLayerParams& params, const Tensor& input,

@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "model/decoder_layer.hpp"
+#include "model/vocab_parallel.hpp"
 #include "ops/cross_entropy.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/embedding.hpp"
@@ -117,7 +118,8 @@ void set_bin_and_moe_options(LayerRunContext& run, const PackedBin& bin,
 }  // namespace
 
 Qwen3MoeModel::Qwen3MoeModel(const config::ModelArchitecture& architecture, ModelOptions options)
-    : parameters_(architecture, options.experts, options.dtype, options.device),
+    : parameters_(architecture, options.experts, options.dtype, options.device,
+                  options.tensor_parallel),
       options_(options),
       activations_("model.activations", core::Arena::kDefaultBlockBytes, options.device),
       scratch_("model.scratch", core::Arena::kDefaultBlockBytes, options.device),
@@ -156,6 +158,13 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
   check_bin(bin);
   DYNCP_CHECK(seams.attention != nullptr && seams.experts != nullptr && seams.statistics != nullptr,
               "run_bin needs the attention, expert and statistics seams");
+  const TensorParallelShape& tensor_parallel = parameters_.tensor_parallel();
+  if (tensor_parallel.active() &&
+      (seams.tensor_parallel == nullptr || seams.tensor_parallel->size() != tensor_parallel.size ||
+       seams.tensor_parallel->rank() != tensor_parallel.index))
+    core::throw_runtime_error("a model built for TP rank " + std::to_string(tensor_parallel.index) +
+                              " of " + std::to_string(tensor_parallel.size) +
+                              " needs the tensor-parallel seam of that rank's TP group");
   const bool has_linear_attention = std::any_of(
       parameters_.layers.begin(), parameters_.layers.end(), [](const DecoderLayerParams& layer) {
         return layer.mixer == config::LayerMixer::linear_attention;
@@ -168,10 +177,20 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
   layer_saves_->reset();
   host_saves_.reset();
 
-  const auto& a = parameters_.architecture();
+  const auto& a = parameters_.local_architecture();
   const DType dtype = parameters_.all_values().dtype();
   const std::int64_t tokens = bin.token_ids.size(0);
   const std::int64_t hidden = a.hidden_size;
+  // The residual stream's rows: every row of the bin, or under sequence parallelism this TP
+  // rank's equal share (the alignment pads every sequence to a multiple of tp).
+  const bool sequence_parallel = tensor_parallel.active() && tensor_parallel.sequence_parallel;
+  if (sequence_parallel && tokens % tensor_parallel.size != 0)
+    core::throw_data_error("bin.token_ids",
+                           std::to_string(tokens) + " rows do not divide over " +
+                               std::to_string(tensor_parallel.size) +
+                               " TP ranks (sequence parallelism pads every sequence to a "
+                               "multiple of 2 x cp x tp)");
+  const std::int64_t rows = sequence_parallel ? tokens / tensor_parallel.size : tokens;
   auto& inputs = layer_activations_->layer_inputs;
   auto& per_layer = layer_activations_->per_layer;
   auto& saved_from = layer_activations_->saved_from;
@@ -191,6 +210,7 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
   run.seam.scratch = &scratch_;
   run.seams = seams;
   run.architecture = &a;
+  run.sequence_parallel = sequence_parallel;
   set_bin_and_moe_options(run, bin, options_, options, sequence_lengths_);
 
   SeamContext bin_context = run.seam;
@@ -215,19 +235,19 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
   std::optional<core::ArenaScope> stream_scope;
   if (bf16_activations_) stream_scope.emplace(scratch_);
   core::Arena& stream_arena = bf16_activations_ ? scratch_ : activations_;
-  Tensor current = stream_arena.allocate({tokens, hidden}, dtype);
-  Tensor spare = bf16_activations_ ? scratch_.allocate({tokens, hidden}, dtype) : Tensor{};
-  ops::embedding_forward(run.seam.ops, bin.token_ids, parameters_.embed_tokens.value, current);
+  Tensor current = stream_arena.allocate({rows, hidden}, dtype);
+  Tensor spare = bf16_activations_ ? scratch_.allocate({rows, hidden}, dtype) : Tensor{};
+  vocabulary_embedding_forward(run, bin.token_ids, parameters_.embed_tokens.value, current);
   for (std::size_t layer = 0; layer < per_layer.size(); ++layer) {
     if (bf16_activations_) {
-      inputs[layer] = activations_.allocate({tokens, hidden}, DType::bf16);
+      inputs[layer] = activations_.allocate({rows, hidden}, DType::bf16);
       ops::convert(run.seam.ops, current, inputs[layer]);
       ops::convert(run.seam.ops, inputs[layer], current);  // the layer reads what it keeps
     } else {
       inputs[layer] = current;
     }
     const Tensor output =
-        bf16_activations_ ? spare : activations_.allocate({tokens, hidden}, dtype);
+        bf16_activations_ ? spare : activations_.allocate({rows, hidden}, dtype);
     saved_from[layer] = layer_saves_->mark();
     result.aux_loss += decoder_layer_forward(
         run, static_cast<int>(layer), parameters_.layers[layer], current, per_layer[layer], output);
@@ -245,32 +265,31 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
     for (std::int64_t l = 0; l < host_aux.numel(); ++l) result.aux_loss += values[l];
   }
 
-  ops::RmsNormSaved final_norm_saved{activations_.allocate({tokens}, dtype)};
-  const Tensor normed_final = stream_arena.allocate({tokens, hidden}, dtype);
+  ops::RmsNormSaved final_norm_saved{activations_.allocate({rows}, dtype)};
+  const Tensor normed_final = stream_arena.allocate({rows, hidden}, dtype);
   const ops::RmsNormVariant norm_variant = residual_norm_variant(a);
   ops::rmsnorm_forward(run.seam.ops, inputs.back(), parameters_.final_norm.value, a.rms_norm_eps,
                        norm_variant, normed_final, final_norm_saved);
-  if (options.final_hidden.defined()) options.final_hidden.copy_from(normed_final);
 
   Tensor dnormed_final;
   Tensor dlm_head;
   if (options.compute_gradients) {
-    dnormed_final = stream_arena.allocate({tokens, hidden}, dtype);
+    dnormed_final = stream_arena.allocate({rows, hidden}, dtype);
     dlm_head = parameters_.lm_head.grad;
   }
   ops::CrossEntropyOptions cross_entropy_options;
   cross_entropy_options.token_chunk = options_.cross_entropy_token_chunk;
   cross_entropy_options.vocab_chunk = options_.cross_entropy_vocab_chunk;
   cross_entropy_options.grad_scale = options.loss_grad_scale;
-  const auto cross_entropy = ops::fused_cross_entropy(
-      run.seam.ops, normed_final, parameters_.lm_head.value, bin.labels, bin.loss_mask,
-      options.per_token_loss, dnormed_final, dlm_head, cross_entropy_options);
+  const auto cross_entropy = vocabulary_cross_entropy(
+      run, normed_final, parameters_.lm_head.value, bin.labels, bin.loss_mask,
+      options.per_token_loss, dnormed_final, dlm_head, cross_entropy_options, options.final_hidden);
   result.loss_sum = cross_entropy.loss_sum;
   result.loss_tokens = cross_entropy.num_loss_tokens;
   if (!options.compute_gradients) return result;
 
   // The residual-stream gradient, updated in place layer by layer.
-  const Tensor grad = activations_.allocate({tokens, hidden}, dtype);
+  const Tensor grad = activations_.allocate({rows, hidden}, dtype);
   ops::rmsnorm_backward(run.seam.ops, dnormed_final, inputs.back(), parameters_.final_norm.value,
                         norm_variant, final_norm_saved, grad, parameters_.final_norm.grad);
   stream_scope.reset();  // bf16 activations: the fp32 stream and the final norm's rows go
@@ -280,14 +299,14 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
     Tensor input = inputs[layer];
     if (bf16_activations_) {
       widened_scope.emplace(scratch_);
-      input = scratch_.allocate({tokens, hidden}, dtype);
+      input = scratch_.allocate({rows, hidden}, dtype);
       ops::convert(run.seam.ops, inputs[layer], input);
     }
     // Kept layers sit below this point in reverse order of backward, so releasing to where a
     // layer's saves start frees exactly that layer; a recomputed one saves above the top.
     if (recomputed(layer)) {
       saved_from[layer] = layer_saves_->mark();
-      const Tensor discarded_output = layer_saves_->allocate({tokens, hidden}, dtype);
+      const Tensor discarded_output = layer_saves_->allocate({rows, hidden}, dtype);
       decoder_layer_forward(run, static_cast<int>(layer), parameters_.layers[layer], input,
                             per_layer[layer], discarded_output);
     }
@@ -297,8 +316,8 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
     if (options.after_layer_backward)
       options.after_layer_backward(static_cast<std::int64_t>(layer));
   }
-  ops::embedding_backward(run.seam.ops, bin.token_ids, grad, parameters_.embed_tokens.grad,
-                          architecture().pad_token_id);
+  vocabulary_embedding_backward(run, bin.token_ids, grad, parameters_.embed_tokens.grad,
+                                architecture().pad_token_id);
   return result;
 }
 

@@ -67,6 +67,10 @@ struct ModelOptions {
   // gradients are bitwise those without.
   config::SelectiveRecompute selective;
   ExpertRange experts;  // experts held by this rank (default: all)
+  // Tensor parallelism: this rank's piece of every split weight and whether the residual
+  // stream is split by rows (tensor_parallel.hpp). run_bin then needs BinSeams::tensor_parallel
+  // over the TP group.
+  TensorParallelShape tensor_parallel;
   // f32 (training) or f64 (finite-difference checks): parameters, gradients and activations.
   // HF checkpoints load into either; the per_token_loss / final_hidden outputs of BinOptions
   // must have the same dtype.
@@ -102,7 +106,9 @@ struct BinOptions {
   std::int64_t aux_num_sequences_global = 1;
   double aux_loss_grad_scale = 1.0;
   Tensor per_token_loss;  // optional f32 [T] output (0 on rows without loss)
-  Tensor final_hidden;    // optional f32 [T, h] output: the normed hidden states before the head
+  // optional f32 [T, h] output: the normed hidden states before the head (every row, also
+  // under sequence parallelism)
+  Tensor final_hidden;
   // Called after each layer's backward with its index (ddp.overlap_grad_reduce starts the
   // buckets that layer finished, parallel/overlapped_gradient_reduce.hpp).
   std::function<void(std::int64_t layer)> after_layer_backward;

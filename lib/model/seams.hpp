@@ -187,13 +187,16 @@ class LinearAttentionContext {
                         const Tensor& dg, const Tensor& dbeta) = 0;
 };
 
+class TensorParallelContext;  // tensor_parallel.hpp
+
 // The seams one bin runs with. linear_attention is needed only by models with Gated DeltaNet
-// layers.
+// layers, tensor_parallel only under tensor parallelism (nullptr: one TP rank).
 struct BinSeams {
   AttentionContext* attention = nullptr;
   ExpertDispatcher* experts = nullptr;
   SequenceStatisticsReducer* statistics = nullptr;
   LinearAttentionContext* linear_attention = nullptr;
+  TensorParallelContext* tensor_parallel = nullptr;
 };
 
 }  // namespace dyncp::model

@@ -11,6 +11,7 @@ namespace dyncp::parallel {
 struct SeamCounters {
   double cp_comm_ms = 0;
   double ep_comm_ms = 0;
+  double tp_comm_ms = 0;  // the tensor-parallel group's sums and gathers
   // Causal (query, key) pairs this rank's attention evaluated, summed over layers and bins:
   // about 1/c of a bin's pairs on each rank of a group of c (zigzag balances them).
   std::int64_t attention_pairs = 0;

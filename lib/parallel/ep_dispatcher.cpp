@@ -1,12 +1,13 @@
 #include "parallel/ep_dispatcher.hpp"
 
 #include <cstring>
+#include <numeric>
 #include <string>
 
 #include "core/error.hpp"
 #include "model/local_seams.hpp"
 #include "ops/elementwise.hpp"
-#include "parallel/row_copy.hpp"
+#include "parallel/expert_row_blocks.hpp"
 
 namespace dyncp::parallel {
 
@@ -14,7 +15,8 @@ using core::DType;
 using core::Tensor;
 
 EpExpertDispatcher::EpExpertDispatcher(dist::Comm& expert_parallel_group, std::int64_t num_experts,
-                                       std::int64_t num_layers, SeamCounters* counters)
+                                       std::int64_t num_layers, SeamCounters* counters,
+                                       dist::Comm* expert_tensor_parallel)
     : group_(expert_parallel_group),
       num_experts_(num_experts),
       num_local_experts_(num_experts / expert_parallel_group.size()),
@@ -30,6 +32,34 @@ EpExpertDispatcher::EpExpertDispatcher(dist::Comm& expert_parallel_group, std::i
                              std::to_string(expert_parallel_group.size()) +
                                  ": must divide num_experts (" + std::to_string(num_experts) + ")");
   }
+  if (expert_tensor_parallel != nullptr && expert_tensor_parallel->size() > 1)
+    expert_tensor_parallel_ = std::make_unique<ExpertTensorParallel>(
+        *expert_tensor_parallel, num_local_experts_, num_layers, counters);
+}
+
+void EpExpertDispatcher::run_local_forward(const model::SeamContext& context, int layer,
+                                           const Tensor& rows, const Tensor& offsets,
+                                           const Tensor& host_offsets,
+                                           const model::ExpertWeights& weights, const Tensor& y,
+                                           model::ExpertSaved& saved) {
+  if (!expert_tensor_parallel_)
+    return model::run_experts_forward(context, rows, offsets, weights, y, saved);
+  Tensor on_host = host_offsets;
+  if (!on_host.defined()) {
+    // Device offsets of one EP rank's rows come down once: the expert-TP exchange sizes its
+    // messages on the host.
+    on_host = context.host_arena().allocate(offsets.shape(), DType::i64);
+    on_host.copy_from(offsets);
+  }
+  expert_tensor_parallel_->forward(context, layer, rows, on_host, weights, y, saved);
+}
+
+void EpExpertDispatcher::run_local_backward(const model::SeamContext& context, int layer,
+                                            const Tensor& dy, const model::ExpertWeights& weights,
+                                            const model::ExpertSaved& saved, const Tensor& drows) {
+  if (!expert_tensor_parallel_)
+    return model::run_experts_backward(context, dy, weights, saved, drows);
+  expert_tensor_parallel_->backward(context, layer, dy, weights, saved, drows);
 }
 
 void EpExpertDispatcher::check_local(const model::ExpertWeights& weights) const {
@@ -67,35 +97,9 @@ void EpExpertDispatcher::fill_recv_counts(const Tensor& received_expert_rows,
 void EpExpertDispatcher::regroup(const ops::OpContext& ctx, const Tensor& received_expert_rows,
                                  const Tensor& from, const Tensor& to,
                                  bool source_major_to_expert_major) {
-  const auto move = [&](std::int64_t from_row, std::int64_t to_row, std::int64_t count) {
-    if (from.dtype() == to.dtype()) return copy_rows(from, from_row, to, to_row, count);
-    if (count > 0)
-      ops::convert(ctx, from.slice(from_row, from_row + count), to.slice(to_row, to_row + count));
-  };
-  const std::int64_t* rows = received_expert_rows.data<std::int64_t>();
-  const std::int64_t sources = group_.size();
-  // source_cursor_[s]: where the next (s, e) block starts in source-major order. Walking the
-  // blocks in expert-major order visits each source's experts in ascending order.
-  std::int64_t start = 0;
-  for (std::int64_t s = 0; s < sources; ++s) {
-    source_cursor_[static_cast<std::size_t>(s)] = start;
-    for (std::int64_t e = 0; e < num_local_experts_; ++e) start += rows[s * num_local_experts_ + e];
-  }
-  std::int64_t expert_major_offset = 0;
-  for (std::int64_t e = 0; e < num_local_experts_; ++e) {
-    for (std::int64_t s = 0; s < sources; ++s) {
-      std::int64_t& source_major_offset = source_cursor_[static_cast<std::size_t>(s)];
-      const std::int64_t block = rows[s * num_local_experts_ + e];
-      // Device rows move by device copies (row_copy.hpp), one per (source, expert) block.
-      if (source_major_to_expert_major) {
-        move(source_major_offset, expert_major_offset, block);
-      } else {
-        move(expert_major_offset, source_major_offset, block);
-      }
-      expert_major_offset += block;
-      source_major_offset += block;
-    }
-  }
+  regroup_expert_blocks(ctx, received_expert_rows.data<std::int64_t>(), group_.size(),
+                        num_local_experts_, from, to, source_major_to_expert_major,
+                        source_cursor_);
 }
 
 void EpExpertDispatcher::forward(const model::SeamContext& context, int layer, const Tensor& x_perm,
@@ -105,7 +109,9 @@ void EpExpertDispatcher::forward(const model::SeamContext& context, int layer, c
   const model::ExpertWeights& local = weights;
   if (group_.size() == 1) {
     if (counters_ != nullptr) counters_->expert_rows += x_perm.size(0);
-    model::run_experts_forward(context, x_perm, expert_offsets, local, y_perm, saved);
+    run_local_forward(context, layer, x_perm, expert_offsets,
+                      expert_offsets.device() == core::Device::cpu ? expert_offsets : Tensor{},
+                      local, y_perm, saved);
     return;
   }
   DYNCP_CHECK(expert_offsets.numel() == num_experts_ + 1, "expert offsets cover every expert");
@@ -159,7 +165,8 @@ void EpExpertDispatcher::forward(const model::SeamContext& context, int layer, c
         group[e + 1] += counts[s * num_local_experts_ + e];
     }
   }
-  if (device_offsets) {
+  const Tensor host_group_offsets = group_offsets;
+  if (device_offsets && !expert_tensor_parallel_) {
     // The local experts' offsets go up for the grouped products (an upload: no wait).
     const Tensor on_device = keep.allocate(group_offsets.shape(), DType::i64);
     on_device.copy_from(group_offsets);
@@ -174,7 +181,7 @@ void EpExpertDispatcher::forward(const model::SeamContext& context, int layer, c
   }
   regroup(context.ops, received, arrived, rows, /*source_major_to_expert_major=*/true);
   const Tensor outputs = scratch.allocate({received_rows, hidden}, row_dtype);
-  model::run_experts_forward(context, rows, group_offsets, local, outputs, saved);
+  run_local_forward(context, layer, rows, group_offsets, host_group_offsets, local, outputs, saved);
 
   // 4. Outputs home, in the order the rows came (in y_perm's dtype).
   const Tensor home = y_perm.dtype() == arrived.dtype()
@@ -193,7 +200,7 @@ void EpExpertDispatcher::backward(const model::SeamContext& context, int layer,
   check_local(weights);
   const model::ExpertWeights& local = weights;
   if (group_.size() == 1) {
-    model::run_experts_backward(context, dy_perm, local, saved, dx_perm);
+    run_local_backward(context, layer, dy_perm, local, saved, dx_perm);
     return;
   }
   core::Arena& scratch = *context.scratch;
@@ -202,7 +209,9 @@ void EpExpertDispatcher::backward(const model::SeamContext& context, int layer,
   const Tensor& received = received_expert_rows_.at(static_cast<std::size_t>(layer));
   fill_send_counts(sent_offsets_.at(static_cast<std::size_t>(layer)), hidden);
   fill_recv_counts(received, hidden);
-  const std::int64_t received_rows = saved.rows.size(0);
+  const std::int64_t received_rows = static_cast<std::int64_t>(
+      std::accumulate(recv_counts_.begin(), recv_counts_.end(), std::size_t{0}) /
+      static_cast<std::size_t>(hidden));
 
   const Tensor arrived = scratch.allocate({received_rows, hidden}, dy_perm.dtype());
   {
@@ -213,7 +222,7 @@ void EpExpertDispatcher::backward(const model::SeamContext& context, int layer,
   const Tensor dy_local = scratch.allocate({received_rows, hidden}, dy_perm.dtype());
   regroup(context.ops, received, arrived, dy_local, /*source_major_to_expert_major=*/true);
   const Tensor drows = scratch.allocate({received_rows, hidden}, dy_perm.dtype());
-  model::run_experts_backward(context, dy_local, local, saved, drows);
+  run_local_backward(context, layer, dy_local, local, saved, drows);
   regroup(context.ops, received, drows, arrived, /*source_major_to_expert_major=*/false);
   ScopedMilliseconds timer(ep_time());
   group_.all_to_all_v(arrived.raw_data(), recv_counts_, dx_perm.raw_data(), send_counts_,

@@ -17,18 +17,23 @@
 // memory (model.moe_grouped_gemm) come down to the host once per layer's forward, the one
 // synchronisation of an EP MoE layer: the all-to-all sizes its messages from them.
 
+#include <memory>
 #include <vector>
 
 #include "dist/comm.hpp"
 #include "model/seams.hpp"
 #include "parallel/comm_timing.hpp"
+#include "parallel/expert_tensor_parallel.hpp"
 
 namespace dyncp::parallel {
 
 class EpExpertDispatcher final : public model::ExpertDispatcher {
  public:
+  // `expert_tensor_parallel`: the experts' columns are split over that group (etp > 1), which
+  // runs the local experts on every rank's rows (expert_tensor_parallel.hpp).
   EpExpertDispatcher(dist::Comm& expert_parallel_group, std::int64_t num_experts,
-                     std::int64_t num_layers, SeamCounters* counters = nullptr);
+                     std::int64_t num_layers, SeamCounters* counters = nullptr,
+                     dist::Comm* expert_tensor_parallel = nullptr);
 
   std::int64_t first_local_expert() const { return first_local_expert_; }
   std::int64_t num_local_experts() const { return num_local_experts_; }
@@ -40,7 +45,7 @@ class EpExpertDispatcher final : public model::ExpertDispatcher {
                 const core::Tensor& expert_offsets, const model::ExpertWeights& weights,
                 const model::ExpertSaved& saved, const core::Tensor& dx_perm) override;
   // Across ranks the rows are sent and received copies; x_perm is only the send buffer.
-  bool keeps_x_perm() const override { return group_.size() == 1; }
+  bool keeps_x_perm() const override { return group_.size() == 1 && !expert_tensor_parallel_; }
 
  private:
   // Throws unless `weights` are exactly this rank's experts (the model holds only its slice).
@@ -54,6 +59,14 @@ class EpExpertDispatcher final : public model::ExpertDispatcher {
   void regroup(const ops::OpContext& ctx, const core::Tensor& received_expert_rows,
                const core::Tensor& from, const core::Tensor& to, bool source_major_to_expert_major);
   double& ep_time() { return counters_ != nullptr ? counters_->ep_comm_ms : unreported_ms_; }
+  // The local experts on rows grouped by local expert: here, or over the expert-TP group.
+  void run_local_forward(const model::SeamContext& context, int layer, const core::Tensor& rows,
+                         const core::Tensor& offsets, const core::Tensor& host_offsets,
+                         const model::ExpertWeights& weights, const core::Tensor& y,
+                         model::ExpertSaved& saved);
+  void run_local_backward(const model::SeamContext& context, int layer, const core::Tensor& dy,
+                          const model::ExpertWeights& weights, const model::ExpertSaved& saved,
+                          const core::Tensor& drows);
 
   dist::Comm& group_;
   std::int64_t num_experts_;
@@ -67,6 +80,7 @@ class EpExpertDispatcher final : public model::ExpertDispatcher {
   std::vector<std::int64_t> source_cursor_;
   std::vector<core::Tensor> received_expert_rows_;  // per layer: i64 [ep, E/ep]
   std::vector<core::Tensor> sent_offsets_;          // per layer: host i64 [E + 1]
+  std::unique_ptr<ExpertTensorParallel> expert_tensor_parallel_;
 };
 
 }  // namespace dyncp::parallel

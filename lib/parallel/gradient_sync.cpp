@@ -27,6 +27,16 @@ void GradientSync::set_device(core::Device device) {
     device_scratch_ = std::make_unique<core::Arena>("gradient_sync.scratch", 1 << 20, device);
 }
 
+void GradientSync::set_tensor_parallel(dist::Comm& tensor_parallel,
+                                       dist::Comm& expert_tensor_parallel,
+                                       const core::Tensor& all_grads) {
+  tensor_parallel_ = &tensor_parallel;
+  expert_tensor_parallel_ = &expert_tensor_parallel;
+  all_grads_ = all_grads;
+  tensor_parallel_sum_ =
+      std::make_unique<TensorParallelGradientSum>(partition_, tensor_parallel, device_);
+}
+
 void GradientSync::reduce_spans_in_place(bool experts, dist::Comm& comm) {
   // Ranges are in ascending offsets; a run of one kind's ranges is one span (the alignment
   // gaps between them belong to no parameter and are never read).
@@ -94,12 +104,14 @@ void GradientSync::reduce_kind(bool experts, dist::Comm& comm) {
 }
 
 void GradientSync::reduce_gradients() {
+  if (tensor_parallel_sum_) tensor_parallel_sum_->sum(all_grads_);
   reduce_kind(/*experts=*/false, pool_);
   reduce_kind(/*experts=*/true, expert_data_parallel_);
 }
 
 double GradientSync::global_sum_of_squares() {
   double dense = 0.0;
+  double dense_split = 0.0;  // pieces of tensors split over TP: summed over it
   double expert = 0.0;
   ops::OpContext device_context;
   device_context.device = device_;
@@ -114,11 +126,22 @@ double GradientSync::global_sum_of_squares() {
           device_context,
           core::Tensor::view_of(const_cast<float*>(g), {range.count}, core::DType::f32, device_));
     }
-    (range.is_expert ? expert : dense) += sum;
+    (range.is_expert                                  ? expert
+     : range.split == model::TensorSplit::tensor_parallel ? dense_split
+                                                          : dense) += sum;
   }
   // Each EP rank holds different experts; replicas in the expert-DP group agree after reduce.
   expert_parallel_.all_reduce(&expert, &expert, 1, core::DType::f64, dist::ReduceOp::sum);
-  return dense + expert;
+  // Under tensor parallelism the TP ranks hold different pieces of the split tensors (and of
+  // every expert with etp > 1) and the same whole tensors.
+  if (tensor_parallel_ != nullptr && tensor_parallel_->size() > 1) {
+    tensor_parallel_->all_reduce(&dense_split, &dense_split, 1, core::DType::f64,
+                                 dist::ReduceOp::sum);
+    if (expert_tensor_parallel_->size() > 1)
+      expert_tensor_parallel_->all_reduce(&expert, &expert, 1, core::DType::f64,
+                                          dist::ReduceOp::sum);
+  }
+  return dense + dense_split + expert;
 }
 
 }  // namespace dyncp::parallel

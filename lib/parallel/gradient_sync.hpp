@@ -14,6 +14,7 @@
 #include "core/arena.hpp"
 #include "dist/comm.hpp"
 #include "parallel/parameter_partition.hpp"
+#include "parallel/tensor_parallel_gradients.hpp"
 
 namespace dyncp::parallel {
 
@@ -26,6 +27,11 @@ class GradientSync {
   // The gradients live on `device` (cuda: each run of one kind's ranges is summed in place over
   // the communicators' device channel, and only one norm value per range crosses to the host).
   void set_device(core::Device device);
+  // Tensor parallelism: the TP-partial gradients of `all_grads` are summed over
+  // `tensor_parallel` before the data-parallel sums, and the norm sums the pieces of split
+  // tensors over their group (expert pieces over `expert_tensor_parallel` when etp > 1).
+  void set_tensor_parallel(dist::Comm& tensor_parallel, dist::Comm& expert_tensor_parallel,
+                           const core::Tensor& all_grads);
 
   void reduce_gradients();
 
@@ -46,6 +52,10 @@ class GradientSync {
   std::vector<const ParameterRange*> packed_;
   core::Device device_ = core::Device::cpu;
   std::unique_ptr<core::Arena> device_scratch_;
+  dist::Comm* tensor_parallel_ = nullptr;
+  dist::Comm* expert_tensor_parallel_ = nullptr;
+  core::Tensor all_grads_;
+  std::unique_ptr<TensorParallelGradientSum> tensor_parallel_sum_;
 };
 
 }  // namespace dyncp::parallel

@@ -81,7 +81,10 @@ OptimizerShards plan_optimizer_shards(const ParameterPartition& partition, int d
     kind->for_each_segment(
         owned.begin, owned.end,
         [&](const ParameterRange& range, std::int64_t offset, std::int64_t, std::int64_t count) {
-          shards.owned_ranges.push_back({offset, count, range.is_expert, range.weight_decay});
+          ParameterRange piece = range;
+          piece.offset = offset;
+          piece.count = count;
+          shards.owned_ranges.push_back(piece);
         });
     shards.owned_elements += owned.count();
   }

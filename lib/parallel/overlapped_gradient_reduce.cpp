@@ -138,8 +138,20 @@ void OverlappedGradientReduce::layer_done(std::int64_t layer) {
   }
 }
 
+void OverlappedGradientReduce::set_tensor_parallel(dist::Comm& tensor_parallel,
+                                                   const ParameterPartition& partition,
+                                                   const core::Tensor& all_grads) {
+  all_grads_ = all_grads;
+  tensor_parallel_sum_ =
+      std::make_unique<TensorParallelGradientSum>(partition, tensor_parallel, all_grads.device());
+}
+
 void OverlappedGradientReduce::start(std::size_t index) {
   const GradientBucket& bucket = buckets_[index];
+  if (tensor_parallel_sum_) {
+    for (const GradientSpan& span : bucket.spans)
+      tensor_parallel_sum_->sum(all_grads_, span.offset, span.offset + span.count);
+  }
   dist::Comm& comm = bucket.is_expert ? *expert_data_parallel_ : *pool_;
   if (comm.size() == 1) return;
   if (device_ != core::Device::cpu) {

@@ -30,6 +30,7 @@
 #include "core/tensor.hpp"
 #include "dist/comm.hpp"
 #include "model/qwen3_moe_parameters.hpp"
+#include "parallel/tensor_parallel_gradients.hpp"
 
 namespace dyncp::parallel {
 
@@ -63,6 +64,10 @@ class OverlappedGradientReduce {
   OverlappedGradientReduce& operator=(const OverlappedGradientReduce&) = delete;
 
   const std::vector<GradientBucket>& buckets() const { return buckets_; }
+  // Tensor parallelism: a bucket's TP-partial gradients are summed over `tensor_parallel`
+  // (on the calling thread) before the bucket starts.
+  void set_tensor_parallel(dist::Comm& tensor_parallel, const ParameterPartition& partition,
+                           const core::Tensor& all_grads);
 
   // Starts a step's reduction: no bucket started yet.
   void begin();
@@ -75,6 +80,8 @@ class OverlappedGradientReduce {
 
  private:
   void start(std::size_t bucket);
+  std::unique_ptr<TensorParallelGradientSum> tensor_parallel_sum_;
+  core::Tensor all_grads_;
   void reduce_on_host(const GradientBucket& bucket);
   void communication_thread();
 

@@ -22,6 +22,17 @@ struct ParameterRange {
   std::int64_t count = 0;
   bool is_expert = false;
   bool weight_decay = true;  // false for norm weights
+  // Tensor parallelism: a piece of tensors split over the TP (or expert-TP) group, whose
+  // squares are summed over it for the gradient norm; and whole tensors whose gradient is a
+  // TP rank's part, summed over the TP group before the data-parallel sums.
+  model::TensorSplit split = model::TensorSplit::whole;
+  bool tp_partial_grad = false;
+
+  // Whether `other` may be merged into one range with this one (same treatment everywhere).
+  bool same_kind(const ParameterRange& other) const {
+    return is_expert == other.is_expert && weight_decay == other.weight_decay &&
+           split == other.split && tp_partial_grad == other.tp_partial_grad;
+  }
 };
 
 struct ParameterPartition {
@@ -35,7 +46,8 @@ std::int64_t expert_index_of(const std::string& hf_name);
 // True for tensors excluded from weight decay (every norm weight).
 bool is_norm_weight(const std::string& hf_name);
 
-// Every tensor `parameters` hold: all of them are this rank's (experts: its slice).
+// Every tensor `parameters` hold: all of them are this rank's (experts: its slice; under
+// tensor parallelism its pieces).
 ParameterPartition partition_parameters(const model::Qwen3MoeParameters& parameters);
 
 }  // namespace dyncp::parallel

@@ -143,8 +143,17 @@ void ShardedStateSync::all_gather_kind(const KindShards& kind, dist::Comm& comm,
 
 void ShardedStateSync::reduce_scatter(const core::Tensor& gradients) {
   require_flat(gradients, "reduce_scatter's gradients");
+  if (tensor_parallel_sum_) tensor_parallel_sum_->sum(gradients);
   reduce_scatter_kind(shards_.dense, pool_, gradients);
   reduce_scatter_kind(shards_.expert, expert_data_parallel_, gradients);
+}
+
+void ShardedStateSync::set_tensor_parallel(dist::Comm& tensor_parallel,
+                                           const ParameterPartition& partition,
+                                           core::Device device) {
+  tensor_parallel_ = &tensor_parallel;
+  tensor_parallel_sum_ =
+      std::make_unique<TensorParallelGradientSum>(partition, tensor_parallel, device);
 }
 
 double ShardedStateSync::global_sum_of_squares(const core::Tensor& gradients) {
@@ -159,16 +168,24 @@ double ShardedStateSync::global_sum_of_squares(const core::Tensor& gradients) {
     context.scratch = device_scratch_.get();
   }
   // One sum per owned range, added in order on the host: the same association on both devices.
-  double sum = 0.0;
+  // sums[1]: what the TP ranks hold different pieces of (split tensors, experts).
+  double sums[2] = {0.0, 0.0};
+  const bool tensor_parallel = tensor_parallel_ != nullptr && tensor_parallel_->size() > 1;
   float* base = gradients.data<float>();
   for (const ParameterRange& range : shards_.owned_ranges) {
-    sum += ops::sum_of_squares(context, core::Tensor::view_of(base + range.offset, {range.count},
-                                                              core::DType::f32, device));
+    const bool differs_over_tp =
+        tensor_parallel && (range.is_expert || range.split != model::TensorSplit::whole);
+    sums[differs_over_tp ? 1 : 0] += ops::sum_of_squares(
+        context, core::Tensor::view_of(base + range.offset, {range.count}, core::DType::f32,
+                                       device));
   }
   // Dense pieces partition the dense state over the pool; expert pieces partition each EP
-  // index's experts over its expert-DP group, and EP indices hold different experts.
-  pool_.all_reduce(&sum, &sum, 1, core::DType::f64, dist::ReduceOp::sum);
-  return sum;
+  // index's experts over its expert-DP group, and EP indices hold different experts. Under
+  // tensor parallelism expert-DP x EP groups span the stage (the pools of every TP rank).
+  pool_.all_reduce(sums, sums, 2, core::DType::f64, dist::ReduceOp::sum);
+  if (tensor_parallel)
+    tensor_parallel_->all_reduce(&sums[1], &sums[1], 1, core::DType::f64, dist::ReduceOp::sum);
+  return sums[0] + sums[1];
 }
 
 void ShardedStateSync::all_gather(const core::Tensor& flat, const core::Tensor& owned_values) {

@@ -29,6 +29,7 @@
 #include "core/tensor.hpp"
 #include "dist/comm.hpp"
 #include "parallel/optimizer_shards.hpp"
+#include "parallel/tensor_parallel_gradients.hpp"
 
 namespace dyncp::parallel {
 
@@ -41,6 +42,12 @@ class ShardedStateSync {
   ~ShardedStateSync();
 
   const OptimizerShards& shards() const { return shards_; }
+
+  // Tensor parallelism: reduce_scatter first sums the TP-partial gradients over
+  // `tensor_parallel` (parallel/tensor_parallel_gradients.hpp), and the norm adds the TP ranks'
+  // pieces of split tensors and of the experts.
+  void set_tensor_parallel(dist::Comm& tensor_parallel, const ParameterPartition& partition,
+                           core::Device device);
 
   // Sums an f32 buffer laid out like all_grads() over each kind's group. Afterwards this rank's
   // owned pieces hold the sums; its other positions keep partial values and must not be used.
@@ -79,6 +86,8 @@ class ShardedStateSync {
   Buckets host_buckets_;
   Buckets device_buckets_;                       // allocated on the first device call
   std::unique_ptr<core::Arena> device_scratch_;  // ops::sum_of_squares on the device
+  dist::Comm* tensor_parallel_ = nullptr;
+  std::unique_ptr<TensorParallelGradientSum> tensor_parallel_sum_;
 };
 
 }  // namespace dyncp::parallel

@@ -39,7 +39,11 @@ StepEngine::StepEngine(model::Qwen3MoeModel& model, dist::ParallelState& paralle
       exchange_(parallel::make_cp_exchange(
           {options.cp_comm_type, options.hierarchical_inner_size, &counters_})),
       experts_(parallel_state.expert_parallel(), model.architecture().num_experts,
-               model.architecture().num_hidden_layers, &counters_),
+               model.architecture().num_hidden_layers, &counters_,
+               parallel_state.layout().expert_tensor_parallel_size > 1
+                   ? &parallel_state.expert_tensor_parallel()
+                   : nullptr),
+      tensor_parallel_(parallel_state.tensor_parallel(), &counters_),
       statistics_(&counters_),
       partition_(parallel::partition_parameters(model.parameters())) {
   const model::ExpertRange& held = model.parameters().expert_range();
@@ -51,6 +55,20 @@ StepEngine::StepEngine(model::Qwen3MoeModel& model, dist::ParallelState& paralle
         std::to_string(experts_.first_local_expert() + experts_.num_local_experts()) +
         "): build it with ModelOptions::experts = parallel::local_expert_range(...)");
   }
+  const model::TensorParallelShape& tp = model.parameters().tensor_parallel();
+  const dist::ParallelLayout& layout = parallel_state.layout();
+  if (tp.size != layout.tensor_model_parallel_size ||
+      tp.index != parallel_state.tensor_parallel().rank() ||
+      tp.expert_size != layout.expert_tensor_parallel_size)
+    core::throw_runtime_error(
+        "the model is built for TP rank " + std::to_string(tp.index) + " of " +
+        std::to_string(tp.size) + " (etp " + std::to_string(tp.expert_size) +
+        ") but this rank is TP rank " + std::to_string(parallel_state.tensor_parallel().rank()) +
+        " of " + std::to_string(layout.tensor_model_parallel_size) + " (etp " +
+        std::to_string(layout.expert_tensor_parallel_size) +
+        "): build it with ModelOptions::tensor_parallel of the plan");
+  const bool tensor_parallel = tp.active();
+  const core::Tensor& all_grads = model.parameters().all_grads();
   if (options.distributed_optimizer) {
     dist::Comm& pool = parallel_state.pool();
     dist::Comm& expert_data_parallel = parallel_state.expert_data_parallel();
@@ -58,15 +76,24 @@ StepEngine::StepEngine(model::Qwen3MoeModel& model, dist::ParallelState& paralle
         parallel::plan_optimizer_shards(partition_, pool.size(), pool.rank(),
                                         expert_data_parallel.size(), expert_data_parallel.rank()),
         pool, expert_data_parallel);
+    if (tensor_parallel)
+      sharded_state_sync_->set_tensor_parallel(parallel_state.tensor_parallel(), partition_,
+                                               all_grads.device());
   } else {
     gradient_sync_.emplace(partition_, model.parameters().all_grads().data<float>(),
                            parallel_state.pool(), parallel_state.expert_data_parallel(),
                            parallel_state.expert_parallel());
     gradient_sync_->set_device(model.parameters().device());
+    if (tensor_parallel)
+      gradient_sync_->set_tensor_parallel(parallel_state.tensor_parallel(),
+                                          parallel_state.expert_tensor_parallel(), all_grads);
     if (options.overlap_grad_reduce) {
       overlapped_reduce_ = std::make_unique<parallel::OverlappedGradientReduce>(
           model.parameters(), parallel_state.pool(), parallel_state.expert_data_parallel(),
           options.bucket_elements);
+      if (tensor_parallel)
+        overlapped_reduce_->set_tensor_parallel(parallel_state.tensor_parallel(), partition_,
+                                                all_grads);
     }
   }
   if (model.parameters().device() == core::Device::cuda) {
@@ -241,16 +268,20 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
         overlapped_reduce_->layer_done(layer);
       };
     }
-    const model::BinResult result = model_.run_bin(
-        bin, {exchange_.attention.get(), &experts_, &statistics_, exchange_.linear_attention.get()},
-        bin_options);
+    const model::BinResult result =
+        model_.run_bin(bin,
+                       {exchange_.attention.get(), &experts_, &statistics_,
+                        exchange_.linear_attention.get(), &tensor_parallel_},
+                       bin_options);
     local_sums[0] += result.loss_sum;
     if (p.rank_in_group == 0) local_sums[1] += result.aux_loss;
   }
   const double bins_ms = elapsed_ms(clock);
   outcome.time.cp_comm_ms = counters_.cp_comm_ms;
   outcome.time.ep_comm_ms = counters_.ep_comm_ms;
-  outcome.time.compute_ms = std::max(0.0, bins_ms - counters_.cp_comm_ms - counters_.ep_comm_ms);
+  outcome.time.tp_comm_ms = counters_.tp_comm_ms;
+  outcome.time.compute_ms = std::max(
+      0.0, bins_ms - counters_.cp_comm_ms - counters_.ep_comm_ms - counters_.tp_comm_ms);
 
   outcome.time.straggler_wait_ms += straggler_wait_ms(parallel_state_.pool());
   clock = std::chrono::steady_clock::now();

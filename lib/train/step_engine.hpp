@@ -35,6 +35,7 @@
 #include "parallel/overlapped_gradient_reduce.hpp"
 #include "parallel/parameter_partition.hpp"
 #include "parallel/sharded_state_sync.hpp"
+#include "parallel/tensor_parallel_group.hpp"
 #include "train/bin_builder.hpp"
 #include "train/step_metrics.hpp"
 
@@ -119,6 +120,7 @@ class StepEngine {
   // The CP exchange's attention and Gated DeltaNet (hybrid) seams on the runtime group.
   parallel::CpExchangeSeams exchange_;
   parallel::EpExpertDispatcher experts_;
+  parallel::TensorParallelGroup tensor_parallel_;
   parallel::GroupStatisticsReducer statistics_;
   parallel::ParameterPartition partition_;
   std::optional<parallel::GradientSync> gradient_sync_;             // replicated optimizer state

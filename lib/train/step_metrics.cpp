@@ -44,14 +44,15 @@ std::string format_console_line(const StepMetrics& m, const LogInterval& interva
              "iterations: {:>3} | dropped samples: {} | tokens/s: {:.0f} | TFLOP/s/device: {:.2f} "
              "| ETA: {} | peak memory (MiB): {:.1f} | step time min/max (ms): {:.1f}/{:.1f} | "
              "microbatches: {} | {} | time (ms): data {:.0f} sched {:.1f} compute {:.0f} cp {:.0f} "
-             "ep {:.0f} wait {:.0f} sync {:.0f} opt {:.0f}",
+             "ep {:.0f} tp {:.0f} wait {:.0f} sync {:.0f} opt {:.0f}",
              m.iteration, m.train_iters, m.consumed_samples, interval.mean_elapsed_ms(), m.lr,
              m.global_batch_size, m.loss, m.grad_norm, interval.skipped_iterations(),
              interval.nan_iterations(), m.dropped_samples, m.tokens_per_s, m.tflops_per_device,
              format_duration(m.eta_seconds), static_cast<double>(m.peak_memory_bytes) / mebibyte,
              m.elapsed_ms_min, m.elapsed_ms_max, m.microbatches,
              format_group_histogram(m.group_sizes), t.data_ms, t.schedule_ms, t.compute_ms,
-             t.cp_comm_ms, t.ep_comm_ms, t.straggler_wait_ms, t.grad_sync_ms, t.optimizer_ms) +
+             t.cp_comm_ms, t.ep_comm_ms, t.tp_comm_ms, t.straggler_wait_ms, t.grad_sync_ms,
+             t.optimizer_ms) +
          (m.validation_loss ? fmt::format(" | validation loss: {:.6E}", *m.validation_loss) : "");
 }
 
@@ -87,6 +88,7 @@ std::string to_json_line(const StepMetrics& m) {
         {"compute", m.time.compute_ms},
         {"cp_comm", m.time.cp_comm_ms},
         {"ep_comm", m.time.ep_comm_ms},
+        {"tp_comm", m.time.tp_comm_ms},
         {"straggler_wait", m.time.straggler_wait_ms},
         {"grad_sync", m.time.grad_sync_ms},
         {"optimizer", m.time.optimizer_ms}}},

@@ -18,7 +18,8 @@ struct StepTimeBreakdown {
   double schedule_ms = 0;   // packing scheduler
   double compute_ms = 0;    // forward + backward compute (communication excluded)
   double cp_comm_ms = 0;    // K/V all-gather and dK/dV reduce-scatter on runtime CP groups
-  double ep_comm_ms = 0;    // expert-parallel all-to-all
+  double ep_comm_ms = 0;    // expert-parallel all-to-all (and the expert-TP gathers)
+  double tp_comm_ms = 0;    // tensor-parallel sums and gathers inside the layers
   double grad_sync_ms = 0;  // loss / token counts and gradient reductions, straggler wait excluded
   // Waiting for the slowest rank of the pool, timed at a barrier before the loss-token count and
   // one before the gradient reductions (so grad_sync is the reductions alone).

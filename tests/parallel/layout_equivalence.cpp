@@ -36,6 +36,7 @@
 #include <cstring>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "core/device_memory.hpp"
@@ -143,6 +144,11 @@ config::ModelArchitecture tiny_hybrid_architecture() {
 
 struct Options {
   int cp = 1;
+  // --tp N: tensor parallelism (world = tp x cp x dp); --sp 1 sequence parallelism; --etp N the
+  // experts' tensor parallelism (1 or tp; unset: tp, Megatron's default).
+  int tp = 1;
+  bool sequence_parallel = false;
+  int etp = 0;
   // --heads Q,KV: attention heads (and for the hybrid its DeltaNet value, key heads); 0: the
   // tiny models' own 4, 2.
   int query_heads = 0, kv_heads = 0;
@@ -191,6 +197,12 @@ Options parse(int argc, char** argv) {
     const std::string value = argv[i + 1];
     if (key == "--cp")
       options.cp = std::stoi(value);
+    else if (key == "--tp")
+      options.tp = std::stoi(value);
+    else if (key == "--sp")
+      options.sequence_parallel = value == "1";
+    else if (key == "--etp")
+      options.etp = std::stoi(value);
     else if (key == "--ep")
       options.ep = std::stoi(value);
     else if (key == "--dynamic")
@@ -297,7 +309,8 @@ double difference_norm(const A* a, const B* b, std::int64_t n) {
 }
 
 // `reference_flat` (laid out like the one-rank reference's values) laid out like `ours`, which
-// may hold an expert slice: each of our HF tensors from the reference tensor of the same name.
+// may hold an expert slice or tensor-parallel pieces: each of our HF tensors is cut from the
+// whole reference tensor of the same name (in HF order).
 template <typename T = float>
 std::vector<T> laid_out_like(const model::Qwen3MoeParameters& ours,
                              const model::Qwen3MoeParameters& reference,
@@ -305,13 +318,43 @@ std::vector<T> laid_out_like(const model::Qwen3MoeParameters& ours,
   std::vector<T> out(static_cast<std::size_t>(ours.num_parameters()), T{0});
   const float* our_base = ours.all_values().data<float>();
   const T* reference_base = reference.all_values().data<T>();
+  std::vector<float> whole;
   for (const auto& tensor : ours.hf_tensors()) {
     const model::HfTensor* match = reference.find(tensor.name);
     if (match == nullptr) throw std::runtime_error("reference has no " + tensor.name);
     const std::int64_t at = tensor.value.data<float>() - our_base;
     const std::int64_t from = match->value.data<T>() - reference_base;
-    std::memcpy(out.data() + at, reference_flat.data<T>() + from,
-                static_cast<std::size_t>(tensor.value.numel()) * sizeof(T));
+    const auto view = [](const T* data, const core::Tensor& like) {
+      return core::Tensor::view_of(const_cast<T*>(data), like.shape(), core::dtype_of<T>::value);
+    };
+    whole.assign(static_cast<std::size_t>(match->hf_numel()), 0.0f);
+    match->read_hf_order(view(reference_flat.data<T>() + from, match->value), whole.data());
+    if constexpr (std::is_same_v<T, float>) {
+      tensor.write_hf_order(whole.data(), view(out.data() + at, tensor.value));
+    } else {
+      // fp64 truth: re-read the whole tensor's doubles so no precision is lost.
+      std::vector<double> whole_double(whole.size());
+      std::vector<float> scratch(whole.size());
+      const core::Tensor source = view(reference_flat.data<T>() + from, match->value);
+      const std::int64_t columns = source.numel() / std::max<std::int64_t>(source.size(0), 1);
+      const std::int64_t hf_columns = match->hf_numel() / match->hf_shape.at(0);
+      match->for_each_row_run([&](std::int64_t row, std::int64_t hf_row, std::int64_t count) {
+        for (std::int64_t r = 0; r < count; ++r)
+          for (std::int64_t c = 0; c < columns; ++c)
+            whole_double[static_cast<std::size_t>((hf_row + r) * hf_columns +
+                                                  match->hf_column_first + c)] =
+                source.data<double>()[(row + r) * columns + c];
+      });
+      const std::int64_t our_columns = tensor.value.numel() / tensor.value.size(0);
+      const std::int64_t our_hf_columns = tensor.hf_numel() / tensor.hf_shape.at(0);
+      tensor.for_each_row_run([&](std::int64_t row, std::int64_t hf_row, std::int64_t count) {
+        for (std::int64_t r = 0; r < count; ++r)
+          for (std::int64_t c = 0; c < our_columns; ++c)
+            out[static_cast<std::size_t>(at + (row + r) * our_columns + c)] =
+                whole_double[static_cast<std::size_t>((hf_row + r) * our_hf_columns +
+                                                      tensor.hf_column_first + c)];
+      });
+    }
   }
   return out;
 }
@@ -573,13 +616,19 @@ int main(int argc, char** argv) {
     truth.run_bin(builder.build(whole_params, whole), local.seams(), reference_options);
 
     // The layout under test.
-    const dist::ParallelLayout layout = dist::layout_for_world(
-        world->size(), options.cp, options.ep, options.dynamic, options.min_cp);
+    const int etp = options.etp > 0 ? options.etp : options.tp;
+    const dist::ParallelLayout layout =
+        dist::layout_for_world(world->size(), options.cp, options.ep, options.dynamic,
+                               options.min_cp, {}, {options.tp, etp});
     dist::ParallelState parallel_state(*world, layout);
-    // Each rank holds only its EP index's experts; the reference holds every expert.
+    // Each rank holds only its EP index's experts; the reference holds every expert. Under TP
+    // it holds its pieces of the split tensors.
     model::ModelOptions sliced_options = model_options;
     sliced_options.experts =
         parallel::local_expert_range(architecture.num_experts, parallel_state.expert_parallel());
+    sliced_options.tensor_parallel = {options.tp, parallel_state.tensor_parallel().rank(), etp,
+                                      parallel_state.expert_tensor_parallel().rank(),
+                                      options.sequence_parallel};
     sliced_options.device = options.device;
     const bool s = options.selective;
     sliced_options.selective = {.moe_act = s, .layernorm = s, .mlp = s, .shared_experts = s};
@@ -602,13 +651,27 @@ int main(int argc, char** argv) {
       std::int64_t experts_held = expert_elements(ours);
       const std::int64_t every_expert = expert_elements(full);
       const std::int64_t dense = full.num_parameters() - every_expert;  // incl. alignment gaps
-      check(experts_held * ep == every_expert &&
-                ours.num_parameters() == dense + every_expert / ep &&
-                ours.all_grads().numel() == ours.num_parameters(),
-            "this rank holds " + std::to_string(ours.num_parameters()) + " parameters = dense " +
-                std::to_string(dense) + " + experts " + std::to_string(experts_held) +
-                " (the whole model's " + std::to_string(every_expert) + " / ep " +
-                std::to_string(ep) + ")");
+      if (options.tp == 1) {
+        check(experts_held * ep == every_expert &&
+                  ours.num_parameters() == dense + every_expert / ep &&
+                  ours.all_grads().numel() == ours.num_parameters(),
+              "this rank holds " + std::to_string(ours.num_parameters()) +
+                  " parameters = dense " + std::to_string(dense) + " + experts " +
+                  std::to_string(experts_held) + " (the whole model's " +
+                  std::to_string(every_expert) + " / ep " + std::to_string(ep) + ")");
+      } else {
+        // Every split tensor's piece is 1/tp (experts 1/etp) of the whole, whole ones whole.
+        std::string wrong;
+        for (const auto& tensor : ours.hf_tensors()) {
+          const std::int64_t parts = tensor.split == model::TensorSplit::tensor_parallel ? options.tp
+                                     : tensor.split == model::TensorSplit::expert_tensor_parallel
+                                         ? etp
+                                         : 1;
+          if (tensor.value.numel() * parts != tensor.hf_numel()) wrong += " " + tensor.name;
+        }
+        check(wrong.empty(), "every tensor-parallel piece is its share of the whole:" + wrong);
+        experts_held *= etp;  // the expert-TP group's pieces make whole experts
+      }
       parallel_state.expert_parallel().all_reduce(&experts_held, &experts_held, 1, core::DType::i64,
                                                   dist::ReduceOp::sum);
       check(experts_held == every_expert, "the EP group's slices add up to every expert once");
@@ -623,7 +686,8 @@ int main(int argc, char** argv) {
     // capacity that sends it to a group of two or more while short ones run alone.
     engine_options.max_seqlen_per_dp_cp_rank = options.dynamic ? 32 : 64 / options.cp;
     engine_options.alignment = packing::alignment_rule(
-        {layout.data_parallel_size, layout.context_parallel_size, layout.dynamic_context_parallel},
+        {layout.data_parallel_size, layout.context_parallel_size, layout.dynamic_context_parallel,
+         options.tp, options.sequence_parallel},
         options.alignment);
     engine_options.fold_alignment_padding = options.fold_alignment_padding;
     engine_options.distributed_optimizer = options.distributed_optimizer;
@@ -849,8 +913,9 @@ int main(int argc, char** argv) {
 
     if (rank == 0) {
       std::printf(
-          "layout dp=%d cp=%d ep=%d dynamic=%d window=%lld on %s: microbatches %lld, worst "
-          "gradient error %.3g\n",
+          "layout tp=%d%s dp=%d cp=%d ep=%d dynamic=%d window=%lld on %s: microbatches %lld, "
+          "worst gradient error %.3g\n",
+          layout.tensor_model_parallel_size, options.sequence_parallel ? " (sp)" : "",
           layout.data_parallel_size, layout.context_parallel_size,
           layout.expert_model_parallel_size, layout.dynamic_context_parallel ? 1 : 0,
           static_cast<long long>(options.sliding_window),
@@ -858,7 +923,7 @@ int main(int argc, char** argv) {
           static_cast<long long>(outcome.microbatches), worst);
     }
     int totals[2] = {passed, failed};
-    parallel_state.pool().all_reduce(totals, totals, 2, core::DType::i32, dist::ReduceOp::sum);
+    parallel_state.world().all_reduce(totals, totals, 2, core::DType::i32, dist::ReduceOp::sum);
     if (rank == 0) std::printf("%d passed, %d failed\n", totals[0], totals[1]);
     return totals[1] == 0 ? 0 : 1;
   } catch (const std::exception& error) {
