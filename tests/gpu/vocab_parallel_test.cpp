@@ -2,8 +2,9 @@
 // the LM head + cross-entropy over 1 and 3 vocabulary shards (step 1's shard lse and target
 // logit, the combined lse, step 3's loss, per-token loss, dhidden and dW; the TP reductions done
 // with ops::add on each device), fp32 and bf16 products, tiled vocab chunks and one tile; the
-// embedding shard lookup and gradient; bad labels and ids named as on the CPU; and, emulated, that
-// steps 1 and 3 read back one status each and the combine and the gradients nothing.
+// embedding shard lookup and gradient; a bin without loss rows; bad labels and ids named as on
+// the CPU; and, emulated, that steps 1 and 3 read back one status each and the combine and the
+// gradients nothing.
 //
 // Tolerances (docs/cuda.md section 3): lse, target, loss as the fp32 GEMM rows (logits from
 // cuBLASLt in another accumulation order); dhidden / dW as the GEMM rows in fp32 and as the
@@ -221,6 +222,42 @@ GPU_TEST(vocab_shard_cross_entropy_bad_label_and_host_copies) {
                                                      target, Tensor(), Tensor(), Tensor());
                     },
                     {"token 7", "label 96", "vocab_shard_cross_entropy"});
+}
+
+// A bin without loss rows (a prompt-only microbatch): no product runs, every output is zero,
+// dhidden is overwritten and dW left as it was; forward only returns the same (empty) loss.
+GPU_TEST(vocab_shard_cross_entropy_without_loss_rows) {
+  ops::cuda::install_backend();
+  const Inputs in = make_inputs();
+  core::Arena scratch("vocab shard gpu scratch", std::size_t{8} << 20, Device::cuda);
+  core::Arena tensors("vocab shard gpu", std::size_t{8} << 20, Device::cuda);
+  ops::OpContext gpu;
+  gpu.device = Device::cuda;
+  gpu.scratch = &scratch;
+  const Tensor hidden = place(tensors, in.hidden, {kTokens, kHidden});
+  const Tensor weight = place(tensors, in.weight, {kVocab, kHidden});
+  const Tensor dweight = place(tensors, in.dweight_start, {kVocab, kHidden});
+  const Tensor labels = place(tensors, std::vector<std::int32_t>(kTokens, -100), {kTokens});
+  const Tensor garbage = place(tensors, random_floats(kTokens * kHidden, 96), {kTokens, kHidden});
+  const Tensor lse = garbage.reshape({kTokens * kHidden}).slice(0, kTokens);
+  const Tensor target = garbage.reshape({kTokens * kHidden}).slice(kTokens, 2 * kTokens);
+  const Tensor per_token = garbage.reshape({kTokens * kHidden}).slice(2 * kTokens, 3 * kTokens);
+  const Tensor dhidden = place(tensors, random_floats(kTokens * kHidden, 97), {kTokens, kHidden});
+  ops::vocab_shard_logsumexp(gpu, hidden, weight, {0, kVocab}, labels, Tensor(), lse, target);
+  const std::vector<float> zeros(kTokens, 0.0f);
+  expect_close("shard lse without loss rows", to_host(lse), zeros, 0.0, 0.0);
+  expect_close("target logit without loss rows", to_host(target), zeros, 0.0, 0.0);
+  const auto result = ops::vocab_shard_cross_entropy(
+      gpu, hidden, weight, {0, kVocab}, labels, Tensor(), lse, target, per_token, dhidden, dweight);
+  expect(result.num_loss_tokens == 0 && result.loss_sum == 0.0, "no loss, no loss tokens");
+  expect_close("per-token loss without loss rows", to_host(per_token), zeros, 0.0, 0.0);
+  expect_close("dhidden without loss rows", to_host(dhidden),
+               std::vector<float>(kTokens * kHidden, 0.0f), 0.0, 0.0);
+  expect_close("dW untouched", to_host(dweight), in.dweight_start, 0.0, 0.0);
+  const auto forward =
+      ops::vocab_shard_cross_entropy(gpu, hidden, weight, {0, kVocab}, labels, Tensor(), lse,
+                                     target, Tensor(), Tensor(), Tensor());
+  expect(forward.num_loss_tokens == 0 && forward.loss_sum == 0.0, "forward only: the same");
 }
 
 GPU_TEST(embedding_shard_matches_cpu) {
