@@ -33,6 +33,17 @@ void embedding_forward(const std::int32_t* ids, const float* table, float* out, 
 void embedding_backward(const std::int32_t* ids, const float* dout, float* dtable,
                         std::int64_t tokens, std::int64_t vocab, std::int64_t hidden,
                         std::int64_t padding_idx, cudaStream_t stream);
+// ops::embedding_shard_forward / _backward: table / dtable hold rows [first, first + rows) of a
+// vocabulary of `vocab` ids ([rows, h]); an id of another shard gives a zero row / no gradient,
+// an id outside [0, vocab) is flagged as above.
+void embedding_shard_forward(const std::int32_t* ids, const float* table, float* out,
+                             std::int64_t tokens, std::int64_t first, std::int64_t rows,
+                             std::int64_t vocab, std::int64_t hidden, std::int32_t* bad_token,
+                             cudaStream_t stream);
+void embedding_shard_backward(const std::int32_t* ids, const float* dout, float* dtable,
+                              std::int64_t tokens, std::int64_t first, std::int64_t rows,
+                              std::int64_t vocab, std::int64_t hidden, std::int64_t padding_idx,
+                              cudaStream_t stream);
 
 // ops::rmsnorm_forward / _backward over rows of n. inv_rms [rows]. one_plus_weight selects
 // the (1 + w) variant. y may alias x; dx may alias dy or x.

@@ -11,26 +11,30 @@ namespace {
 using detail::grid_for;
 using detail::kBlock;
 
-// One block per token row.
+// One block per token row. The table holds rows [first, first + rows) of a vocabulary of
+// `vocab` ids (the whole table: first 0, rows = vocab); an id of another shard gives a zero row.
 __global__ void embedding_forward_kernel(const std::int32_t* ids, const float* table, float* out,
-                                         std::int64_t vocab, std::int64_t hidden,
-                                         std::int32_t* bad_token) {
+                                         std::int64_t first, std::int64_t rows, std::int64_t vocab,
+                                         std::int64_t hidden, std::int32_t* bad_token) {
   const std::int64_t t = blockIdx.x;
   const std::int32_t id = ids[t];
   const bool valid = id >= 0 && id < vocab;
   if (!valid && threadIdx.x == 0 && bad_token != nullptr) atomicMin(bad_token, static_cast<int>(t));
+  const std::int64_t local = id - first;
+  const bool here = valid && local >= 0 && local < rows;
   for (std::int64_t c = threadIdx.x; c < hidden; c += blockDim.x)
-    out[t * hidden + c] = valid ? table[id * hidden + c] : 0.0f;
+    out[t * hidden + c] = here ? table[local * hidden + c] : 0.0f;
 }
 
 __global__ void embedding_backward_kernel(const std::int32_t* ids, const float* dout, float* dtable,
-                                          std::int64_t vocab, std::int64_t hidden,
-                                          std::int64_t padding_idx) {
+                                          std::int64_t first, std::int64_t rows, std::int64_t vocab,
+                                          std::int64_t hidden, std::int64_t padding_idx) {
   const std::int64_t t = blockIdx.x;
   const std::int32_t id = ids[t];
-  if (id < 0 || id >= vocab || id == padding_idx) return;
+  const std::int64_t local = id - first;
+  if (id < 0 || id >= vocab || id == padding_idx || local < 0 || local >= rows) return;
   for (std::int64_t c = threadIdx.x; c < hidden; c += blockDim.x)
-    atomicAdd(&dtable[id * hidden + c], dout[t * hidden + c]);
+    atomicAdd(&dtable[local * hidden + c], dout[t * hidden + c]);
 }
 
 // One block per row: r = 1 / sqrt(mean x² + eps), y = w_eff · x · r.
@@ -119,18 +123,32 @@ __global__ void router_backward_kernel(const float* dweights, const std::int32_t
 void embedding_forward(const std::int32_t* ids, const float* table, float* out, std::int64_t tokens,
                        std::int64_t vocab, std::int64_t hidden, std::int32_t* bad_token,
                        cudaStream_t stream) {
-  if (tokens == 0) return;
-  DYNCP_LAUNCH(embedding_forward_kernel, static_cast<unsigned>(tokens), kBlock, 0, stream)
-  (ids, table, out, vocab, hidden, bad_token);
-  DYNCP_CUDA_CHECK_LAUNCH();
+  embedding_shard_forward(ids, table, out, tokens, 0, vocab, vocab, hidden, bad_token, stream);
 }
 
 void embedding_backward(const std::int32_t* ids, const float* dout, float* dtable,
                         std::int64_t tokens, std::int64_t vocab, std::int64_t hidden,
                         std::int64_t padding_idx, cudaStream_t stream) {
+  embedding_shard_backward(ids, dout, dtable, tokens, 0, vocab, vocab, hidden, padding_idx, stream);
+}
+
+void embedding_shard_forward(const std::int32_t* ids, const float* table, float* out,
+                             std::int64_t tokens, std::int64_t first, std::int64_t rows,
+                             std::int64_t vocab, std::int64_t hidden, std::int32_t* bad_token,
+                             cudaStream_t stream) {
+  if (tokens == 0) return;
+  DYNCP_LAUNCH(embedding_forward_kernel, static_cast<unsigned>(tokens), kBlock, 0, stream)
+  (ids, table, out, first, rows, vocab, hidden, bad_token);
+  DYNCP_CUDA_CHECK_LAUNCH();
+}
+
+void embedding_shard_backward(const std::int32_t* ids, const float* dout, float* dtable,
+                              std::int64_t tokens, std::int64_t first, std::int64_t rows,
+                              std::int64_t vocab, std::int64_t hidden, std::int64_t padding_idx,
+                              cudaStream_t stream) {
   if (tokens == 0) return;
   DYNCP_LAUNCH(embedding_backward_kernel, static_cast<unsigned>(tokens), kBlock, 0, stream)
-  (ids, dout, dtable, vocab, hidden, padding_idx);
+  (ids, dout, dtable, first, rows, vocab, hidden, padding_idx);
   DYNCP_CUDA_CHECK_LAUNCH();
 }
 

@@ -45,6 +45,14 @@ void DeviceOps::embedding_backward(const OpContext&, const Tensor&, const Tensor
                                    std::int64_t) {
   unsupported("embedding_backward");
 }
+void DeviceOps::embedding_shard_forward(const OpContext&, const Tensor&, const Tensor&,
+                                        const VocabShardRange&, const Tensor&) {
+  unsupported("embedding_shard_forward");
+}
+void DeviceOps::embedding_shard_backward(const OpContext&, const Tensor&, const Tensor&,
+                                         const Tensor&, const VocabShardRange&, std::int64_t) {
+  unsupported("embedding_shard_backward");
+}
 void DeviceOps::rmsnorm_forward(const OpContext&, const Tensor&, const Tensor&, double,
                                 RmsNormVariant, const Tensor&, RmsNormSaved&) {
   unsupported("rmsnorm_forward");
@@ -137,6 +145,21 @@ CrossEntropyResult DeviceOps::fused_cross_entropy(const OpContext&, const Tensor
                                                   const Tensor&, const Tensor&,
                                                   const CrossEntropyOptions&) {
   unsupported("fused_cross_entropy");
+}
+void DeviceOps::vocab_shard_logsumexp(const OpContext&, const Tensor&, const Tensor&,
+                                      const VocabShardRange&, const Tensor&, const Tensor&,
+                                      const Tensor&, const Tensor&, const CrossEntropyOptions&) {
+  unsupported("vocab_shard_logsumexp");
+}
+void DeviceOps::combine_shard_logsumexp(const OpContext&, const Tensor&, const Tensor&) {
+  unsupported("combine_shard_logsumexp");
+}
+CrossEntropyResult DeviceOps::vocab_shard_cross_entropy(const OpContext&, const Tensor&,
+                                                        const Tensor&, const VocabShardRange&,
+                                                        const Tensor&, const Tensor&, const Tensor&,
+                                                        const Tensor&, const Tensor&, const Tensor&,
+                                                        const Tensor&, const CrossEntropyOptions&) {
+  unsupported("vocab_shard_cross_entropy");
 }
 void DeviceOps::attention_forward(const OpContext&, const Tensor&, const Tensor&, const Tensor&,
                                   const VarlenAttentionLayout&, double, const Tensor&,

@@ -29,6 +29,8 @@
 #include "ops/router.hpp"
 #include "ops/segment_states.hpp"
 #include "ops/sigmoid_gate.hpp"
+#include "ops/vocab_parallel_cross_entropy.hpp"
+#include "ops/vocab_shard.hpp"
 
 namespace dyncp::ops {
 
@@ -40,6 +42,12 @@ class DeviceOps {
                                  const Tensor& out);
   virtual void embedding_backward(const OpContext& ctx, const Tensor& token_ids, const Tensor& dout,
                                   const Tensor& dtable, std::int64_t padding_idx);
+  virtual void embedding_shard_forward(const OpContext& ctx, const Tensor& token_ids,
+                                       const Tensor& table, const VocabShardRange& shard,
+                                       const Tensor& out);
+  virtual void embedding_shard_backward(const OpContext& ctx, const Tensor& token_ids,
+                                        const Tensor& dout, const Tensor& dtable,
+                                        const VocabShardRange& shard, std::int64_t padding_idx);
   virtual void rmsnorm_forward(const OpContext& ctx, const Tensor& x, const Tensor& weight,
                                double eps, RmsNormVariant variant, const Tensor& y,
                                RmsNormSaved& saved);
@@ -101,6 +109,19 @@ class DeviceOps {
                                                  const Tensor& per_token_loss,
                                                  const Tensor& dhidden, const Tensor& dlm_weight,
                                                  const CrossEntropyOptions& options);
+  // The vocabulary-parallel LM head + cross-entropy (ops/vocab_parallel_cross_entropy.hpp).
+  virtual void vocab_shard_logsumexp(const OpContext& ctx, const Tensor& hidden,
+                                     const Tensor& lm_weight_shard, const VocabShardRange& shard,
+                                     const Tensor& labels, const Tensor& loss_mask,
+                                     const Tensor& shard_lse, const Tensor& target_logit,
+                                     const CrossEntropyOptions& options);
+  virtual void combine_shard_logsumexp(const OpContext& ctx, const Tensor& shard_lses,
+                                       const Tensor& lse);
+  virtual CrossEntropyResult vocab_shard_cross_entropy(
+      const OpContext& ctx, const Tensor& hidden, const Tensor& lm_weight_shard,
+      const VocabShardRange& shard, const Tensor& labels, const Tensor& loss_mask,
+      const Tensor& lse, const Tensor& target_logit, const Tensor& per_token_loss,
+      const Tensor& dhidden, const Tensor& dlm_weight, const CrossEntropyOptions& options);
   virtual void attention_forward(const OpContext& ctx, const Tensor& q, const Tensor& k,
                                  const Tensor& v, const VarlenAttentionLayout& layout, double scale,
                                  const Tensor& out, AttentionSaved& saved);

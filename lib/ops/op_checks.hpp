@@ -11,6 +11,7 @@
 
 #include "core/error.hpp"
 #include "ops/context.hpp"
+#include "ops/vocab_shard.hpp"
 
 namespace dyncp::ops {
 class DeviceOps;
@@ -107,6 +108,17 @@ inline void require_float_operands(
     std::initializer_list<std::pair<std::string_view, const Tensor*>> args) {
   require_cpu_context(op, ctx);
   require_float_operands_on_any_device(op, ctx, args);
+}
+
+// A vocabulary shard with `rows` table rows must be a non-empty part of the vocabulary:
+// 0 <= first and first + rows <= vocab_size.
+inline void require_vocab_shard(std::string_view op, const VocabShardRange& shard,
+                                std::int64_t rows) {
+  if (rows < 1 || shard.first < 0 || shard.first + rows > shard.vocab_size) {
+    fail(op, "the vocabulary shard of " + std::to_string(rows) + " rows from id " +
+                 std::to_string(shard.first) + " must be a non-empty part of the vocabulary [0, " +
+                 std::to_string(shard.vocab_size) + ")");
+  }
 }
 
 // The CUDA backend of a CUDA context (ops/device_ops.hpp); throws when the binary has none.

@@ -16,6 +16,7 @@
 #include "ops/rope.hpp"
 #include "ops/router.hpp"
 #include "ops/swiglu.hpp"
+#include "ops/vocab_parallel_cross_entropy.hpp"
 
 using namespace dyncp::ops;
 using namespace dyncp::ops::test;
@@ -92,6 +93,24 @@ TEST_CASE("a warmed-up forward/backward over every op allocates nothing", "[ops]
     grads.fill_zero();
     fused_cross_entropy(ctx, moe_out, table, labels, Tensor(), Tensor(), dhidden, grads,
                         CrossEntropyOptions{16, 16, 1.0});
+    // The vocabulary-parallel forms over two shards of the table (the TP reductions left out).
+    const Tensor shard_lses = f32({2, tokens}), target = f32({tokens}), lse = f32({tokens});
+    const auto rows_of = [&](const Tensor& t, std::int64_t s) {
+      return t.slice(s * vocab / 2, (s + 1) * vocab / 2);
+    };
+    for (std::int64_t s = 0; s < 2; ++s) {
+      const VocabShardRange shard{s * vocab / 2, vocab};
+      embedding_shard_forward(ctx, ids, rows_of(table, s), shard, x);
+      embedding_shard_backward(ctx, ids, dhidden, rows_of(grads, s), shard);
+      vocab_shard_logsumexp(ctx, moe_out, rows_of(table, s), shard, labels, Tensor(),
+                            shard_lses.select(s), target, CrossEntropyOptions{16, 8, 1.0});
+    }
+    combine_shard_logsumexp(ctx, shard_lses, lse);
+    for (std::int64_t s = 0; s < 2; ++s) {
+      vocab_shard_cross_entropy(ctx, moe_out, rows_of(table, s), {s * vocab / 2, vocab}, labels,
+                                Tensor(), lse, target, Tensor(), dhidden, rows_of(grads, s),
+                                CrossEntropyOptions{16, 8, 1.0});
+    }
     AdamWParams params;
     params.step = step_index;
     adamw_step(ctx, table, grads, moments.select(0), moments.select(1), params, true);

@@ -1,8 +1,8 @@
 #pragma once
 // Turning the ops' tensors into kernel arguments (internal to lib/ops/cuda): the stream, raw
-// pointers (null for an undefined tensor), the scratch arena, and the small device values the
-// kernels report through (a bad index, a sum), each read back with one synchronous copy that
-// is counted as host / device traffic.
+// pointers (null for an undefined tensor), the scratch arena, bf16 operand copies, and the small
+// device values the kernels report through (a bad index, a sum), each read back with one
+// synchronous copy that is counted as host / device traffic.
 
 #include <cuda_runtime_api.h>
 
@@ -13,6 +13,7 @@
 #include "core/device_memory.hpp"
 #include "core/error.hpp"
 #include "cuda_check.hpp"
+#include "ops.hpp"
 #include "ops/context.hpp"
 
 namespace dyncp::ops::cuda {
@@ -34,6 +35,23 @@ inline core::Arena& scratch_of(const OpContext& ctx, const char* op) {
     core::throw_runtime_error(std::string(op) + ": needs a cuda scratch arena in ctx.scratch");
   }
   return *ctx.scratch;
+}
+
+// bf16 products (OpContext::precision): the fp32 operands are converted to bf16 copies in
+// scratch (weights each call: the fp32 parameters are the master weights) and the bf16 kernels
+// accumulate in fp32 into fp32 outputs.
+inline bool bf16_products(const OpContext& ctx) {
+  return ctx.precision == ComputePrecision::bf16;
+}
+
+inline const kernels::bf16* to_bf16(core::Arena& scratch, const Tensor& t, cudaStream_t stream) {
+  using kernels::bf16;
+  // bf16 storage (bf16 activations) is already the rounded operand.
+  if (t.dtype() == core::DType::bf16) return static_cast<const bf16*>(t.raw_data());
+  if (!t.defined()) return nullptr;
+  const Tensor copy = scratch.allocate(t.shape(), core::DType::bf16);
+  kernels::convert_f32_to_bf16(f32(t), static_cast<bf16*>(copy.raw_data()), t.numel(), stream);
+  return static_cast<const bf16*>(copy.raw_data());
 }
 
 template <typename T>

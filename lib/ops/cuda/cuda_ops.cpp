@@ -25,6 +25,7 @@
 #include "ops/cuda/cuda_device_memory.hpp"
 #include "ops/cuda/cuda_hybrid_ops.hpp"
 #include "ops/cuda/cuda_op_args.hpp"
+#include "ops/cuda/cuda_vocab_shard_ops.hpp"
 #include "ops/cuda/cudnn_attention_ops.hpp"
 #include "ops/device_ops.hpp"
 
@@ -40,23 +41,7 @@ const std::int32_t* upload(core::Arena& scratch, const Tensor& host) {
   return device.data<std::int32_t>();
 }
 
-// bf16 products (OpContext::precision): the fp32 operands are converted to bf16 copies in
-// scratch (weights each call: the fp32 parameters are the master weights) and the bf16 kernels
-// accumulate in fp32 into fp32 outputs.
 using kernels::bf16;
-
-bool bf16_products(const OpContext& ctx) {
-  return ctx.precision == ComputePrecision::bf16;
-}
-
-const bf16* to_bf16(core::Arena& scratch, const Tensor& t, cudaStream_t stream) {
-  // bf16 storage (bf16 activations) is already the rounded operand.
-  if (t.dtype() == DType::bf16) return static_cast<const bf16*>(t.raw_data());
-  if (!t.defined()) return nullptr;
-  const Tensor copy = scratch.allocate(t.shape(), DType::bf16);
-  kernels::convert_f32_to_bf16(f32(t), static_cast<bf16*>(copy.raw_data()), t.numel(), stream);
-  return static_cast<const bf16*>(copy.raw_data());
-}
 
 // An fp32 copy holding the bf16-rounded values of `t` (operands of an fp32 kernel that stands in
 // for a bf16 one the shape does not fit).
@@ -78,7 +63,7 @@ int max_rows(const Tensor& cu) {
   return most;
 }
 
-class CudaOps final : public CudaHybridOps {
+class CudaOps final : public CudaVocabShardOps {
  public:
   void embedding_forward(const OpContext& ctx, const Tensor& token_ids, const Tensor& table,
                          const Tensor& out) override {
@@ -602,8 +587,6 @@ class CudaOps final : public CudaHybridOps {
     shape.sliding_window = layout.sliding_window;
     return shape;
   }
-
-  kernels::Blas blas_;
 };
 
 }  // namespace
