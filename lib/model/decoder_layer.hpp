@@ -64,8 +64,8 @@ struct DecoderLayerActivations {
   Tensor y_perm;  // [T·k, h]: expert outputs, unweighted
   ExpertSaved experts;
   Tensor aux_grad_coeff;  // [S, E] when the aux loss is on
-  // Tensor parallelism without sequence parallelism: the MoE block routes a slice of the
-  // layer's rows on each TP rank; this is cu_seqlens clipped to that slice (host i32 [S + 1]).
+  // Tensor parallelism: the MoE block routes part of the bin's rows on each TP rank (its
+  // share under sequence parallelism, else a slice); cu_seqlens clipped to them (host i32).
   Tensor moe_cu_seqlens;
   // Shared expert (hybrid family): SwiGLU [T, 2Is] / [T, Is], its output [T, h] and gate logit
   // (under tensor parallelism SwiGLU on every row and the rank's columns, output and logit on

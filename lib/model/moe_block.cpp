@@ -26,44 +26,53 @@ ops::OpContext router_context(const ops::OpContext& ctx) {
 
 namespace {
 
-// The rows of the layer this rank routes: all of them, or without sequence parallelism its
-// slice of the TP group's (replicated) rows.
+// The rows this rank routes: all of the layer's rows (without TP, or under sequence
+// parallelism, where they are the rank's share of the bin), or without sequence parallelism its
+// slice of the TP group's (replicated) rows. `begin` / `end` index the layer's rows,
+// `bin_begin` / `bin_end` the bin's (positions, real-token mask and sequence bounds).
 struct RoutedRows {
   std::int64_t begin = 0;
   std::int64_t end = 0;
-  bool sliced = false;  // the outputs must be gathered over TP
+  std::int64_t bin_begin = 0;
+  std::int64_t bin_end = 0;
+  bool sliced = false;        // the outputs must be gathered over TP
+  bool part_of_bin = false;   // the rows are not every row of the bin
   std::int64_t count() const { return end - begin; }
 };
 
 RoutedRows routed_rows(const LayerRunContext& run, std::int64_t layer_rows) {
   const TensorParallelRegion region(run);
-  if (!region.active() || region.sequence_parallel()) return {0, layer_rows, false};
-  const auto [begin, end] = tensor_parallel_row_range(layer_rows, run.seams.tensor_parallel->size(),
-                                                      run.seams.tensor_parallel->rank());
-  return {begin, end, true};
+  if (!region.active()) return {0, layer_rows, 0, layer_rows, false, false};
+  const int size = run.seams.tensor_parallel->size(), rank = run.seams.tensor_parallel->rank();
+  if (region.sequence_parallel()) {
+    const std::int64_t first = layer_rows * rank;
+    return {0, layer_rows, first, first + layer_rows, false, true};
+  }
+  const auto [begin, end] = tensor_parallel_row_range(layer_rows, size, rank);
+  return {begin, end, begin, end, true, true};
 }
 
-// cu_seqlens clipped to rows [begin, end): sequence s covers rows [cu'[s], cu'[s+1]) of the
-// slice (possibly none). Host i32 [S + 1] from the bin's host arena.
+// cu_seqlens clipped to the bin's rows [bin_begin, bin_end): sequence s covers rows
+// [cu'[s], cu'[s+1]) of them (possibly none). Host i32 [S + 1] from the bin's host arena.
 Tensor clipped_cu_seqlens(const LayerRunContext& run, RoutedRows rows) {
   const Tensor& cu = run.cu_seqlens;
   const Tensor clipped = run.seam.host_arena().allocate(cu.shape(), DType::i32);
   const std::int32_t* from = cu.data<std::int32_t>();
   std::int32_t* to = clipped.data<std::int32_t>();
   for (std::int64_t s = 0; s < cu.numel(); ++s)
-    to[s] = static_cast<std::int32_t>(std::clamp<std::int64_t>(from[s], rows.begin, rows.end) -
-                                      rows.begin);
+    to[s] = static_cast<std::int32_t>(
+        std::clamp<std::int64_t>(from[s], rows.bin_begin, rows.bin_end) - rows.bin_begin);
   return clipped;
 }
 
 // The run context of the routed rows: their positions, real-token mask and sequence bounds.
 LayerRunContext routed_context(const LayerRunContext& run, RoutedRows rows,
                                const Tensor& clipped_cu_seqlens) {
-  if (!rows.sliced) return run;
+  if (!rows.part_of_bin) return run;
   LayerRunContext routed = run;
-  routed.positions = run.positions.slice(rows.begin, rows.end);
+  routed.positions = run.positions.slice(rows.bin_begin, rows.bin_end);
   if (run.token_is_real.defined())
-    routed.token_is_real = run.token_is_real.slice(rows.begin, rows.end);
+    routed.token_is_real = run.token_is_real.slice(rows.bin_begin, rows.bin_end);
   routed.cu_seqlens = clipped_cu_seqlens;
   return routed;
 }
@@ -211,7 +220,7 @@ void shared_expert_forward(const LayerRunContext& run, const DecoderLayerParams&
 double moe_block_forward(const LayerRunContext& run, int layer, const DecoderLayerParams& params,
                          DecoderLayerActivations& saved, const Tensor& mlp_out) {
   const RoutedRows rows = routed_rows(run, saved.normed_mid.size(0));
-  saved.moe_cu_seqlens = rows.sliced ? clipped_cu_seqlens(run, rows) : Tensor{};
+  saved.moe_cu_seqlens = rows.part_of_bin ? clipped_cu_seqlens(run, rows) : Tensor{};
   const LayerRunContext routed = routed_context(run, rows, saved.moe_cu_seqlens);
   const Tensor x = saved.normed_mid.slice(rows.begin, rows.end);
   core::ArenaScope temporaries(*run.seam.scratch);

@@ -13,7 +13,7 @@
 // Without tensor parallelism both are the whole-vocabulary ops, bit for bit.
 
 #include "model/decoder_layer.hpp"
-#include "ops/cross_entropy.hpp"
+#include "ops/vocab_parallel_cross_entropy.hpp"
 
 namespace dyncp::model {
 

@@ -160,7 +160,9 @@ StepOutcome StepEngine::evaluate(std::span<const std::int64_t> sample_ids) {
 StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compute_gradients) {
   StepOutcome outcome;
   const auto batch_size = static_cast<std::int64_t>(sample_ids.size());
-  const std::int64_t rank = parallel_state_.rank();
+  // Schedules name pool ranks; under tensor parallelism every TP rank of a pool position runs
+  // the same bins.
+  const std::int64_t rank = parallel_state_.pool().rank();
   counters_.reset();
   // Bytes over the parallel state's communicators and the exchange's own subgroups.
   const auto bytes_so_far = [&] {

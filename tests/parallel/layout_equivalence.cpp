@@ -854,15 +854,24 @@ int main(int argc, char** argv) {
         sharded ? train::AdamWOptimizer(model.parameters(), *engine.sharded_state_sync(), adamw)
                 : train::AdamWOptimizer(model.parameters(), engine.partition(), adamw);
     if (sharded) check_state_division(engine, parallel_state, optimizer, check);
+    // Every step's loss agrees with the reference's to fp32 round-off (1e-6 relative).
+    double worst_step_loss = std::abs(outcome.loss - reference_loss) / std::abs(reference_loss);
     for (int step = 1; step <= options.optimizer_steps; ++step) {
       if (step > 1) {
         reference.parameters().zero_grads();
-        reference.run_bin(builder.build(whole_params, whole), local.seams(), reference_options);
-        engine.forward_backward(ids);
+        const model::BinResult again =
+            reference.run_bin(builder.build(whole_params, whole), local.seams(), reference_options);
+        const double expected = again.loss_sum / static_cast<double>(reference_tokens);
+        const double loss = engine.forward_backward(ids).loss;
+        worst_step_loss = std::max(worst_step_loss, std::abs(loss - expected) / std::abs(expected));
       }
       reference_optimizer.step(lr, step, 1.0);
       optimizer.step(lr, step, 1.0);
     }
+    std::snprintf(line, sizeof line, "largest relative loss difference over %d steps: %.3g",
+                  std::max(options.optimizer_steps, 1), worst_step_loss);
+    check(worst_step_loss <= 1e-6, line);
+    if (rank == 0) std::printf("%s\n", line);
     if (options.optimizer_steps > 0) {
       const std::vector<float> values_after = host_floats(model.parameters().all_values());
       const float* after = values_after.data();
