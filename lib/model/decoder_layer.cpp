@@ -168,9 +168,8 @@ double decoder_layer_forward(const LayerRunContext& run, int layer_index,
     // rank's heads' part, summed over TP into the layer's rows.
     core::ArenaScope block_temporaries(*run.seam.scratch);
     const Tensor block_input = region.gathered(saved.normed_input);
-    const Tensor out = region.active()
-                           ? region.partial_output(block_input.size(0), n.hidden, dtype)
-                           : saved.mid;
+    const Tensor out =
+        region.active() ? region.partial_output(block_input.size(0), n.hidden, dtype) : saved.mid;
     if (params.mixer == config::LayerMixer::full_attention) {
       attention_forward(run, layer_index, params, block_input, saved, out);
     } else {
@@ -191,9 +190,8 @@ double decoder_layer_forward(const LayerRunContext& run, int layer_index,
   } else {
     core::ArenaScope block_temporaries(*run.seam.scratch);
     const Tensor block_input = region.gathered(saved.normed_mid);
-    const Tensor out = region.active()
-                           ? region.partial_output(block_input.size(0), n.hidden, dtype)
-                           : output;
+    const Tensor out =
+        region.active() ? region.partial_output(block_input.size(0), n.hidden, dtype) : output;
     swiglu_mlp_forward(run.seam.ops, keep, *run.seam.scratch, params.dense, block_input,
                        saved.dense_gate_up, saved.dense_hidden, out,
                        run.recompute.mlp ? MlpKept::input_only : MlpKept::everything);
@@ -326,8 +324,8 @@ void decoder_layer_backward(const LayerRunContext& run, int layer_index,
     if (params.mixer == config::LayerMixer::full_attention) {
       attention_backward(run, layer_index, params, saved, block_input, block_grad, dinput);
     } else {
-      gated_deltanet_backward(run, layer_index, params.linear_attention, saved.linear,
-                              block_input, block_grad, dinput);
+      gated_deltanet_backward(run, layer_index, params.linear_attention, saved.linear, block_input,
+                              block_grad, dinput);
     }
     region.sum_input_grad(dinput, dnormed_input);
   }

@@ -118,8 +118,9 @@ struct LayerRunContext {
 };
 
 // output [T, h] = layer(input), T the layer's rows (under sequence parallelism this rank's
-// share of the bin's rows; positions and cu_seqlens always describe every row). Saved tensors are allocated from run.seam.activations,
-// temporaries from run.seam.scratch. Returns this layer's aux loss (0 when off or dense).
+// share of the bin's rows; positions and cu_seqlens always describe every row). Saved tensors are
+// allocated from run.seam.activations, temporaries from run.seam.scratch. Returns this layer's aux
+// loss (0 when off or dense).
 double decoder_layer_forward(const LayerRunContext& run, int layer_index,
                              const DecoderLayerParams& params, const Tensor& input,
                              DecoderLayerActivations& saved, const Tensor& output);

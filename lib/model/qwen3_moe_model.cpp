@@ -246,8 +246,7 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
     } else {
       inputs[layer] = current;
     }
-    const Tensor output =
-        bf16_activations_ ? spare : activations_.allocate({rows, hidden}, dtype);
+    const Tensor output = bf16_activations_ ? spare : activations_.allocate({rows, hidden}, dtype);
     saved_from[layer] = layer_saves_->mark();
     result.aux_loss += decoder_layer_forward(
         run, static_cast<int>(layer), parameters_.layers[layer], current, per_layer[layer], output);

@@ -46,13 +46,10 @@ void vocabulary_embedding_backward(const LayerRunContext& run, const Tensor& tok
                                 vocabulary_shard(run, table_grad), padding_idx);
 }
 
-ops::CrossEntropyResult vocabulary_cross_entropy(const LayerRunContext& run, const Tensor& hidden,
-                                                 const Tensor& lm_weight, const Tensor& labels,
-                                                 const Tensor& loss_mask,
-                                                 const Tensor& per_token_loss,
-                                                 const Tensor& dhidden, const Tensor& dlm_weight,
-                                                 const ops::CrossEntropyOptions& options,
-                                                 const Tensor& all_hidden) {
+ops::CrossEntropyResult vocabulary_cross_entropy(
+    const LayerRunContext& run, const Tensor& hidden, const Tensor& lm_weight, const Tensor& labels,
+    const Tensor& loss_mask, const Tensor& per_token_loss, const Tensor& dhidden,
+    const Tensor& dlm_weight, const ops::CrossEntropyOptions& options, const Tensor& all_hidden) {
   const ops::OpContext& ctx = run.seam.ops;
   const TensorParallelRegion region(run);
   if (!region.active()) {
@@ -79,8 +76,7 @@ ops::CrossEntropyResult vocabulary_cross_entropy(const LayerRunContext& run, con
   ops::combine_shard_logsumexp(ctx, every_shard.reshape({tp, tokens}), lse);
   region.all_reduce(target_logit);  // one rank holds each label: the sum is exact
   // Pass 2: the loss, and this rank's part of the hidden rows' gradient summed over TP.
-  const Tensor drows =
-      dhidden.defined() ? region.input_grad_buffer(dhidden, tokens) : Tensor{};
+  const Tensor drows = dhidden.defined() ? region.input_grad_buffer(dhidden, tokens) : Tensor{};
   const ops::CrossEntropyResult result =
       ops::vocab_shard_cross_entropy(ctx, rows, lm_weight, shard, labels, loss_mask, lse,
                                      target_logit, per_token_loss, drows, dlm_weight, options);

@@ -29,12 +29,9 @@ void vocabulary_embedding_backward(const LayerRunContext& run, const Tensor& tok
 // labels, loss_mask and per_token_loss cover every row), as ops::fused_cross_entropy. With
 // dhidden [R, h] (overwrite) and dlm_weight (accumulates) defined, the gradients too.
 // all_hidden, when defined, receives hidden's every row [T, h] (BinOptions::final_hidden).
-ops::CrossEntropyResult vocabulary_cross_entropy(const LayerRunContext& run, const Tensor& hidden,
-                                                 const Tensor& lm_weight, const Tensor& labels,
-                                                 const Tensor& loss_mask,
-                                                 const Tensor& per_token_loss,
-                                                 const Tensor& dhidden, const Tensor& dlm_weight,
-                                                 const ops::CrossEntropyOptions& options,
-                                                 const Tensor& all_hidden);
+ops::CrossEntropyResult vocabulary_cross_entropy(
+    const LayerRunContext& run, const Tensor& hidden, const Tensor& lm_weight, const Tensor& labels,
+    const Tensor& loss_mask, const Tensor& per_token_loss, const Tensor& dhidden,
+    const Tensor& dlm_weight, const ops::CrossEntropyOptions& options, const Tensor& all_hidden);
 
 }  // namespace dyncp::model

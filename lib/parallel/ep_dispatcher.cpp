@@ -98,8 +98,7 @@ void EpExpertDispatcher::regroup(const ops::OpContext& ctx, const Tensor& receiv
                                  const Tensor& from, const Tensor& to,
                                  bool source_major_to_expert_major) {
   regroup_expert_blocks(ctx, received_expert_rows.data<std::int64_t>(), group_.size(),
-                        num_local_experts_, from, to, source_major_to_expert_major,
-                        source_cursor_);
+                        num_local_experts_, from, to, source_major_to_expert_major, source_cursor_);
 }
 
 void EpExpertDispatcher::forward(const model::SeamContext& context, int layer, const Tensor& x_perm,

@@ -19,7 +19,6 @@ namespace dyncp::parallel {
 void regroup_expert_blocks(const ops::OpContext& ctx, const std::int64_t* counts,
                            std::int64_t sources, std::int64_t experts, const core::Tensor& from,
                            const core::Tensor& to, bool source_major_to_expert_major,
-                           std::vector<std::int64_t>& cursor,
-                           std::int64_t padded_source_rows = 0);
+                           std::vector<std::int64_t>& cursor, std::int64_t padded_source_rows = 0);
 
 }  // namespace dyncp::parallel

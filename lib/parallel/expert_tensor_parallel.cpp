@@ -43,8 +43,8 @@ void ExpertTensorParallel::gather_rows(const model::SeamContext& context, const 
     group_.all_gather_v(mine.raw_data(), static_cast<std::size_t>(mine.numel()), arrived.raw_data(),
                         element_counts_, mine.dtype());
   }
-  regroup_expert_blocks(context.ops, counts.data<std::int64_t>(), group_.size(),
-                        num_local_experts_, arrived, gathered,
+  regroup_expert_blocks(context.ops, counts.data<std::int64_t>(), group_.size(), num_local_experts_,
+                        arrived, gathered,
                         /*source_major_to_expert_major=*/true, cursor_);
 }
 
@@ -57,8 +57,8 @@ void ExpertTensorParallel::reduce_scatter_rows(const model::SeamContext& context
   core::ArenaScope scope(*context.scratch);
   const Tensor padded = context.scratch->allocate({group_.size() * largest, width}, every.dtype());
   padded.fill_zero();
-  regroup_expert_blocks(context.ops, counts.data<std::int64_t>(), group_.size(),
-                        num_local_experts_, every, padded,
+  regroup_expert_blocks(context.ops, counts.data<std::int64_t>(), group_.size(), num_local_experts_,
+                        every, padded,
                         /*source_major_to_expert_major=*/false, cursor_, largest);
   const Tensor summed = context.scratch->allocate({largest, width}, every.dtype());
   {
@@ -78,9 +78,9 @@ void ExpertTensorParallel::reduce_scatter_rows(const model::SeamContext& context
 void ExpertTensorParallel::forward(const model::SeamContext& context, int layer, const Tensor& rows,
                                    const Tensor& host_offsets, const model::ExpertWeights& weights,
                                    const Tensor& y, model::ExpertSaved& saved) {
-  DYNCP_CHECK(host_offsets.device() == core::Device::cpu &&
-                  host_offsets.numel() == num_local_experts_ + 1,
-              "expert-TP rows come with host offsets of the local experts");
+  DYNCP_CHECK(
+      host_offsets.device() == core::Device::cpu && host_offsets.numel() == num_local_experts_ + 1,
+      "expert-TP rows come with host offsets of the local experts");
   core::Arena& host = context.host_arena();
   const std::int64_t* offsets = host_offsets.data<std::int64_t>();
   for (std::int64_t e = 0; e < num_local_experts_; ++e)

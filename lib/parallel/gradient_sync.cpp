@@ -126,7 +126,7 @@ double GradientSync::global_sum_of_squares() {
           device_context,
           core::Tensor::view_of(const_cast<float*>(g), {range.count}, core::DType::f32, device_));
     }
-    (range.is_expert                                  ? expert
+    (range.is_expert                                      ? expert
      : range.split == model::TensorSplit::tensor_parallel ? dense_split
                                                           : dense) += sum;
   }

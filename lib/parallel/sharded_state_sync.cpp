@@ -176,8 +176,8 @@ double ShardedStateSync::global_sum_of_squares(const core::Tensor& gradients) {
     const bool differs_over_tp =
         tensor_parallel && (range.is_expert || range.split != model::TensorSplit::whole);
     sums[differs_over_tp ? 1 : 0] += ops::sum_of_squares(
-        context, core::Tensor::view_of(base + range.offset, {range.count}, core::DType::f32,
-                                       device));
+        context,
+        core::Tensor::view_of(base + range.offset, {range.count}, core::DType::f32, device));
   }
   // Dense pieces partition the dense state over the pool; expert pieces partition each EP
   // index's experts over its expert-DP group, and EP indices hold different experts. Under

@@ -32,11 +32,10 @@ model::ModelOptions model_options_for(const config::ConfigContainer& config,
   // Under EP this rank holds only its experts' weights, gradients and moments; under TP its
   // pieces of the split tensors.
   options.experts = plan.experts;
-  options.tensor_parallel = {plan.layout.tensor_model_parallel_size,
-                             plan.coordinates.tensor_parallel_index,
-                             plan.layout.expert_tensor_parallel_size,
-                             plan.coordinates.expert_tensor_parallel_index,
-                             model.sequence_parallel && plan.layout.tensor_model_parallel_size > 1};
+  options.tensor_parallel = {
+      plan.layout.tensor_model_parallel_size, plan.coordinates.tensor_parallel_index,
+      plan.layout.expert_tensor_parallel_size, plan.coordinates.expert_tensor_parallel_index,
+      model.sequence_parallel && plan.layout.tensor_model_parallel_size > 1};
   options.device = device;
   // The GPU path's grouped expert products and fused dispatch (the CPU ops ignore both).
   options.moe_grouped_gemm = model.moe_grouped_gemm;

@@ -60,13 +60,13 @@ StepEngine::StepEngine(model::Qwen3MoeModel& model, dist::ParallelState& paralle
   if (tp.size != layout.tensor_model_parallel_size ||
       tp.index != parallel_state.tensor_parallel().rank() ||
       tp.expert_size != layout.expert_tensor_parallel_size)
-    core::throw_runtime_error(
-        "the model is built for TP rank " + std::to_string(tp.index) + " of " +
-        std::to_string(tp.size) + " (etp " + std::to_string(tp.expert_size) +
-        ") but this rank is TP rank " + std::to_string(parallel_state.tensor_parallel().rank()) +
-        " of " + std::to_string(layout.tensor_model_parallel_size) + " (etp " +
-        std::to_string(layout.expert_tensor_parallel_size) +
-        "): build it with ModelOptions::tensor_parallel of the plan");
+    core::throw_runtime_error("the model is built for TP rank " + std::to_string(tp.index) +
+                              " of " + std::to_string(tp.size) + " (etp " +
+                              std::to_string(tp.expert_size) + ") but this rank is TP rank " +
+                              std::to_string(parallel_state.tensor_parallel().rank()) + " of " +
+                              std::to_string(layout.tensor_model_parallel_size) + " (etp " +
+                              std::to_string(layout.expert_tensor_parallel_size) +
+                              "): build it with ModelOptions::tensor_parallel of the plan");
   const bool tensor_parallel = tp.active();
   const core::Tensor& all_grads = model.parameters().all_grads();
   if (options.distributed_optimizer) {
@@ -282,8 +282,8 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
   outcome.time.cp_comm_ms = counters_.cp_comm_ms;
   outcome.time.ep_comm_ms = counters_.ep_comm_ms;
   outcome.time.tp_comm_ms = counters_.tp_comm_ms;
-  outcome.time.compute_ms = std::max(
-      0.0, bins_ms - counters_.cp_comm_ms - counters_.ep_comm_ms - counters_.tp_comm_ms);
+  outcome.time.compute_ms =
+      std::max(0.0, bins_ms - counters_.cp_comm_ms - counters_.ep_comm_ms - counters_.tp_comm_ms);
 
   outcome.time.straggler_wait_ms += straggler_wait_ms(parallel_state_.pool());
   clock = std::chrono::steady_clock::now();

@@ -170,6 +170,9 @@ struct Options {
   // and the layout: the experts come from the positions, which every layout shards differently.
   bool force_balance = false;
   int optimizer_steps = 3;
+  // --lr: the AdamW steps' learning rate. Long runs (8 steps) use a smaller one: with 1e-2 a
+  // tiny model's near-tied expert choices start to flip by round-off after a few steps.
+  double lr = 1e-2;
   // --overlap-steps N: N steps (forward/backward and AdamW) with ddp.overlap_grad_reduce off and
   // on, in buckets of --bucket-size elements: losses, gradients and parameters bitwise equal.
   // --overlap-expect-mismatch 1 (the build whose overlapped sum lost its event): they differ.
@@ -221,6 +224,8 @@ Options parse(int argc, char** argv) {
       options.force_balance = value == "1";
     else if (key == "--optimizer-steps")
       options.optimizer_steps = std::stoi(value);
+    else if (key == "--lr")
+      options.lr = std::stod(value);
     else if (key == "--overlap-steps")
       options.overlap_steps = std::stoi(value);
     else if (key == "--bucket-size")
@@ -655,18 +660,18 @@ int main(int argc, char** argv) {
         check(experts_held * ep == every_expert &&
                   ours.num_parameters() == dense + every_expert / ep &&
                   ours.all_grads().numel() == ours.num_parameters(),
-              "this rank holds " + std::to_string(ours.num_parameters()) +
-                  " parameters = dense " + std::to_string(dense) + " + experts " +
-                  std::to_string(experts_held) + " (the whole model's " +
-                  std::to_string(every_expert) + " / ep " + std::to_string(ep) + ")");
+              "this rank holds " + std::to_string(ours.num_parameters()) + " parameters = dense " +
+                  std::to_string(dense) + " + experts " + std::to_string(experts_held) +
+                  " (the whole model's " + std::to_string(every_expert) + " / ep " +
+                  std::to_string(ep) + ")");
       } else {
         // Every split tensor's piece is 1/tp (experts 1/etp) of the whole, whole ones whole.
         std::string wrong;
         for (const auto& tensor : ours.hf_tensors()) {
-          const std::int64_t parts = tensor.split == model::TensorSplit::tensor_parallel ? options.tp
-                                     : tensor.split == model::TensorSplit::expert_tensor_parallel
-                                         ? etp
-                                         : 1;
+          const std::int64_t parts =
+              tensor.split == model::TensorSplit::tensor_parallel          ? options.tp
+              : tensor.split == model::TensorSplit::expert_tensor_parallel ? etp
+                                                                           : 1;
           if (tensor.value.numel() * parts != tensor.hf_numel()) wrong += " " + tensor.name;
         }
         check(wrong.empty(), "every tensor-parallel piece is its share of the whole:" + wrong);
@@ -826,8 +831,10 @@ int main(int argc, char** argv) {
       // Per-group padding never pads more than the pool rule, and here strictly less (the
       // batch's odd lengths on one rank need no padding at all).
       std::int64_t pool_total = 0;
-      for (const auto length : lengths)
-        pool_total += packing::padded_length(length, 2 * layout.pool_size());
+      const std::int64_t pool_multiple =
+          packing::alignment_multiple({layout.data_parallel_size, layout.context_parallel_size,
+                                       true, options.tp, options.sequence_parallel});
+      for (const auto length : lengths) pool_total += packing::padded_length(length, pool_multiple);
       check(padded_total < pool_total, "per-group padding " + std::to_string(padded_total) +
                                            " below the pool rule's " + std::to_string(pool_total));
     }
@@ -845,7 +852,7 @@ int main(int argc, char** argv) {
     // dt_bias) start with gradients of 1e-10..1e-6 that are themselves sums over every token,
     // below their own fp32 round-off (see the fp64 floor above); with eps 1e-8 each such element
     // moves by +-lr on the sign of that round-off, whichever layout is the more exact one.
-    const double lr = 1e-2;
+    const double lr = options.lr;
     train::AdamWSettings adamw;
     adamw.eps = 1e-6;
     const auto reference_partition = parallel::partition_parameters(reference.parameters());
