@@ -227,7 +227,7 @@ double moe_block_forward(const LayerRunContext& run, int layer, const DecoderLay
   const Tensor out = rows.sliced ? run.seam.scratch->allocate(x.shape(), x.dtype()) : mlp_out;
   const double aux_loss = routed_experts_forward(routed, layer, params, saved, x, out);
   if (params.moe.has_shared_expert) shared_expert_forward(routed, params, saved, rows, x, out);
-  if (rows.sliced) TensorParallelRegion(run).all_gather_rows(out, mlp_out.size(0), mlp_out);
+  if (rows.sliced) TensorParallelRegion(run).all_gather_rows(out, mlp_out);
   return aux_loss;
 }
 
@@ -291,7 +291,7 @@ void shared_expert_backward(const LayerRunContext& run, const DecoderLayerParams
   // gradient of the sum, on every row.
   const Tensor block_input = region.gathered(normed_mid);
   const Tensor dsum = scratch.allocate({block_input.size(0), dy.size(1)}, dtype);
-  region.all_gather_rows(dshared, dsum.size(0), dsum);
+  region.all_gather_rows(dshared, dsum);
   const Tensor dinput = rows.sliced ? every_row : scratch.allocate(dsum.shape(), dtype);
   swiglu_mlp_backward(ctx, scratch, params.moe.shared_expert, dsum, block_input,
                       saved.shared_gate_up, saved.shared_hidden, dinput, GradMode::overwrite);

@@ -82,7 +82,6 @@ std::pair<std::int64_t, std::int64_t> tensor_parallel_row_range(std::int64_t row
 }
 
 void LocalTensorParallelContext::all_gather_rows(const SeamContext&, const Tensor& shard,
-                                                 std::span<const std::int64_t>,
                                                  const Tensor& full) {
   if (full.raw_data() != shard.raw_data()) full.copy_from(shard);
 }

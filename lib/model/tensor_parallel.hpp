@@ -24,7 +24,6 @@
 // is routed once over the TP group, as the EP dispatch requires.
 
 #include <cstdint>
-#include <span>
 #include <utility>
 
 #include "config/model_architecture.hpp"
@@ -67,10 +66,10 @@ class TensorParallelContext {
   virtual int rank() const = 0;
   // In place: `x` summed over the TP group (rank order, the same bits on every rank).
   virtual void all_reduce(const SeamContext& context, const Tensor& x) = 0;
-  // full [Σ rows, ...] = every rank's `shard` rows in rank order; row_counts holds every rank's
-  // row count (the same on all ranks).
+  // full [R, ...] = every rank's `shard` rows in rank order, rank r holding rows
+  // tensor_parallel_row_range(R, size, r) of it.
   virtual void all_gather_rows(const SeamContext& context, const Tensor& shard,
-                               std::span<const std::int64_t> row_counts, const Tensor& full) = 0;
+                               const Tensor& full) = 0;
   // shard [rows / size, ...] = this rank's equal share of `full` summed over the group.
   virtual void reduce_scatter_rows(const SeamContext& context, const Tensor& full,
                                    const Tensor& shard) = 0;
@@ -82,8 +81,7 @@ class LocalTensorParallelContext final : public TensorParallelContext {
   int size() const override { return 1; }
   int rank() const override { return 0; }
   void all_reduce(const SeamContext&, const Tensor&) override {}
-  void all_gather_rows(const SeamContext&, const Tensor& shard, std::span<const std::int64_t>,
-                       const Tensor& full) override;
+  void all_gather_rows(const SeamContext&, const Tensor& shard, const Tensor& full) override;
   void reduce_scatter_rows(const SeamContext&, const Tensor& full, const Tensor& shard) override;
 };
 

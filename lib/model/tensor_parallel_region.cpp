@@ -1,7 +1,5 @@
 #include "model/tensor_parallel_region.hpp"
 
-#include <vector>
-
 #include "core/error.hpp"
 #include "ops/elementwise.hpp"
 
@@ -16,7 +14,7 @@ Tensor TensorParallelRegion::gathered(const Tensor& x) const {
   core::Shape shape = x.shape();
   shape[0] = rows;
   const Tensor full = run_.seam.scratch->allocate(shape, x.dtype());
-  all_gather_rows(x, rows, full);
+  all_gather_rows(x, full);
   return full;
 }
 
@@ -65,18 +63,12 @@ void TensorParallelRegion::all_reduce(const Tensor& x) const {
   if (active()) context_->all_reduce(run_.seam, x);
 }
 
-void TensorParallelRegion::all_gather_rows(const Tensor& shard, std::int64_t rows,
-                                           const Tensor& full) const {
+void TensorParallelRegion::all_gather_rows(const Tensor& shard, const Tensor& full) const {
   if (!active()) {
     if (full.raw_data() != shard.raw_data()) full.copy_from(shard);
     return;
   }
-  std::vector<std::int64_t> counts(static_cast<std::size_t>(context_->size()));
-  for (int r = 0; r < context_->size(); ++r) {
-    const auto [begin, end] = tensor_parallel_row_range(rows, context_->size(), r);
-    counts[static_cast<std::size_t>(r)] = end - begin;
-  }
-  context_->all_gather_rows(run_.seam, shard, counts, full);
+  context_->all_gather_rows(run_.seam, shard, full);
 }
 
 }  // namespace dyncp::model

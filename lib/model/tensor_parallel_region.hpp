@@ -37,8 +37,8 @@ class TensorParallelRegion {
 
   // Plain collectives for the blocks that need other shapes (the MoE block's rows).
   void all_reduce(const Tensor& x) const;
-  // full = every rank's rows [begin_r, end_r) of a `rows`-row tensor in rank order.
-  void all_gather_rows(const Tensor& shard, std::int64_t rows, const Tensor& full) const;
+  // full = every rank's rows in rank order (tensor_parallel_row_range of full's rows).
+  void all_gather_rows(const Tensor& shard, const Tensor& full) const;
 
  private:
   const LayerRunContext& run_;

@@ -1,7 +1,5 @@
 #include "model/vocab_parallel.hpp"
 
-#include <vector>
-
 #include "model/tensor_parallel_region.hpp"
 #include "ops/embedding.hpp"
 
@@ -70,8 +68,7 @@ ops::CrossEntropyResult vocabulary_cross_entropy(
   ops::vocab_shard_logsumexp(ctx, rows, lm_weight, shard, labels, loss_mask, shard_lse,
                              target_logit, options);
   const Tensor every_shard = scratch.allocate({tp * tokens}, hidden.dtype());
-  const std::vector<std::int64_t> counts(static_cast<std::size_t>(tp), tokens);
-  run.seams.tensor_parallel->all_gather_rows(run.seam, shard_lse, counts, every_shard);
+  run.seams.tensor_parallel->all_gather_rows(run.seam, shard_lse, every_shard);
   const Tensor lse = scratch.allocate({tokens}, hidden.dtype());
   ops::combine_shard_logsumexp(ctx, every_shard.reshape({tp, tokens}), lse);
   region.all_reduce(target_logit);  // one rank holds each label: the sum is exact

@@ -22,21 +22,18 @@ void TensorParallelGroup::all_reduce(const model::SeamContext&, const core::Tens
 }
 
 void TensorParallelGroup::all_gather_rows(const model::SeamContext&, const core::Tensor& shard,
-                                          std::span<const std::int64_t> row_counts,
                                           const core::Tensor& full) {
-  DYNCP_CHECK(static_cast<int>(row_counts.size()) == group_.size(), "a row count per TP rank");
-  DYNCP_CHECK(row_counts[static_cast<std::size_t>(group_.rank())] == shard.size(0),
-              "this rank's row count is its shard's");
-  const std::int64_t width = row_elements(full);
-  counts_.resize(row_counts.size());
-  std::int64_t total = 0;
+  const std::int64_t width = row_elements(full), rows = full.size(0);
+  counts_.resize(static_cast<std::size_t>(group_.size()));
   bool equal = true;
-  for (std::size_t r = 0; r < row_counts.size(); ++r) {
-    counts_[r] = static_cast<std::size_t>(row_counts[r] * width);
-    total += row_counts[r];
-    equal = equal && row_counts[r] == row_counts[0];
+  for (int r = 0; r < group_.size(); ++r) {
+    const auto [begin, end] = model::tensor_parallel_row_range(rows, group_.size(), r);
+    counts_[static_cast<std::size_t>(r)] = static_cast<std::size_t>((end - begin) * width);
+    equal = equal && counts_[static_cast<std::size_t>(r)] == counts_[0];
   }
-  DYNCP_CHECK(total == full.size(0), "the gathered rows fill the whole tensor");
+  DYNCP_CHECK(
+      static_cast<std::size_t>(shard.numel()) == counts_[static_cast<std::size_t>(group_.rank())],
+      "this rank's shard holds its rows of the gathered tensor");
   if (group_.size() == 1) {
     if (full.raw_data() != shard.raw_data()) full.copy_from(shard);
     return;

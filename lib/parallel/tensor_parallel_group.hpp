@@ -20,7 +20,7 @@ class TensorParallelGroup final : public model::TensorParallelContext {
   int rank() const override { return group_.rank(); }
   void all_reduce(const model::SeamContext& context, const core::Tensor& x) override;
   void all_gather_rows(const model::SeamContext& context, const core::Tensor& shard,
-                       std::span<const std::int64_t> row_counts, const core::Tensor& full) override;
+                       const core::Tensor& full) override;
   void reduce_scatter_rows(const model::SeamContext& context, const core::Tensor& full,
                            const core::Tensor& shard) override;
 
