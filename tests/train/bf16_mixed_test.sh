@@ -8,6 +8,10 @@
 #   gpu     the same 50 steps with bf16_mixed on the emulated GPU (the bf16 cuBLASLt products,
 #           bf16 attention and cross-entropy kernels): the same bound against the CPU fp32 run,
 #           and every step within 1e-2 of the CPU bf16_mixed run
+#   tp      tensor parallelism under bf16_mixed: 20 steps at tp 2 with sequence parallelism on two
+#           emulated GPU ranks (the vocabulary-parallel kernels, TP sums over NCCL) within 2e-2
+#           of the one-rank CPU fp32 run and within 1e-2 of the one-rank GPU bf16_mixed run;
+#           the same at tp 2 without SP on two CPU ranks against one-rank CPU bf16_mixed
 #   resume  bf16_mixed on CPU: 4 steps straight equal, bit for bit, 2 steps + checkpoint +
 #           2 resumed steps (the checkpoint holds the fp32 master weights and moments); the
 #           same on the emulated GPU
@@ -43,6 +47,15 @@ run() {  # run BINARY DEVICE PRECISION NAME ARGS...: metrics in $work/NAME.jsonl
   OPENBLAS_NUM_THREADS=1 "$binary" --config "$recipe" "${tiny[@]}" dist.device="$device" \
     mixed_precision="$precision" logger.metrics_path="$work/$name.jsonl" "$@" \
     >"$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
+}
+run_ranks() {  # run_ranks RANKS BINARY DEVICE PRECISION NAME ARGS...: under mpirun
+  local ranks=$1
+  shift
+  local binary=$1 device=$2 precision=$3 name=$4
+  shift 4
+  OPENBLAS_NUM_THREADS=1 mpirun -np "$ranks" "$binary" --config "$recipe" "${tiny[@]}" \
+    dist.device="$device" mixed_precision="$precision" logger.metrics_path="$work/$name.jsonl" \
+    checkpoint.save= "$@" </dev/null >"$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
 }
 compare() {  # compare A B TOLERANCE MODE: per-step loss of A against B
   # MODE within: every |loss_a - loss_b| / loss_b <= TOLERANCE, and some step differs;
@@ -85,6 +98,21 @@ case $case_name in
     grep -q "precision: bf16_mixed" "$work/gpu-bf16.log"
     compare gpu-bf16 cpu-fp32 2e-2 within
     compare gpu-bf16 cpu-bf16 1e-2 within
+    ;;
+  tp)
+    short=(train.train_iters=20 scheduler.lr_decay_iters=20)
+    tensor_parallel=(model.tensor_model_parallel_size=2 model.expert_tensor_parallel_size=1)
+    run "$cpu_train" cpu fp32 cpu-fp32 "${short[@]}"
+    run "$cpu_train" cpu bf16_mixed cpu-bf16 "${short[@]}"
+    run "$gpu_train" cuda bf16_mixed gpu-bf16 "${short[@]}"
+    run_ranks 2 "$gpu_train" cuda bf16_mixed gpu-tp2-bf16 "${short[@]}" "${tensor_parallel[@]}" \
+      model.sequence_parallel=true
+    grep -q "tp 2 (sequence parallel)" "$work/gpu-tp2-bf16.log"
+    compare gpu-tp2-bf16 cpu-fp32 2e-2 within
+    compare gpu-tp2-bf16 gpu-bf16 1e-2 within
+    run_ranks 2 "$cpu_train" cpu bf16_mixed cpu-tp2-bf16 "${short[@]}" "${tensor_parallel[@]}"
+    compare cpu-tp2-bf16 cpu-fp32 2e-2 within
+    compare cpu-tp2-bf16 cpu-bf16 1e-2 within
     ;;
   resume)
     for pair in "$cpu_train cpu" "$gpu_train cuda"; do
