@@ -23,8 +23,8 @@ void append_parallel_keys(std::vector<KeySpec>& keys) {
                "Megatron's order); each dp x cp pool rank is a TP group of tp ranks",
                {.rules = "divides the world / cp, num_attention_heads, num_key_value_heads, "
                          "vocab_size and the FFN sizes (the Gated DeltaNet heads in hybrids); "
-                         "only --dry-run accepts tp > 1 (the layout, groups, alignment and "
-                         "memory estimate): training refuses it until the TP model is built"}));
+                         "heads, FFN columns and vocabulary split over the TP group "
+                         "(docs/dist.md, the tensor-parallel model)"}));
   keys.push_back(make_key(
       "model.pipeline_model_parallel_size", DYNCP_FIELD(model.pipeline_model_parallel_size),
       "Pipeline-parallel size (pp): the layers are split over pp stages, world = pp x dp x cp",

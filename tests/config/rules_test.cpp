@@ -102,16 +102,14 @@ TEST_CASE("rule: TP sizes the model or the world cannot take name the key, value
                8));
 }
 
-TEST_CASE("rule: a training run refuses TP, which --dry-run only estimates", "[config][tp]") {
-  const auto config =
-      resolved({"model.tensor_model_parallel_size=2", "model.sequence_parallel=true"}, 8);
-  const auto missing = unbuilt_features(config);
-  REQUIRE(missing.size() == 1);
-  CHECK_THAT(missing[0],
-             Contains("tensor parallelism in training (model.tensor_model_parallel_size=2, "
-                      "model.sequence_parallel=true;"));
-  CHECK_THAT(missing[0], Contains("supported in training: model.tensor_model_parallel_size=1"));
-  CHECK(unbuilt_features(resolved({"model.expert_tensor_parallel_size=1"})).empty());
+TEST_CASE("rule: tensor and sequence parallelism train (nothing left unbuilt)", "[config][tp]") {
+  CHECK(unbuilt_features(
+            resolved({"model.tensor_model_parallel_size=2", "model.sequence_parallel=true"}, 8))
+            .empty());
+  CHECK(unbuilt_features(resolved({"model.tensor_model_parallel_size=2",
+                                   "model.expert_tensor_parallel_size=1"},
+                                  8))
+            .empty());
 }
 
 TEST_CASE("rule: the world size is divisible by cp", "[config]") {
