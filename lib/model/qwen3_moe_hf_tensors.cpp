@@ -67,164 +67,199 @@ std::vector<HfRowRun> rows_run(Share rows) {
   return {{0, rows.first, rows.count}};
 }
 
-}  // namespace
+Param rows_of(const Param& param, std::int64_t begin, std::int64_t end) {
+  return {param.value.slice(begin, end), param.grad.slice(begin, end)};
+}
 
-void Qwen3MoeParameters::add_hf_tensors() {
-  const config::ModelArchitecture& a = architecture_;
-  const TensorParallelShape& tp = tensor_parallel_;
-  const bool split = tp.active();
-  const std::int64_t h = a.hidden_size, d = a.head_dim;
-  const Share q_heads = share_of(a.num_attention_heads, tp.size, tp.index),
-              kv_heads = share_of(a.num_key_value_heads, tp.size, tp.index),
-              key_heads = share_of(a.linear_num_key_heads, tp.size, tp.index),
-              value_heads = share_of(a.linear_num_value_heads, tp.size, tp.index),
-              vocab = share_of(a.vocab_size, tp.size, tp.index),
-              dense_i = share_of(a.intermediate_size, tp.size, tp.index),
-              shared_i = share_of(a.shared_expert_intermediate_size, tp.size, tp.index),
-              moe_i = share_of(a.moe_intermediate_size, tp.expert_size, tp.expert_index);
-  const std::int64_t dk = a.linear_key_head_dim, dv = a.linear_value_head_dim;
-  const std::int64_t key_dim = a.linear_num_key_heads * dk,
-                     value_dim = a.linear_num_value_heads * dv;
+Param select(const Param& param, std::int64_t index) {
+  return {param.value.select(index), param.grad.select(index)};
+}
 
+// Rows [0, rows) of the storage starting at `first` (adjacent parameters), as one tensor.
+Param spanning(const Param& first, std::int64_t rows, std::int64_t columns) {
+  const auto view = [&](const Tensor& t) {
+    return Tensor::view_of(t.raw_data(), {rows, columns}, t.dtype(), t.device());
+  };
+  return {view(first.value), view(first.grad)};
+}
+
+// Appends the HF tensors of one rank: each with its name, its views and the part of the whole
+// HF tensor it holds.
+class HfTensorList {
+ public:
+  HfTensorList(std::vector<HfTensor>& out, const config::ModelArchitecture& whole,
+               const TensorParallelShape& tp)
+      : out_(out),
+        a_(whole),
+        split_(tp.active()),
+        by_tp_(tp.active() ? TensorSplit::tensor_parallel : TensorSplit::whole),
+        by_etp_(tp.expert_size > 1 ? TensorSplit::expert_tensor_parallel : TensorSplit::whole),
+        sequence_parallel_(tp.sequence_parallel),
+        q_heads_(share_of(whole.num_attention_heads, tp.size, tp.index)),
+        kv_heads_(share_of(whole.num_key_value_heads, tp.size, tp.index)),
+        key_heads_(share_of(whole.linear_num_key_heads, tp.size, tp.index)),
+        value_heads_(share_of(whole.linear_num_value_heads, tp.size, tp.index)),
+        vocab_(share_of(whole.vocab_size, tp.size, tp.index)),
+        dense_i_(share_of(whole.intermediate_size, tp.size, tp.index)),
+        shared_i_(share_of(whole.shared_expert_intermediate_size, tp.size, tp.index)),
+        moe_i_(share_of(whole.moe_intermediate_size, tp.expert_size, tp.expert_index)) {}
+
+  // The embedding and the LM head: vocabulary rows.
+  void vocabulary(std::string name, const Param& table) {
+    add_rows(std::move(name), table, {a_.vocab_size, a_.hidden_size}, rows_run(vocab_), by_tp_);
+  }
+  // Norm weights of the residual stream act on the rank's rows under sequence parallelism.
+  void residual_norm(std::string name, const Param& norm) {
+    add_whole(std::move(name), norm, sequence_parallel_);
+  }
+  void attention(const std::string& prefix, const AttentionParams& attention);
+  void gated_deltanet(const std::string& prefix, const GatedDeltaNetParams& gdn);
+  void mlp(const std::string& prefix, const DecoderLayerParams& layer, ExpertRange experts);
+
+ private:
   // A tensor held whole by every rank: its gradient is this rank's part when `partial`.
-  const auto add_whole = [&](std::string name, const Param& param, bool partial = false) {
+  void add_whole(std::string name, const Param& param, bool partial = false) {
     HfTensor tensor{std::move(name), param.value, param.grad};
     for (int dim = 0; dim < param.value.rank(); ++dim)
       tensor.hf_shape.push_back(param.value.size(dim));
-    tensor.tp_partial_grad = split && partial;
-    hf_tensors_.push_back(std::move(tensor));
-  };
+    tensor.tp_partial_grad = split_ && partial;
+    out_.push_back(std::move(tensor));
+  }
   // Rows of the whole tensor of shape `hf_shape` (column-parallel pieces, vocabulary rows and
   // the de-interleaved layouts); `over` says which group splits it.
-  const auto add_rows = [&](std::string name, const Param& param,
-                            std::vector<std::int64_t> hf_shape, std::vector<HfRowRun> runs,
-                            TensorSplit over, bool is_expert = false) {
+  void add_rows(std::string name, const Param& param, std::vector<std::int64_t> hf_shape,
+                std::vector<HfRowRun> runs, TensorSplit over, bool is_expert = false) {
     HfTensor tensor{std::move(name), param.value, param.grad, is_expert};
     tensor.hf_shape = std::move(hf_shape);
     tensor.row_runs = std::move(runs);
     tensor.split = over;
-    hf_tensors_.push_back(std::move(tensor));
-  };
+    out_.push_back(std::move(tensor));
+  }
   // Columns [first, first + value columns) of a whole [rows, columns] tensor (row-parallel).
-  const auto add_columns = [&](std::string name, const Param& param, std::int64_t hf_columns,
-                               std::int64_t first, TensorSplit over, bool is_expert = false) {
+  void add_columns(std::string name, const Param& param, std::int64_t hf_columns,
+                   std::int64_t first, TensorSplit over, bool is_expert = false) {
     HfTensor tensor{std::move(name), param.value, param.grad, is_expert};
     tensor.hf_shape = {param.value.size(0), hf_columns};
     tensor.hf_column_first = first;
     tensor.split = over;
-    hf_tensors_.push_back(std::move(tensor));
-  };
-  const TensorSplit by_tp = split ? TensorSplit::tensor_parallel : TensorSplit::whole;
-  const TensorSplit by_etp =
-      tp.expert_size > 1 ? TensorSplit::expert_tensor_parallel : TensorSplit::whole;
-  const auto rows_of = [](const Param& param, std::int64_t begin, std::int64_t end) {
-    return Param{param.value.slice(begin, end), param.grad.slice(begin, end)};
-  };
-  const auto select = [](const Param& param, std::int64_t index) {
-    return Param{param.value.select(index), param.grad.select(index)};
-  };
-  // Rows [0, rows) of the storage starting at `first` (adjacent parameters), as one tensor.
-  const auto spanning = [](const Param& first, std::int64_t rows, std::int64_t columns) {
-    const auto view = [&](const Tensor& t) {
-      return Tensor::view_of(t.raw_data(), {rows, columns}, t.dtype(), t.device());
-    };
-    return Param{view(first.value), view(first.grad)};
-  };
-  // Norm weights act on the rank's rows under sequence parallelism.
-  const bool sp = tp.sequence_parallel;
+    out_.push_back(std::move(tensor));
+  }
+  // gate_proj rows [0, I) and up_proj rows [I, 2I) of a fused gate_up, down's columns.
+  void swiglu(const std::string& prefix, const DenseMlpParams& params, Share rows,
+              std::int64_t whole_rows, TensorSplit over, bool is_expert) {
+    const std::int64_t h = a_.hidden_size;
+    add_rows(prefix + "gate_proj.weight", rows_of(params.gate_up, 0, rows.count), {whole_rows, h},
+             rows_run(rows), over, is_expert);
+    add_rows(prefix + "up_proj.weight", rows_of(params.gate_up, rows.count, 2 * rows.count),
+             {whole_rows, h}, rows_run(rows), over, is_expert);
+    add_columns(prefix + "down_proj.weight", params.down, whole_rows, rows.first, over, is_expert);
+  }
 
-  add_rows("model.embed_tokens.weight", embed_tokens, {a.vocab_size, h}, rows_run(vocab), by_tp);
-  for (std::int64_t i = 0; i < a.num_hidden_layers; ++i) {
+  std::vector<HfTensor>& out_;
+  const config::ModelArchitecture& a_;
+  bool split_;
+  TensorSplit by_tp_, by_etp_;
+  bool sequence_parallel_;
+  Share q_heads_, kv_heads_, key_heads_, value_heads_, vocab_, dense_i_, shared_i_, moe_i_;
+};
+
+void HfTensorList::attention(const std::string& prefix, const AttentionParams& attention) {
+  const std::int64_t h = a_.hidden_size, d = a_.head_dim;
+  const std::string attn = prefix + "self_attn.";
+  const std::int64_t q_rows = a_.num_attention_heads * d, kv_rows = a_.num_key_value_heads * d;
+  if (a_.is_hybrid()) {
+    add_rows(attn + "q_proj.weight", spanning(attention.q_proj, 2 * q_heads_.count * d, h),
+             {2 * q_rows, h}, gated_query_runs(q_heads_, d), by_tp_);
+  } else {
+    add_rows(attn + "q_proj.weight", attention.q_proj, {q_rows, h},
+             rows_run({q_heads_.first * d, q_heads_.count * d}), by_tp_);
+  }
+  const std::vector<HfRowRun> kv_run = rows_run({kv_heads_.first * d, kv_heads_.count * d});
+  add_rows(attn + "k_proj.weight", attention.k_proj, {kv_rows, h}, kv_run, by_tp_);
+  add_rows(attn + "v_proj.weight", attention.v_proj, {kv_rows, h}, kv_run, by_tp_);
+  add_columns(attn + "o_proj.weight", attention.o_proj, q_rows, q_heads_.first * d, by_tp_);
+  // q/k norms are per head dim, shared by all heads: each TP rank's heads add to them.
+  add_whole(attn + "q_norm.weight", attention.q_norm, true);
+  add_whole(attn + "k_norm.weight", attention.k_norm, true);
+}
+
+void HfTensorList::gated_deltanet(const std::string& prefix, const GatedDeltaNetParams& gdn) {
+  const std::int64_t h = a_.hidden_size, dk = a_.linear_key_head_dim, dv = a_.linear_value_head_dim,
+                     heads = a_.linear_num_value_heads;
+  const std::int64_t key_dim = a_.linear_num_key_heads * dk, value_dim = heads * dv;
+  const std::int64_t conv_dim = 2 * key_dim + value_dim;
+  const std::int64_t key_rows = key_heads_.count * dk, value_rows = value_heads_.count * dv;
+  const std::string linear = prefix + "linear_attn.";
+  // Our [q | k | v] rows (the conv's channels): three runs of the whole [q | k | v].
+  const std::vector<HfRowRun> qkv_runs = {
+      {0, key_heads_.first * dk, key_rows},
+      {key_rows, key_dim + key_heads_.first * dk, key_rows},
+      {2 * key_rows, 2 * key_dim + value_heads_.first * dv, value_rows}};
+  if (a_.model_type == "qwen3_next") {
+    add_rows(linear + "in_proj_qkvz.weight",
+             spanning(gdn.in_proj_qkv, 2 * key_rows + 2 * value_rows, h), {conv_dim + value_dim, h},
+             next_qkvz_runs(a_, key_heads_), by_tp_);
+    add_rows(linear + "in_proj_ba.weight", spanning(gdn.in_proj_b, 2 * value_heads_.count, h),
+             {2 * heads, h}, next_ba_runs(a_, key_heads_), by_tp_);
+  } else {
+    add_rows(linear + "in_proj_qkv.weight", gdn.in_proj_qkv, {conv_dim, h}, qkv_runs, by_tp_);
+    add_rows(linear + "in_proj_z.weight", gdn.in_proj_z, {value_dim, h},
+             rows_run({value_heads_.first * dv, value_rows}), by_tp_);
+    add_rows(linear + "in_proj_b.weight", gdn.in_proj_b, {heads, h}, rows_run(value_heads_),
+             by_tp_);
+    add_rows(linear + "in_proj_a.weight", gdn.in_proj_a, {heads, h}, rows_run(value_heads_),
+             by_tp_);
+  }
+  add_rows(linear + "conv1d.weight", gdn.conv1d, {conv_dim, 1, a_.linear_conv_kernel_dim}, qkv_runs,
+           by_tp_);
+  add_rows(linear + "A_log", gdn.A_log, {heads}, rows_run(value_heads_), by_tp_);
+  add_rows(linear + "dt_bias", gdn.dt_bias, {heads}, rows_run(value_heads_), by_tp_);
+  // The gated output norm is per value head dim, shared by all heads.
+  add_whole(linear + "norm.weight", gdn.norm, true);
+  add_columns(linear + "out_proj.weight", gdn.out_proj, value_dim, value_heads_.first * dv, by_tp_);
+}
+
+void HfTensorList::mlp(const std::string& prefix, const DecoderLayerParams& layer,
+                       ExpertRange experts) {
+  if (!layer.is_moe) {
+    swiglu(prefix + "mlp.", layer.dense, dense_i_, a_.intermediate_size, by_tp_, false);
+    return;
+  }
+  // The router and the shared-expert gate act on the rank's rows of the MoE block.
+  add_whole(prefix + "mlp.gate.weight", layer.moe.router, true);
+  if (layer.moe.has_shared_expert) {
+    swiglu(prefix + "mlp.shared_expert.", layer.moe.shared_expert, shared_i_,
+           a_.shared_expert_intermediate_size, by_tp_, false);
+    add_whole(prefix + "mlp.shared_expert_gate.weight", layer.moe.shared_expert_gate, true);
+  }
+  for (std::int64_t local = 0; local < experts.count; ++local) {
+    const std::int64_t expert = experts.first + local;
+    const DenseMlpParams one{select(layer.moe.experts.gate_up, local),
+                             select(layer.moe.experts.down, local)};
+    swiglu(prefix + "mlp.experts." + std::to_string(expert) + ".", one, moe_i_,
+           a_.moe_intermediate_size, by_etp_, true);
+  }
+}
+
+}  // namespace
+
+void Qwen3MoeParameters::add_hf_tensors() {
+  HfTensorList list(hf_tensors_, architecture_, tensor_parallel_);
+  list.vocabulary("model.embed_tokens.weight", embed_tokens);
+  for (std::int64_t i = 0; i < architecture_.num_hidden_layers; ++i) {
     const auto& layer = layers[static_cast<std::size_t>(i)];
     const std::string prefix = "model.layers." + std::to_string(i) + ".";
-    add_whole(prefix + "input_layernorm.weight", layer.input_norm, sp);
+    list.residual_norm(prefix + "input_layernorm.weight", layer.input_norm);
     if (layer.mixer == config::LayerMixer::full_attention) {
-      const std::string attn = prefix + "self_attn.";
-      const std::int64_t q_rows = a.num_attention_heads * d, kv_rows = a.num_key_value_heads * d;
-      if (a.is_hybrid()) {
-        add_rows(attn + "q_proj.weight", spanning(layer.attention.q_proj, 2 * q_heads.count * d, h),
-                 {2 * q_rows, h}, gated_query_runs(q_heads, d), by_tp);
-      } else {
-        add_rows(attn + "q_proj.weight", layer.attention.q_proj, {q_rows, h},
-                 rows_run({q_heads.first * d, q_heads.count * d}), by_tp);
-      }
-      const std::vector<HfRowRun> kv_run = rows_run({kv_heads.first * d, kv_heads.count * d});
-      add_rows(attn + "k_proj.weight", layer.attention.k_proj, {kv_rows, h}, kv_run, by_tp);
-      add_rows(attn + "v_proj.weight", layer.attention.v_proj, {kv_rows, h}, kv_run, by_tp);
-      add_columns(attn + "o_proj.weight", layer.attention.o_proj, q_rows, q_heads.first * d, by_tp);
-      // q/k norms are per head dim, shared by all heads: each TP rank's heads add to them.
-      add_whole(attn + "q_norm.weight", layer.attention.q_norm, true);
-      add_whole(attn + "k_norm.weight", layer.attention.k_norm, true);
+      list.attention(prefix, layer.attention);
     } else {
-      const auto& gdn = layer.linear_attention;
-      const std::string linear = prefix + "linear_attn.";
-      const std::int64_t conv_dim = 2 * key_dim + value_dim;
-      const std::int64_t key_rows = key_heads.count * dk, value_rows = value_heads.count * dv;
-      // Our [q | k | v] rows (the conv's channels): three runs of the whole [q | k | v].
-      const std::vector<HfRowRun> qkv_runs = {
-          {0, key_heads.first * dk, key_rows},
-          {key_rows, key_dim + key_heads.first * dk, key_rows},
-          {2 * key_rows, 2 * key_dim + value_heads.first * dv, value_rows}};
-      const std::int64_t local_conv = 2 * key_rows + value_rows;
-      if (a.model_type == "qwen3_next") {
-        add_rows(linear + "in_proj_qkvz.weight",
-                 spanning(gdn.in_proj_qkv, local_conv + value_rows, h), {conv_dim + value_dim, h},
-                 next_qkvz_runs(a, key_heads), by_tp);
-        add_rows(linear + "in_proj_ba.weight", spanning(gdn.in_proj_b, 2 * value_heads.count, h),
-                 {2 * a.linear_num_value_heads, h}, next_ba_runs(a, key_heads), by_tp);
-      } else {
-        add_rows(linear + "in_proj_qkv.weight", gdn.in_proj_qkv, {conv_dim, h}, qkv_runs, by_tp);
-        add_rows(linear + "in_proj_z.weight", gdn.in_proj_z, {value_dim, h},
-                 rows_run({value_heads.first * dv, value_rows}), by_tp);
-        const std::vector<HfRowRun> head_run = rows_run(value_heads);
-        add_rows(linear + "in_proj_b.weight", gdn.in_proj_b, {a.linear_num_value_heads, h},
-                 head_run, by_tp);
-        add_rows(linear + "in_proj_a.weight", gdn.in_proj_a, {a.linear_num_value_heads, h},
-                 head_run, by_tp);
-      }
-      add_rows(linear + "conv1d.weight", gdn.conv1d, {conv_dim, 1, a.linear_conv_kernel_dim},
-               qkv_runs, by_tp);
-      add_rows(linear + "A_log", gdn.A_log, {a.linear_num_value_heads}, rows_run(value_heads),
-               by_tp);
-      add_rows(linear + "dt_bias", gdn.dt_bias, {a.linear_num_value_heads}, rows_run(value_heads),
-               by_tp);
-      // The gated output norm is per value head dim, shared by all heads.
-      add_whole(linear + "norm.weight", gdn.norm, true);
-      add_columns(linear + "out_proj.weight", gdn.out_proj, value_dim, value_heads.first * dv,
-                  by_tp);
+      list.gated_deltanet(prefix, layer.linear_attention);
     }
-    add_whole(prefix + "post_attention_layernorm.weight", layer.post_attention_norm, sp);
-    // gate_proj rows [0, I) and up_proj rows [I, 2I) of a fused gate_up, down's columns.
-    const auto add_swiglu = [&](const std::string& mlp, const DenseMlpParams& params, Share rows,
-                                std::int64_t whole_rows, TensorSplit over, bool is_expert) {
-      add_rows(mlp + "gate_proj.weight", rows_of(params.gate_up, 0, rows.count), {whole_rows, h},
-               rows_run(rows), over, is_expert);
-      add_rows(mlp + "up_proj.weight", rows_of(params.gate_up, rows.count, 2 * rows.count),
-               {whole_rows, h}, rows_run(rows), over, is_expert);
-      add_columns(mlp + "down_proj.weight", params.down, whole_rows, rows.first, over, is_expert);
-    };
-    if (layer.is_moe) {
-      // The router and the shared-expert gate act on the rank's rows of the MoE block.
-      add_whole(prefix + "mlp.gate.weight", layer.moe.router, true);
-      if (layer.moe.has_shared_expert) {
-        add_swiglu(prefix + "mlp.shared_expert.", layer.moe.shared_expert, shared_i,
-                   a.shared_expert_intermediate_size, by_tp, false);
-        add_whole(prefix + "mlp.shared_expert_gate.weight", layer.moe.shared_expert_gate, true);
-      }
-      for (std::int64_t local = 0; local < expert_range_.count; ++local) {
-        const std::int64_t expert = expert_range_.first + local;
-        const DenseMlpParams one{select(layer.moe.experts.gate_up, local),
-                                 select(layer.moe.experts.down, local)};
-        add_swiglu(prefix + "mlp.experts." + std::to_string(expert) + ".", one, moe_i,
-                   a.moe_intermediate_size, by_etp, true);
-      }
-    } else {
-      add_swiglu(prefix + "mlp.", layer.dense, dense_i, a.intermediate_size, by_tp, false);
-    }
+    list.residual_norm(prefix + "post_attention_layernorm.weight", layer.post_attention_norm);
+    list.mlp(prefix, layer, expert_range_);
   }
-  add_whole("model.norm.weight", final_norm, sp);
-  if (!a.tie_word_embeddings)
-    add_rows("lm_head.weight", lm_head, {a.vocab_size, h}, rows_run(vocab), by_tp);
+  list.residual_norm("model.norm.weight", final_norm);
+  if (!architecture_.tie_word_embeddings) list.vocabulary("lm_head.weight", lm_head);
 }
 
 }  // namespace dyncp::model
