@@ -34,15 +34,11 @@ CheckpointSaver::CheckpointSaver(const config::ConfigContainer& config, dist::Co
       world_(world),
       host_parameters_(host_parameters),
       optimizer_(optimizer),
-      expert_gather_(parallel_state.expert_parallel()) {
+      writer_gathers_(parallel_state) {
   if (!config.checkpoint.save.empty()) {
     store_ = std::make_unique<CheckpointStore>(config.checkpoint.save,
                                                static_cast<int>(config.checkpoint.most_recent_k));
   }
-  std::int32_t writer = world.rank() == 0 ? 1 : 0;
-  parallel_state.expert_parallel().all_reduce(&writer, &writer, 1, core::DType::i32,
-                                              dist::ReduceOp::max);
-  writer_group_ = writer != 0;
   if (store_ && (config.checkpoint.sharded || config.checkpoint.async_save)) {
     // The distributed optimizer's own division (the same plan its step engine made), so its
     // packed moments are written as they are.
@@ -72,13 +68,15 @@ bool CheckpointSaver::save(const LoopState& state) {
   if (!store_) return false;
   // The checkpoint holds every moment whatever the layout: the distributed optimizer's pieces
   // are gathered into temporary buffers the size of this rank's parameters first, and the
-  // experts of other EP ranks come through the gather while rank 0 writes.
+  // experts of other EP ranks and the tensor-parallel pieces come through the gathers while
+  // rank 0 writes.
   const AdamWOptimizer::FullSizeMoments moments = optimizer_.full_size_moments();
   optimizer_.gather_full_size_moments(moments);
   const model::Qwen3MoeParameters& parameters = host_parameters_.download();
-  if (writer_group_ && world_.rank() != 0) {
-    write_training_checkpoint({}, parameters, moments.exp_avg, moments.exp_avg_sq, state,
-                              &expert_gather_, /*write=*/false);
+  const model::WholeModelGathers& gathers = writer_gathers_.gathers();
+  if (writer_gathers_.takes_part() && world_.rank() != 0) {
+    write_training_checkpoint({}, parameters, moments.exp_avg, moments.exp_avg_sq, state, gathers,
+                              /*write=*/false);
   }
   std::int32_t failed = 0;
   if (world_.rank() == 0) {
@@ -92,7 +90,7 @@ bool CheckpointSaver::save(const LoopState& state) {
     try {
       // Even when begin() failed: the other ranks of the EP group are gathering.
       write_training_checkpoint(folder, parameters, moments.exp_avg, moments.exp_avg_sq, state,
-                                &expert_gather_, /*write=*/failure.empty());
+                                gathers, /*write=*/failure.empty());
       if (failure.empty())
         spdlog::info("checkpoint saved: {}", store_->commit(state.iteration).string());
     } catch (const std::exception& error) {
