@@ -22,7 +22,9 @@ SavingLayout saving_layout(const config::ConfigContainer& config, const dist::Co
                       layout.context_parallel_size,
                       layout.expert_model_parallel_size,
                       layout.dynamic_context_parallel,
-                      config.ddp.use_distributed_optimizer};
+                      config.ddp.use_distributed_optimizer,
+                      layout.tensor_model_parallel_size,
+                      layout.expert_tensor_parallel_size};
 }
 
 }  // namespace

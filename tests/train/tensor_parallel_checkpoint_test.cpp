@@ -1,7 +1,9 @@
 // Checkpoints and HF exports under tensor parallelism (mpirun, 4 ranks): whatever pieces the
 // ranks hold (tp 2 and 4, experts whole or split over the expert-TP group, with EP), the
-// single-writer checkpoint is byte for byte the one the whole model writes, and every layout
-// reads back exactly its pieces of the saved state.
+// single-writer checkpoint is byte for byte the one the whole model writes; a sharded
+// checkpoint writes every element exactly once, its index describes the pieces as blocks,
+// and every layout (tp 1, 2 and 4, any etp and ep) reads back exactly its pieces of the saved
+// state, from format-2 indexes and from the format-1 indexes of runs without TP.
 
 #include <unistd.h>
 
@@ -20,6 +22,9 @@
 #include "mpi_test_world.hpp"
 #include "parallel/expert_gather.hpp"
 #include "parallel/whole_model_gathers.hpp"
+#include "train/checkpoint_store.hpp"
+#include "train/sharded_checkpoint.hpp"
+#include "train/sharded_checkpoint_saver.hpp"
 #include "train/training_checkpoint.hpp"
 
 using namespace dyncp;
@@ -104,6 +109,34 @@ train::LoopState loop_state(std::int64_t iteration) {
   return state;
 }
 
+// Whether two ranks' buffers hold the same values.
+bool same_state(const TpRank& a, const model::Qwen3MoeParameters& values, const core::Tensor& m1,
+                const core::Tensor& m2) {
+  return same(values.all_values(), a.parameters.all_values()) && same(m1, a.exp_avg) &&
+         same(m2, a.exp_avg_sq);
+}
+
+// Saves `rank`'s state as a sharded checkpoint of iteration 6 into `dir`.
+train::RankShard save_sharded(dist::Comm& world, TpRank& rank, const fs::path& dir) {
+  const train::RankShard shard = train::plan_rank_shard(
+      rank.parameters, train::checkpoint_shards(rank.parameters, rank.parallel_state.pool(),
+                                                rank.parallel_state.expert_data_parallel()));
+  std::unique_ptr<train::CheckpointStore> store;
+  if (world.rank() == 0) store = std::make_unique<train::CheckpointStore>(dir, -1);
+  train::SavingLayout layout;
+  layout.world_size = world.size();
+  layout.data_parallel = rank.parallel_state.layout().data_parallel_size;
+  layout.expert_parallel = rank.parallel_state.layout().expert_model_parallel_size;
+  layout.tensor_parallel = rank.parameters.tensor_parallel().size;
+  layout.expert_tensor_parallel = rank.parameters.tensor_parallel().expert_size;
+  const train::ShardSources sources{{{rank.parameters.all_values().data<float>(), false},
+                                     {rank.exp_avg.data<float>(), false},
+                                     {rank.exp_avg_sq.data<float>(), false}}};
+  REQUIRE(train::save_sharded_checkpoint(world, store.get(), dir, rank.parameters, shard, sources,
+                                         loop_state(6), layout));
+  return shard;
+}
+
 struct Case {
   const char* recipe;
   std::int64_t heads;
@@ -174,4 +207,118 @@ TEST_CASE("a single-writer checkpoint written from TP pieces is the whole model'
     world.barrier();
     if (world.rank() == 0) fs::remove_all(dir);
   }
+}
+
+TEST_CASE("sharded checkpoints from TP pieces write each element once and load under any layout",
+          "[mpi][checkpoint]") {
+  dist::Comm& world = dist::testing::test_world();
+  std::vector<Case> savers(std::begin(cases), std::end(cases));
+  // Runs without TP (index format 1) save too, and the TP layouts read them.
+  savers.push_back({"tiny_mock.yaml", 0, {1, 1, 2}});
+  savers.push_back({"tiny_hybrid_mock.yaml", 0, {1, 1, 2}});
+  savers.push_back({"tiny_mock.yaml", 8, {1, 1, 4}});
+  savers.push_back({"tiny_hybrid_mock.yaml", 8, {1, 1, 1}});
+  for (const Case& saver : savers) {
+    INFO("saved by " << describe(saver));
+    const config::ModelArchitecture architecture = architecture_of(saver.recipe, saver.heads);
+    const fs::path dir = shared_dir(world, "sharded");
+    TpRank saving(world, architecture, saver.layout);
+    const train::RankShard shard = save_sharded(world, saving, dir);
+    const fs::path folder = dir / train::CheckpointStore::folder_name(6);
+
+    // Every element of the whole model written exactly once (the index's tiling checks the
+    // rest), the pieces named as blocks under TP.
+    std::int64_t written = shard.elements;
+    world.all_reduce(std::span<std::int64_t>(&written, 1), dist::ReduceOp::sum);
+    const model::Qwen3MoeParameters whole(architecture);
+    std::int64_t elements = 0;
+    for (const model::HfTensor& tensor : whole.hf_tensors()) elements += tensor.hf_numel();
+    CHECK(written == elements);
+    std::ifstream in(folder / train::sharded_index_name);
+    const train::ShardedIndex index = train::parse_sharded_index(
+        {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()}, "index.json");
+    CHECK(index.layout.tensor_parallel == saver.layout.tp);
+    for (const train::IndexTensor& tensor : index.tensors)
+      CHECK(tensor.blocks.empty() == (saver.layout.tp == 1));
+
+    // An asynchronous save's snapshot writes the same bytes.
+    const std::vector<float> snapshot =
+        train::snapshot_rank_shard(shard, {{{saving.parameters.all_values().data<float>(), false},
+                                            {saving.exp_avg.data<float>(), false},
+                                            {saving.exp_avg_sq.data<float>(), false}}});
+    const fs::path other = shared_dir(world, "snapshot");
+    if (world.rank() == 0) fs::create_directories(other / "shards");
+    world.barrier();
+    REQUIRE(train::write_rank_shard(other, world.rank(), shard,
+                                    train::snapshot_sources(shard, snapshot))
+                .failure.empty());
+    const std::string relative = train::rank_shard_path(world.rank());
+    CHECK(file_bytes(other / relative) == file_bytes(folder / relative));
+
+    // The whole model on one rank.
+    if (world.rank() == 0) {
+      whole.init_random(5);
+      const model::Qwen3MoeParameters reread(architecture);
+      core::Tensor m1 = core::Tensor::zeros(reread.all_values().shape(), core::DType::f32);
+      core::Tensor m2 = core::Tensor::zeros(reread.all_values().shape(), core::DType::f32);
+      CHECK(train::read_training_checkpoint(folder, 6, reread, m1, m2).iteration == 6);
+      CHECK(same(reread.all_values(), whole.all_values()));
+      CHECK(same(m1, test::hf_keyed_moments_for(whole, 1)));
+      CHECK(same(m2, test::hf_keyed_moments_for(whole, 2)));
+    }
+    // Every layout of the same model on the 4 ranks.
+    for (const Case& loader : cases) {
+      if (std::string(loader.recipe) != saver.recipe || loader.heads != saver.heads) continue;
+      INFO("loaded by " << describe(loader));
+      TpRank loading(world, architecture, loader.layout);
+      const model::Qwen3MoeParameters reread(architecture, loading.parameters.expert_range(),
+                                             core::DType::f32, core::Device::cpu,
+                                             loading.parameters.tensor_parallel());
+      core::Tensor m1 = core::Tensor::zeros(reread.all_values().shape(), core::DType::f32);
+      core::Tensor m2 = core::Tensor::zeros(reread.all_values().shape(), core::DType::f32);
+      const parallel::ParameterRange everything{0, reread.num_parameters(), false, true};
+      train::read_sharded_checkpoint(folder, 6, reread, m1, m2, {&everything, 1});
+      CHECK(same_state(loading, reread, m1, m2));
+    }
+    world.barrier();
+    if (world.rank() == 0) {
+      fs::remove_all(dir);
+      fs::remove_all(other);
+    }
+  }
+}
+
+TEST_CASE("a TP rank reads only the moments its distributed optimizer keeps", "[mpi][checkpoint]") {
+  dist::Comm& world = dist::testing::test_world();
+  const config::ModelArchitecture architecture = architecture_of("tiny_hybrid_mock.yaml");
+  const fs::path dir = shared_dir(world, "owned");
+  TpRank saving(world, architecture, {2, 2, 2});
+  save_sharded(world, saving, dir);
+  TpRank loading(world, architecture, {2, 1, 4});
+  const parallel::OptimizerShards shards =
+      train::checkpoint_shards(loading.parameters, loading.parallel_state.pool(),
+                               loading.parallel_state.expert_data_parallel());
+  const model::Qwen3MoeParameters reread(architecture, loading.parameters.expert_range(),
+                                         core::DType::f32, core::Device::cpu,
+                                         loading.parameters.tensor_parallel());
+  core::Tensor m1 = core::Tensor::zeros(reread.all_values().shape(), core::DType::f32);
+  core::Tensor m2 = core::Tensor::zeros(reread.all_values().shape(), core::DType::f32);
+  train::read_sharded_checkpoint(dir / train::CheckpointStore::folder_name(6), 6, reread, m1, m2,
+                                 shards.owned_ranges);
+  CHECK(same(reread.all_values(), loading.parameters.all_values()));
+  std::vector<char> owned(static_cast<std::size_t>(reread.num_parameters()), 0);
+  for (const parallel::ParameterRange& range : shards.owned_ranges)
+    std::fill_n(owned.begin() + range.offset, range.count, 1);
+  std::int64_t wrong = 0, owned_count = 0;
+  for (std::size_t i = 0; i < owned.size(); ++i) {
+    const float expected1 = owned[i] ? loading.exp_avg.data<float>()[i] : 0.0f;
+    const float expected2 = owned[i] ? loading.exp_avg_sq.data<float>()[i] : 0.0f;
+    wrong += m1.data<float>()[i] != expected1 || m2.data<float>()[i] != expected2;
+    owned_count += owned[i];
+  }
+  CHECK(owned_count > 0);
+  CHECK(owned_count < reread.num_parameters());
+  CHECK(wrong == 0);
+  world.barrier();
+  if (world.rank() == 0) fs::remove_all(dir);
 }
