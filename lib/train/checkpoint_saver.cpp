@@ -36,7 +36,8 @@ CheckpointSaver::CheckpointSaver(const config::ConfigContainer& config, dist::Co
       world_(world),
       host_parameters_(host_parameters),
       optimizer_(optimizer),
-      writer_gathers_(parallel_state) {
+      writer_gathers_(parallel_state),
+      export_groups_{&parallel_state.tensor_parallel(), &parallel_state.expert_tensor_parallel()} {
   if (!config.checkpoint.save.empty()) {
     store_ = std::make_unique<CheckpointStore>(config.checkpoint.save,
                                                static_cast<int>(config.checkpoint.most_recent_k));
@@ -115,7 +116,7 @@ void CheckpointSaver::export_hf(const fs::path& tokenizer_folder) {
   const std::string& folder = config_.checkpoint.export_hf;
   const model::Qwen3MoeParameters& parameters = host_parameters_.download();
   const std::uint64_t written = write_hf_weights_in_parallel(
-      world_, folder, parameters, model::StoredDType::bf16, hf_export_shard_bytes);
+      world_, folder, parameters, model::StoredDType::bf16, hf_export_shard_bytes, export_groups_);
   std::uint64_t most = written, total = written;
   world_.all_reduce(&most, &most, 1, core::DType::i64, dist::ReduceOp::max);
   world_.all_reduce(&total, &total, 1, core::DType::i64, dist::ReduceOp::sum);

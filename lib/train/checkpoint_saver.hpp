@@ -22,6 +22,7 @@
 #include "dist/parallel_state.hpp"
 #include "parallel/whole_model_gathers.hpp"
 #include "train/checkpoint_store.hpp"
+#include "train/hf_export_writer.hpp"
 #include "train/loop_state.hpp"
 #include "train/optimizer.hpp"
 #include "train/sharded_checkpoint_saver.hpp"
@@ -56,6 +57,7 @@ class CheckpointSaver {
   AdamWOptimizer& optimizer_;
   std::unique_ptr<CheckpointStore> store_;
   parallel::WriterGathers writer_gathers_;           // how this rank helps rank 0 write
+  ExportGroups export_groups_;                       // who rebuilds split tensors for the HF export
   std::unique_ptr<ShardedCheckpointSaver> sharded_;  // checkpoint.sharded / async_save
 };
 

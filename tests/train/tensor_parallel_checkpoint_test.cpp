@@ -3,26 +3,31 @@
 // single-writer checkpoint is byte for byte the one the whole model writes; a sharded
 // checkpoint writes every element exactly once, its index describes the pieces as blocks,
 // and every layout (tp 1, 2 and 4, any etp and ep) reads back exactly its pieces of the saved
-// state, from format-2 indexes and from the format-1 indexes of runs without TP.
+// state, from format-2 indexes and from the format-1 indexes of runs without TP; the HF export
+// the ranks write in parallel from their pieces is byte for byte the whole model's.
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <set>
 
 #include "checkpoint_test_moments.hpp"
 #include "config/config_loader.hpp"
 #include "config/resolve.hpp"
 #include "dist/parallel_layout.hpp"
 #include "dist/parallel_state.hpp"
+#include "model/hf_checkpoint.hpp"
 #include "mpi_test_world.hpp"
 #include "parallel/expert_gather.hpp"
 #include "parallel/whole_model_gathers.hpp"
 #include "train/checkpoint_store.hpp"
+#include "train/hf_export_writer.hpp"
 #include "train/sharded_checkpoint.hpp"
 #include "train/sharded_checkpoint_saver.hpp"
 #include "train/training_checkpoint.hpp"
@@ -319,6 +324,85 @@ TEST_CASE("a TP rank reads only the moments its distributed optimizer keeps", "[
   CHECK(owned_count > 0);
   CHECK(owned_count < reread.num_parameters());
   CHECK(wrong == 0);
+  world.barrier();
+  if (world.rank() == 0) fs::remove_all(dir);
+}
+
+namespace {
+
+std::set<std::string> names_in(const fs::path& dir) {
+  std::set<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) names.insert(entry.path().filename());
+  return names;
+}
+
+train::ExportGroups export_groups(TpRank& rank) {
+  return {&rank.parallel_state.tensor_parallel(), &rank.parallel_state.expert_tensor_parallel()};
+}
+
+}  // namespace
+
+TEST_CASE("the HF export written in parallel from TP pieces is the whole model's, byte for byte",
+          "[mpi][checkpoint]") {
+  dist::Comm& world = dist::testing::test_world();
+  for (const Case& c : cases) {
+    const config::ModelArchitecture architecture = architecture_of(c.recipe, c.heads);
+    TpRank rank(world, architecture, c.layout);
+    const std::uint64_t bf16_bytes =
+        static_cast<std::uint64_t>(rank.parameters.all_values().numel()) * 2 *
+        static_cast<std::uint64_t>(c.layout.tp);
+    for (const model::StoredDType dtype : {model::StoredDType::bf16, model::StoredDType::f32}) {
+      for (const std::uint64_t shard_bytes : {std::uint64_t{0}, bf16_bytes / 3}) {
+        INFO(describe(c) << ", " << model::stored_dtype_name(dtype) << ", shards of "
+                         << shard_bytes);
+        const fs::path dir = shared_dir(world, "export");
+        if (world.rank() == 0) {
+          const model::Qwen3MoeParameters whole(architecture);
+          whole.init_random(5);
+          model::save_hf_checkpoint((dir / "single").string(), whole, dtype, shard_bytes);
+        }
+        const std::uint64_t written = train::write_hf_weights_in_parallel(
+            world, dir / "pieces", rank.parameters, dtype, shard_bytes, export_groups(rank));
+        CHECK(written > 0);  // every rank writes a share
+        std::uint64_t total = written;
+        world.all_reduce(&total, &total, 1, core::DType::i64, dist::ReduceOp::sum);
+        if (world.rank() == 0) {
+          const auto files = names_in(dir / "single");
+          CHECK(names_in(dir / "pieces") == files);
+          std::uint64_t bytes = 0;
+          for (const std::string& name : files) {
+            INFO(name);
+            CHECK(file_bytes(dir / "pieces" / name) == file_bytes(dir / "single" / name));
+            if (name.ends_with(".safetensors")) bytes += fs::file_size(dir / "pieces" / name);
+          }
+          CHECK(total == bytes);  // each byte written once
+        }
+        world.barrier();
+        if (world.rank() == 0) fs::remove_all(dir);
+      }
+    }
+  }
+}
+
+TEST_CASE("a failed HF export write on one TP rank fails the export on every rank",
+          "[mpi][checkpoint]") {
+  dist::Comm& world = dist::testing::test_world();
+  const config::ModelArchitecture architecture = architecture_of("tiny_hybrid_mock.yaml");
+  TpRank rank(world, architecture, {2, 2, 2});
+  const fs::path dir = shared_dir(world, "export_fails");
+  const fs::path out = dir / "export";
+  // Rank 2's first write fails; its TP partner keeps summing pieces with it until the end.
+  if (world.rank() == 2) ::setenv("DYNCP_FAULT_ENOSPC_AFTER_BYTES", "0", 1);
+  CHECK_THROWS_WITH(
+      train::write_hf_weights_in_parallel(world, out, rank.parameters, model::StoredDType::bf16, 0,
+                                          export_groups(rank)),
+      Catch::Contains("rank 2: writing '") && Catch::Contains("No space left on device"));
+  ::unsetenv("DYNCP_FAULT_ENOSPC_AFTER_BYTES");
+  world.barrier();
+  if (world.rank() == 0) CHECK(names_in(out).empty());
+  train::write_hf_weights_in_parallel(world, out, rank.parameters, model::StoredDType::bf16, 0,
+                                      export_groups(rank));
+  if (world.rank() == 0) CHECK(names_in(out).count("model.safetensors") == 1);
   world.barrier();
   if (world.rank() == 0) fs::remove_all(dir);
 }
