@@ -174,28 +174,42 @@ bool export_fuses_experts(const config::ModelArchitecture& architecture) {
 void save_hf_checkpoint(const std::string& folder, const Qwen3MoeParameters& parameters,
                         StoredDType dtype, std::uint64_t max_shard_bytes, ExpertGather* gather,
                         bool write) {
+  save_hf_checkpoint(folder, parameters, dtype, max_shard_bytes,
+                     WholeModelGathers{nullptr, nullptr, gather}, write);
+}
+
+void save_hf_checkpoint(const std::string& folder, const Qwen3MoeParameters& parameters,
+                        StoredDType dtype, std::uint64_t max_shard_bytes,
+                        const WholeModelGathers& gathers, bool write) {
   const auto& architecture = parameters.architecture();
   const DiskLayout layout = export_layout(architecture);
-  WholeExpertLayer experts(parameters, parameters.all_values(), gather);
+  WholeExpertLayer experts(parameters, parameters.all_values(), gathers, write);
   std::vector<TensorToWrite> tensors;
   for (const WholeModelTensor& tensor : whole_model_tensors(parameters)) {
+    const bool runs_fill = write || takes_part(tensor, gathers);
     if (tensor.layer >= 0 && layout.fused_experts) {
       // One tensor per layer and part, every expert: gate_up_proj [E, 2I, h] (listed at
       // expert 0's gate) and down_proj [E, h, I] (at expert 0's down).
       if (tensor.expert != 0 || tensor.part == 1) continue;
       const bool down = tensor.part == 2;
       const std::int64_t rows = tensor.shape[0] * (down ? 1 : 2);
-      tensors.push_back({fused_slice_of(layout, tensor.name).fused_name,
-                         {architecture.num_experts, rows, tensor.shape[1]},
-                         {},
-                         [&experts, layer = tensor.layer, down](std::span<float> out) {
-                           const std::span<const float> whole = experts.part(layer, down ? 1 : 0);
-                           std::copy(whole.begin(), whole.end(), out.begin());
-                         }});
+      TensorToWrite entry{fused_slice_of(layout, tensor.name).fused_name,
+                          {architecture.num_experts, rows, tensor.shape[1]},
+                          {},
+                          {}};
+      if (runs_fill) {
+        entry.fill = [&experts, layer = tensor.layer, down](std::span<float> out) {
+          const std::span<const float> whole = experts.part(layer, down ? 1 : 0);
+          if (experts.complete()) std::copy(whole.begin(), whole.end(), out.begin());
+        };
+      }
+      tensors.push_back(std::move(entry));
       continue;
     }
-    tensors.push_back(tensor_to_write(tensor, disk_name(layout, tensor.name), parameters,
-                                      parameters.all_values(), experts));
+    const std::string name = disk_name(layout, tensor.name);
+    tensors.push_back(runs_fill ? tensor_to_write(tensor, name, parameters, parameters.all_values(),
+                                                  experts, gathers.tensor_parallel)
+                                : TensorToWrite{name, tensor.shape, {}, {}});
   }
   write_collectively(tensors, write, [&](std::span<const TensorToWrite> all) {
     write_safetensors_folder(folder, all, dtype, max_shard_bytes);

@@ -12,6 +12,7 @@
 namespace dyncp::model {
 
 class ExpertGather;
+struct WholeModelGathers;
 
 // Copies every HF tensor of `parameters` from the checkpoint folder (converted to f32).
 // A missing tensor, an extra one, or one whose shape differs is a data error naming the tensor
@@ -30,6 +31,11 @@ std::unique_ptr<Qwen3MoeModel> load_hf_model(const std::string& folder, ModelOpt
 void save_hf_checkpoint(const std::string& folder, const Qwen3MoeParameters& parameters,
                         StoredDType dtype = StoredDType::bf16, std::uint64_t max_shard_bytes = 0,
                         ExpertGather* gather = nullptr, bool write = true);
+// The same from a rank that may hold pieces of tensors (tensor parallelism): every rank taking
+// part in `gathers` calls this, and the one with `write` writes (model/whole_model_tensors.hpp).
+void save_hf_checkpoint(const std::string& folder, const Qwen3MoeParameters& parameters,
+                        StoredDType dtype, std::uint64_t max_shard_bytes,
+                        const WholeModelGathers& gathers, bool write);
 
 // Whether an export of `architecture` stores each MoE layer's experts fused
 // (`mlp.experts.gate_up_proj` [E, 2I, h], `mlp.experts.down_proj` [E, h, I]) rather than one

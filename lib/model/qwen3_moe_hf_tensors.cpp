@@ -262,4 +262,16 @@ void Qwen3MoeParameters::add_hf_tensors() {
   if (!architecture_.tie_word_embeddings) list.vocabulary("lm_head.weight", lm_head);
 }
 
+std::vector<HfRowRun> whole_model_row_runs(const config::ModelArchitecture& a,
+                                           const std::string& name) {
+  // Whole storage in HF order, except where the model de-interleaves rows (add_hf_tensors).
+  if (a.is_hybrid() && name.ends_with(".self_attn.q_proj.weight"))
+    return gated_query_runs({0, a.num_attention_heads}, a.head_dim);
+  if (a.model_type == "qwen3_next" && name.ends_with(".linear_attn.in_proj_qkvz.weight"))
+    return next_qkvz_runs(a, {0, a.linear_num_key_heads});
+  if (a.model_type == "qwen3_next" && name.ends_with(".linear_attn.in_proj_ba.weight"))
+    return next_ba_runs(a, {0, a.linear_num_key_heads});
+  return {};
+}
+
 }  // namespace dyncp::model

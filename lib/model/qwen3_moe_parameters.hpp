@@ -219,6 +219,14 @@ class Qwen3MoeParameters {
   std::vector<HfTensor> hf_tensors_;
 };
 
+// The row runs HF tensor `name` has in the whole model's parameters (no tensor parallelism):
+// empty when they hold it in HF order, the de-interleaved tensors' runs otherwise (the gated
+// q_proj, Qwen3-Next's in_proj_qkvz and in_proj_ba). What the whole model's storage order of a
+// tensor is, without building the whole model (checkpoints that recorded it, format 1 of the
+// sharded checkpoint index).
+std::vector<HfRowRun> whole_model_row_runs(const config::ModelArchitecture& architecture,
+                                           const std::string& name);
+
 // Throws config errors (key path `model.<field>`) for architectures this model cannot run
 // (Qwen3-MoE and the hybrid qwen3_next / qwen3_5_moe / qwen3_5_moe_text).
 void validate_qwen3_moe_architecture(const config::ModelArchitecture& architecture);

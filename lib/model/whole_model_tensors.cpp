@@ -33,43 +33,100 @@ bool holds_every_expert(const Qwen3MoeParameters& parameters) {
 
 WholeExpertLayer::WholeExpertLayer(const Qwen3MoeParameters& parameters, Tensor flat,
                                    ExpertGather* gather)
-    : parameters_(parameters), flat_(std::move(flat)), gather_(gather) {
+    : WholeExpertLayer(parameters, std::move(flat), WholeModelGathers{nullptr, nullptr, gather},
+                       /*whole=*/true) {}
+
+WholeExpertLayer::WholeExpertLayer(const Qwen3MoeParameters& parameters, Tensor flat,
+                                   const WholeModelGathers& gathers, bool whole)
+    : parameters_(parameters),
+      flat_(std::move(flat)),
+      gathers_(gathers),
+      complete_((holds_every_expert(parameters) || gathers.expert_parallel != nullptr) &&
+                (parameters.tensor_parallel().expert_size == 1 ||
+                 gathers.expert_tensor_parallel != nullptr)) {
   DYNCP_CHECK(flat_.numel() == parameters.all_values().numel(),
               "the buffer is laid out like the parameters");
-  if (gather_ == nullptr && !holds_every_expert(parameters)) {
+  if (whole && gathers_.expert_parallel == nullptr && !holds_every_expert(parameters)) {
     const auto& range = parameters.expert_range();
     core::throw_runtime_error(
         "writing every expert from a rank that holds experts [" + std::to_string(range.first) +
         ", " + std::to_string(range.first + range.count) +
         ") needs the other ranks' slices: pass the expert-parallel group's gather");
   }
+  if (parameters.tensor_parallel().expert_size == 1) return;
+  if (whole && gathers_.expert_tensor_parallel == nullptr) {
+    core::throw_runtime_error(
+        "writing whole experts from a rank that holds 1/" +
+        std::to_string(parameters.tensor_parallel().expert_size) +
+        " of each (expert_tensor_parallel_size) needs the other pieces: pass the expert "
+        "tensor-parallel group's sum");
+  }
+  // "model.layers.{i}.mlp.experts.{e}.{gate,up,down}_proj.weight" by layer and local expert.
+  expert_tensors_.resize(static_cast<std::size_t>(parameters.architecture().num_hidden_layers));
+  const std::string layers = "model.layers.", experts = ".mlp.experts.";
+  for (const HfTensor& tensor : parameters.hf_tensors()) {
+    if (!tensor.is_expert) continue;
+    const auto layer = static_cast<std::size_t>(std::stoll(tensor.name.substr(layers.size())));
+    const std::int64_t expert =
+        std::stoll(tensor.name.substr(tensor.name.find(experts) + experts.size())) -
+        parameters.expert_range().first;
+    auto& held = expert_tensors_[layer];
+    if (held.size() <= static_cast<std::size_t>(expert))
+      held.resize(static_cast<std::size_t>(expert) + 1, {nullptr, nullptr, nullptr});
+    const int part = tensor.name.ends_with(".gate_proj.weight") ? 0
+                     : tensor.name.ends_with(".up_proj.weight") ? 1
+                                                                : 2;
+    held[static_cast<std::size_t>(expert)][static_cast<std::size_t>(part)] = &tensor;
+  }
+}
+
+std::span<const float> WholeExpertLayer::held_experts(std::int64_t layer, int part) {
+  const auto& experts = parameters_.layers.at(static_cast<std::size_t>(layer)).moe.experts;
+  const Tensor held =
+      counterpart(parameters_, flat_, part == 0 ? experts.gate_up.value : experts.down.value);
+  auto& buffer = pieces_[part];
+  if (parameters_.tensor_parallel().expert_size > 1) {
+    // Per expert [gate (I x h) | up (I x h)] or down (h x I), every column, in HF order.
+    const auto& a = parameters_.architecture();
+    const std::int64_t per_expert = (part == 0 ? 2 : 1) * a.moe_intermediate_size * a.hidden_size;
+    const auto& local = expert_tensors_.at(static_cast<std::size_t>(layer));
+    buffer.assign(local.size() * static_cast<std::size_t>(per_expert), -0.0f);
+    for (std::size_t e = 0; e < local.size(); ++e) {
+      float* out = buffer.data() + static_cast<std::int64_t>(e) * per_expert;
+      for (const int which : part == 0 ? std::vector<int>{0, 1} : std::vector<int>{2}) {
+        const HfTensor* tensor = local[e][static_cast<std::size_t>(which)];
+        DYNCP_CHECK(tensor != nullptr, "every local expert has its gate, up and down");
+        tensor->read_hf_order(counterpart(parameters_, flat_, tensor->value), out);
+        out += tensor->hf_numel();
+      }
+    }
+    if (gathers_.expert_tensor_parallel != nullptr) gathers_.expert_tensor_parallel->sum(buffer);
+    return buffer;
+  }
+  if (held.dtype() == core::DType::f32)
+    return {held.data<float>(), static_cast<std::size_t>(held.numel())};
+  buffer.resize(static_cast<std::size_t>(held.numel()));
+  const double* from = held.data<double>();
+  std::transform(from, from + held.numel(), buffer.begin(),
+                 [](double x) { return static_cast<float>(x); });
+  return buffer;
 }
 
 std::span<const float> WholeExpertLayer::part(std::int64_t layer, int part) {
   DYNCP_CHECK(part == 0 || part == 1, "expert part is gate_up (0) or down (1)");
   if (layer != layer_) {
-    const auto& experts = parameters_.layers.at(static_cast<std::size_t>(layer)).moe.experts;
-    DYNCP_CHECK(parameters_.layers[static_cast<std::size_t>(layer)].is_moe,
+    DYNCP_CHECK(parameters_.layers.at(static_cast<std::size_t>(layer)).is_moe,
                 "layer " + std::to_string(layer) + " has experts");
     for (int k = 0; k < 2; ++k) {
-      const Tensor held =
-          counterpart(parameters_, flat_, k == 0 ? experts.gate_up.value : experts.down.value);
-      auto& buffer = parts_[k];
-      if (holds_every_expert(parameters_)) {
-        if (held.dtype() == core::DType::f32) {
-          views_[k] = {held.data<float>(), static_cast<std::size_t>(held.numel())};
-          continue;
-        }
-        buffer.resize(static_cast<std::size_t>(held.numel()));
-        const double* from = held.data<double>();
-        std::transform(from, from + held.numel(), buffer.begin(),
-                       [](double x) { return static_cast<float>(x); });
-      } else {
-        const std::int64_t whole = held.numel() / parameters_.expert_range().count *
-                                   parameters_.architecture().num_experts;
-        buffer.resize(static_cast<std::size_t>(whole));
-        gather_->gather({held.data<float>(), static_cast<std::size_t>(held.numel())}, buffer);
+      const std::span<const float> held = held_experts(layer, k);
+      if (holds_every_expert(parameters_) || gathers_.expert_parallel == nullptr) {
+        views_[k] = held;  // every expert, or a helping rank's part that nobody reads
+        continue;
       }
+      auto& buffer = parts_[k];
+      buffer.resize(held.size() / static_cast<std::size_t>(parameters_.expert_range().count) *
+                    static_cast<std::size_t>(parameters_.architecture().num_experts));
+      gathers_.expert_parallel->gather(held, buffer);
       views_[k] = buffer;
     }
     layer_ = layer;
@@ -109,12 +166,22 @@ std::vector<WholeModelTensor> whole_model_tensors(const Qwen3MoeParameters& para
 
 TensorToWrite tensor_to_write(const WholeModelTensor& tensor, std::string stored_name,
                               const Qwen3MoeParameters& parameters, const Tensor& flat,
-                              WholeExpertLayer& experts) {
+                              WholeExpertLayer& experts, PieceSum* tensor_parallel) {
   TensorToWrite entry{std::move(stored_name), tensor.shape, {}, {}};
   if (tensor.held != nullptr) {
     const HfTensor* held = tensor.held;
     const Tensor source = counterpart(parameters, flat, held->value);
-    if (held->stored_in_hf_order() && source.dtype() == core::DType::f32) {
+    if (!held->holds_whole()) {
+      if (tensor_parallel == nullptr)
+        core::throw_runtime_error("writing the whole '" + held->name +
+                                  "' from a tensor-parallel rank's piece of it needs the other "
+                                  "pieces: pass the tensor-parallel group's sum");
+      entry.fill = [held, source, tensor_parallel](std::span<float> out) {
+        std::fill(out.begin(), out.end(), -0.0f);
+        held->read_hf_order(source, out.data());
+        tensor_parallel->sum(out);
+      };
+    } else if (held->stored_in_hf_order() && source.dtype() == core::DType::f32) {
       entry.values = {source.data<float>(), static_cast<std::size_t>(source.numel())};
     } else {
       entry.fill = [held, source](std::span<float> out) {
@@ -131,9 +198,14 @@ TensorToWrite tensor_to_write(const WholeModelTensor& tensor, std::string stored
   entry.fill = [&experts, layer = tensor.layer, fused = tensor.part == 2 ? 1 : 0, begin,
                 count](std::span<float> out) {
     const std::span<const float> whole = experts.part(layer, fused);
+    if (!experts.complete()) return;  // a helping rank: its gathers ran, nothing to read
     std::copy_n(whole.begin() + begin, count, out.begin());
   };
   return entry;
+}
+
+bool takes_part(const WholeModelTensor& tensor, const WholeModelGathers& gathers) {
+  return tensor.layer >= 0 ? gathers.experts : gathers.dense;
 }
 
 void write_collectively(std::vector<TensorToWrite>& tensors, bool writer,

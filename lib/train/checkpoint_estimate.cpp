@@ -29,14 +29,23 @@ std::string seconds(double value) {
 CheckpointEstimate estimate_checkpoint(const config::ConfigContainer& config) {
   const config::ModelArchitecture& architecture = config.model.architecture;
   const std::int64_t ep = std::max<std::int64_t>(1, config.model.expert_model_parallel_size);
+  const std::int64_t tp = std::max<std::int64_t>(1, config.layout.tensor_model_parallel_size);
+  const std::int64_t etp = std::max<std::int64_t>(1, config.layout.expert_tensor_parallel_size);
   CheckpointEstimate estimate;
   estimate.world_size = std::max<std::int64_t>(1, config.layout.world_size);
-  estimate.pool = estimate.world_size;
-  estimate.expert_data_parallel = std::max<std::int64_t>(1, estimate.pool / ep);
-  const std::int64_t local_experts = count_expert_parameters(architecture, ep);
-  const std::int64_t dense = count_parameters(architecture, ep) - local_experts;
-  const std::int64_t largest =
-      ceil_div(dense, estimate.pool) + ceil_div(local_experts, estimate.expert_data_parallel);
+  estimate.pool = std::max<std::int64_t>(1, estimate.world_size / tp);
+  estimate.expert_data_parallel = std::max<std::int64_t>(1, estimate.world_size / (ep * etp));
+  // Under TP each TP rank's pool writes its 1/tp of the split dense tensors; TP rank 0's pool
+  // also writes the tensors every TP rank holds whole. Each expert-DP group writes its EP
+  // rank's experts' 1/etp.
+  const std::int64_t local_experts = ceil_div(count_expert_parameters(architecture, ep), etp);
+  const std::int64_t dense =
+      count_parameters(architecture, ep) - count_expert_parameters(architecture, ep);
+  const std::int64_t replicated =
+      tp > 1 ? count_tensor_parallel_replicated_parameters(architecture) : 0;
+  const std::int64_t dense_of_tp_rank0 = ceil_div(dense - replicated, tp) + replicated;
+  const std::int64_t largest = ceil_div(dense_of_tp_rank0, estimate.pool) +
+                               ceil_div(local_experts, estimate.expert_data_parallel);
   estimate.largest_rank_bytes = 12.0 * static_cast<double>(largest);
   estimate.total_bytes = 12.0 * static_cast<double>(count_parameters(architecture, 1));
   return estimate;

@@ -3,9 +3,12 @@
 // run: every element of the model is written once, as fp32 weight + exp_avg + exp_avg_sq
 // (12 bytes), by the rank owning it in the distributed optimizer's division: the dense state
 // split over the pool (dp x cp ranks), each EP rank's experts split over its
-// expert-data-parallel group (pool / ep ranks). The largest rank's bytes over an assumed
-// per-rank write bandwidth give the modelled save time (ranks write in parallel; a file
-// system whose aggregate bandwidth is lower than ranks x the per-rank figure makes it longer).
+// expert-data-parallel group (world / (etp x ep) ranks). Under tensor parallelism each TP
+// rank's pool writes that rank's 1/tp of the split dense tensors and TP rank 0's pool also the
+// tensors every TP rank holds whole (norms, routers), so its ranks write the most. The largest
+// rank's bytes over an assumed per-rank write bandwidth give the modelled save time (ranks write in
+// parallel; a file system whose aggregate bandwidth is lower than ranks x the per-rank figure makes
+// it longer).
 
 #include <cstdint>
 #include <string>
@@ -20,7 +23,7 @@ inline constexpr double assumed_write_bytes_per_second_per_rank = 2e9;
 
 struct CheckpointEstimate {
   std::int64_t world_size = 1;
-  std::int64_t pool = 1;
+  std::int64_t pool = 1;  // world / tp
   std::int64_t expert_data_parallel = 1;
   double largest_rank_bytes = 0;  // the rank writing the most
   double total_bytes = 0;         // the whole checkpoint's shards

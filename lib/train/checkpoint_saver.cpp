@@ -22,7 +22,9 @@ SavingLayout saving_layout(const config::ConfigContainer& config, const dist::Co
                       layout.context_parallel_size,
                       layout.expert_model_parallel_size,
                       layout.dynamic_context_parallel,
-                      config.ddp.use_distributed_optimizer};
+                      config.ddp.use_distributed_optimizer,
+                      layout.tensor_model_parallel_size,
+                      layout.expert_tensor_parallel_size};
 }
 
 }  // namespace
@@ -34,15 +36,12 @@ CheckpointSaver::CheckpointSaver(const config::ConfigContainer& config, dist::Co
       world_(world),
       host_parameters_(host_parameters),
       optimizer_(optimizer),
-      expert_gather_(parallel_state.expert_parallel()) {
+      writer_gathers_(parallel_state),
+      export_groups_{&parallel_state.tensor_parallel(), &parallel_state.expert_tensor_parallel()} {
   if (!config.checkpoint.save.empty()) {
     store_ = std::make_unique<CheckpointStore>(config.checkpoint.save,
                                                static_cast<int>(config.checkpoint.most_recent_k));
   }
-  std::int32_t writer = world.rank() == 0 ? 1 : 0;
-  parallel_state.expert_parallel().all_reduce(&writer, &writer, 1, core::DType::i32,
-                                              dist::ReduceOp::max);
-  writer_group_ = writer != 0;
   if (store_ && (config.checkpoint.sharded || config.checkpoint.async_save)) {
     // The distributed optimizer's own division (the same plan its step engine made), so its
     // packed moments are written as they are.
@@ -72,13 +71,15 @@ bool CheckpointSaver::save(const LoopState& state) {
   if (!store_) return false;
   // The checkpoint holds every moment whatever the layout: the distributed optimizer's pieces
   // are gathered into temporary buffers the size of this rank's parameters first, and the
-  // experts of other EP ranks come through the gather while rank 0 writes.
+  // experts of other EP ranks and the tensor-parallel pieces come through the gathers while
+  // rank 0 writes.
   const AdamWOptimizer::FullSizeMoments moments = optimizer_.full_size_moments();
   optimizer_.gather_full_size_moments(moments);
   const model::Qwen3MoeParameters& parameters = host_parameters_.download();
-  if (writer_group_ && world_.rank() != 0) {
-    write_training_checkpoint({}, parameters, moments.exp_avg, moments.exp_avg_sq, state,
-                              &expert_gather_, /*write=*/false);
+  const model::WholeModelGathers& gathers = writer_gathers_.gathers();
+  if (writer_gathers_.takes_part() && world_.rank() != 0) {
+    write_training_checkpoint({}, parameters, moments.exp_avg, moments.exp_avg_sq, state, gathers,
+                              /*write=*/false);
   }
   std::int32_t failed = 0;
   if (world_.rank() == 0) {
@@ -92,7 +93,7 @@ bool CheckpointSaver::save(const LoopState& state) {
     try {
       // Even when begin() failed: the other ranks of the EP group are gathering.
       write_training_checkpoint(folder, parameters, moments.exp_avg, moments.exp_avg_sq, state,
-                                &expert_gather_, /*write=*/failure.empty());
+                                gathers, /*write=*/failure.empty());
       if (failure.empty())
         spdlog::info("checkpoint saved: {}", store_->commit(state.iteration).string());
     } catch (const std::exception& error) {
@@ -115,7 +116,7 @@ void CheckpointSaver::export_hf(const fs::path& tokenizer_folder) {
   const std::string& folder = config_.checkpoint.export_hf;
   const model::Qwen3MoeParameters& parameters = host_parameters_.download();
   const std::uint64_t written = write_hf_weights_in_parallel(
-      world_, folder, parameters, model::StoredDType::bf16, hf_export_shard_bytes);
+      world_, folder, parameters, model::StoredDType::bf16, hf_export_shard_bytes, export_groups_);
   std::uint64_t most = written, total = written;
   world_.all_reduce(&most, &most, 1, core::DType::i64, dist::ReduceOp::max);
   world_.all_reduce(&total, &total, 1, core::DType::i64, dist::ReduceOp::sum);

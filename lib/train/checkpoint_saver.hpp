@@ -2,8 +2,10 @@
 // Writes a run's training checkpoints (checkpoint.save, through train::CheckpointStore) and its
 // HF export (checkpoint.export_hf). Single-writer checkpoints (checkpoint.sharded false): rank 0
 // writes; the other ranks of its EP group send it their experts one MoE layer at a time
-// (parallel::EpExpertGather), and the distributed optimizer's pieces are gathered into
-// full-size moments first, so what is written does not depend on the layout. With
+// (parallel::EpExpertGather), under tensor parallelism its TP group sums the pieces of one
+// tensor at a time (parallel/whole_model_gathers.hpp), and the distributed optimizer's pieces
+// are gathered into full-size moments first, so what is written does not depend on the
+// layout. With
 // checkpoint.sharded (or checkpoint.async_save) every rank writes its own pieces instead
 // (train/sharded_checkpoint_saver.hpp), loadable under any layout too. The HF export is
 // always written by the ranks holding its tensors (train/hf_export_writer.hpp);
@@ -18,8 +20,9 @@
 #include "config/config_container.hpp"
 #include "dist/comm.hpp"
 #include "dist/parallel_state.hpp"
-#include "parallel/expert_gather.hpp"
+#include "parallel/whole_model_gathers.hpp"
 #include "train/checkpoint_store.hpp"
+#include "train/hf_export_writer.hpp"
 #include "train/loop_state.hpp"
 #include "train/optimizer.hpp"
 #include "train/sharded_checkpoint_saver.hpp"
@@ -29,7 +32,6 @@ namespace dyncp::train {
 
 class CheckpointSaver {
  public:
-  // Collective: finds whether this rank's EP group holds rank 0 (the writer).
   CheckpointSaver(const config::ConfigContainer& config, dist::Comm& world,
                   dist::ParallelState& parallel_state, HostParameters& host_parameters,
                   AdamWOptimizer& optimizer);
@@ -54,8 +56,8 @@ class CheckpointSaver {
   HostParameters& host_parameters_;
   AdamWOptimizer& optimizer_;
   std::unique_ptr<CheckpointStore> store_;
-  parallel::EpExpertGather expert_gather_;
-  bool writer_group_ = false;                        // this rank's EP group holds rank 0
+  parallel::WriterGathers writer_gathers_;           // how this rank helps rank 0 write
+  ExportGroups export_groups_;                       // who rebuilds split tensors for the HF export
   std::unique_ptr<ShardedCheckpointSaver> sharded_;  // checkpoint.sharded / async_save
 };
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <numeric>
 #include <string>
@@ -72,19 +73,24 @@ std::vector<ExportTensor> export_tensors(const model::Qwen3MoeParameters& parame
 }
 
 // Elements [begin, begin + count) of one export tensor; `expert` -1 for a dense tensor.
+// `split`: no rank holds it whole (tensor parallelism); the writer's TP group (experts: its
+// expert-TP group), whose lowest rank is `group`, rebuilds it.
 struct Piece {
   std::size_t tensor = 0;
   std::int64_t begin = 0;
   std::int64_t count = 0;
   std::int64_t expert = -1;
+  bool split = false;
   int writer = 0;
+  int group = -1;
 };
 
-// Dense tensors stored in HF order are cut into runs of at most `dense_run` elements, so the
-// largest ones (embeddings, LM head) spread over the ranks and no buffer holds more than a run;
-// the others (rows kept de-interleaved) are reordered whole.
+// Dense tensors stored in HF order, and those no rank holds whole, are cut into runs of at
+// most `dense_run` elements, so the largest ones (embeddings, LM head) spread over the ranks
+// and no buffer holds more than a run; the others (rows kept de-interleaved) are reordered
+// whole. `split_experts`: every expert is split over an expert-TP group.
 std::vector<Piece> cut_pieces(const std::vector<ExportTensor>& tensors, std::int64_t num_experts,
-                              std::int64_t dense_run) {
+                              std::int64_t dense_run, bool split_experts) {
   std::vector<Piece> pieces;
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     const ExportTensor& tensor = tensors[t];
@@ -92,12 +98,15 @@ std::vector<Piece> cut_pieces(const std::vector<ExportTensor>& tensors, std::int
     if (tensor.layer >= 0 && tensor.expert < 0) {
       const std::int64_t per_expert = numel / num_experts;
       for (std::int64_t e = 0; e < num_experts; ++e)
-        pieces.push_back({t, e * per_expert, per_expert, e});
-    } else if (tensor.layer < 0 && tensor.held->stored_in_hf_order()) {
+        pieces.push_back({t, e * per_expert, per_expert, e, split_experts});
+    } else if (tensor.layer < 0 &&
+               (tensor.held->stored_in_hf_order() || !tensor.held->holds_whole())) {
+      const bool split = !tensor.held->holds_whole();
       for (std::int64_t begin = 0; begin < numel; begin += dense_run)
-        pieces.push_back({t, begin, std::min(dense_run, numel - begin), -1});
+        pieces.push_back({t, begin, std::min(dense_run, numel - begin), -1, split});
     } else {
-      pieces.push_back({t, 0, numel, tensor.layer >= 0 ? tensor.expert : -1});
+      const bool expert = tensor.layer >= 0;
+      pieces.push_back({t, 0, numel, expert ? tensor.expert : -1, expert && split_experts});
     }
   }
   return pieces;
@@ -123,11 +132,29 @@ std::vector<std::int32_t> expert_holders(dist::Comm& world,
   return all;
 }
 
-// Each piece to the least loaded rank holding it (ties: the lowest rank): the constrained
-// expert pieces first in file order, then the dense ones, largest first. The same on every
-// rank: it depends only on the model and every rank's slice.
+// Every rank's TP and expert-TP groups, named by their lowest world rank: [2 r] and [2 r + 1]
+// (a rank's own rank where it has no such group).
+std::vector<std::int32_t> group_names(dist::Comm& world, const ExportGroups& groups) {
+  // The lowest rank as a max: -rank.
+  std::int32_t own[2] = {-world.rank(), -world.rank()};
+  dist::Comm* group_of[2] = {groups.tensor_parallel, groups.expert_tensor_parallel};
+  for (int k = 0; k < 2; ++k) {
+    if (group_of[k] != nullptr)
+      group_of[k]->all_reduce(&own[k], &own[k], 1, core::DType::i32, dist::ReduceOp::max);
+    own[k] = -own[k];
+  }
+  std::vector<std::int32_t> all(2 * static_cast<std::size_t>(world.size()));
+  world.all_gather(std::span<const std::int32_t>(own, 2), std::span<std::int32_t>(all));
+  return all;
+}
+
+// Each piece to the least loaded rank holding it or a piece of it (ties: the lowest rank):
+// the constrained expert pieces first in file order, then the dense ones, largest first. A
+// split piece goes with its writer's group (`names`, group_names). The same on every rank: it
+// depends only on the model and every rank's slice and groups.
 void assign_writers(std::vector<Piece>& pieces, const std::vector<std::int32_t>& holds,
-                    std::int64_t num_experts, int world_size, std::size_t value_bytes) {
+                    const std::vector<std::int32_t>& names, std::int64_t num_experts,
+                    int world_size, std::size_t value_bytes) {
   std::vector<std::uint64_t> load(static_cast<std::size_t>(world_size), 0);
   const auto place = [&](Piece& piece) {
     int best = -1;
@@ -140,6 +167,8 @@ void assign_writers(std::vector<Piece>& pieces, const std::vector<std::int32_t>&
     if (best < 0)
       core::throw_runtime_error("HF export: no rank holds expert " + std::to_string(piece.expert));
     piece.writer = best;
+    if (piece.split)
+      piece.group = names[2 * static_cast<std::size_t>(best) + (piece.expert >= 0 ? 1 : 0)];
     load[static_cast<std::size_t>(best)] += static_cast<std::uint64_t>(piece.count) * value_bytes;
   };
   std::vector<std::size_t> dense;
@@ -154,14 +183,44 @@ void assign_writers(std::vector<Piece>& pieces, const std::vector<std::int32_t>&
   for (const std::size_t i : dense) place(pieces[i]);
 }
 
-// This rank's values of a piece in HF order.
+// The elements of HF-order [begin, begin + count) of `tensor` that `value` holds (its piece:
+// rows and a column range) into out[0, count); the others are left untouched.
+void read_hf_range(const model::HfTensor& tensor, const core::Tensor& value, std::int64_t begin,
+                   std::int64_t count, float* out) {
+  const std::int64_t columns = value.numel() / std::max<std::int64_t>(value.size(0), 1);
+  const std::int64_t hf_columns = tensor.hf_numel() / std::max<std::int64_t>(tensor.hf_shape[0], 1);
+  const std::int64_t end = begin + count;
+  tensor.for_each_row_run([&](std::int64_t row, std::int64_t hf_row, std::int64_t rows) {
+    const std::int64_t first = std::max(hf_row, begin / hf_columns);
+    const std::int64_t last = std::min(hf_row + rows, (end - 1) / hf_columns + 1);
+    for (std::int64_t r = first; r < last; ++r) {
+      const std::int64_t held = r * hf_columns + tensor.hf_column_first;  // the row's first
+      const std::int64_t from = std::max(held, begin), to = std::min(held + columns, end);
+      if (from >= to) continue;
+      const std::int64_t local = (row + r - hf_row) * columns + (from - held);
+      if (value.dtype() == core::DType::f32) {
+        std::copy_n(value.data<float>() + local, to - from, out + (from - begin));
+      } else {
+        const double* source = value.data<double>() + local;
+        std::transform(source, source + (to - from), out + (from - begin),
+                       [](double x) { return static_cast<float>(x); });
+      }
+    }
+  });
+}
+
+// This rank's values of a piece in HF order; a split piece's elements other ranks hold are
+// -0.0 (its group's sum fills them).
 void fill_piece(const Piece& piece, const ExportTensor& tensor,
                 const std::map<std::string, const model::HfTensor*>& local,
                 std::vector<float>& values) {
   values.resize(static_cast<std::size_t>(piece.count));
+  if (piece.split) std::fill(values.begin(), values.end(), -0.0f);
   if (tensor.layer < 0) {
     const core::Tensor& value = tensor.held->value;
-    if (piece.begin == 0 && piece.count == value.numel()) {
+    if (piece.split) {
+      read_hf_range(*tensor.held, value, piece.begin, piece.count, values.data());
+    } else if (piece.begin == 0 && piece.count == value.numel()) {
       tensor.held->read_hf_order(value, values.data());
     } else if (value.dtype() == core::DType::f32) {  // a run of a tensor stored in HF order
       std::copy_n(value.data<float>() + piece.begin, piece.count, values.begin());
@@ -186,7 +245,7 @@ void fill_piece(const Piece& piece, const ExportTensor& tensor,
     const auto found = local.find(name);
     DYNCP_CHECK(found != local.end(), "the writer of a piece holds " + name);
     found->second->read_hf_order(found->second->value, out);
-    out += found->second->value.numel();
+    out += found->second->hf_numel();
   }
   DYNCP_CHECK(out == values.data() + piece.count, "a piece's sources fill it exactly");
 }
@@ -230,41 +289,31 @@ void create_file(const fs::path& folder, const model::SafetensorsFilePlan& file)
   if (::close(fd) != 0) throw_errno(path, "closing");
 }
 
-// Writes this rank's pieces; returns their bytes.
-std::uint64_t write_pieces(const fs::path& folder, const std::vector<ExportTensor>& tensors,
-                           const std::vector<model::SafetensorsFilePlan>& files,
-                           const std::vector<std::size_t>& file_of,
-                           const std::vector<Piece>& pieces, int rank,
-                           const model::Qwen3MoeParameters& parameters, model::StoredDType dtype) {
-  std::map<std::string, const model::HfTensor*> local;
-  for (const model::HfTensor& tensor : parameters.hf_tensors())
-    if (tensor.is_expert) local[tensor.name] = &tensor;
-  std::map<std::size_t, int> open_files;  // file index -> fd
-  std::uint64_t written = 0;
-  std::vector<float> values;
-  std::vector<std::uint8_t> bytes;
-  const std::size_t value_bytes = model::stored_dtype_size(dtype);
-  try {
-    for (const Piece& piece : pieces) {
-      if (piece.writer != rank) continue;
-      const std::size_t k = file_of[piece.tensor];
-      const model::SafetensorsFilePlan& file = files[k];
-      const fs::path path = partial_path(folder, file);
-      auto fd = open_files.find(k);
-      if (fd == open_files.end()) {
-        const int opened = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-        if (opened < 0) throw_errno(path, "opening");
-        fd = open_files.emplace(k, opened).first;
-      }
-      fill_piece(piece, tensors[piece.tensor], local, values);
-      model::encode_safetensors_values(bytes, values, dtype);
-      const std::uint64_t offset = file.offsets[piece.tensor - file.first] +
-                                   static_cast<std::uint64_t>(piece.begin) * value_bytes;
-      write_at(fd->second, path, folder / file.name, bytes.data(), bytes.size(), offset);
-      written += bytes.size();
+// The files this rank writes into, opened on first use and synced and closed at the end.
+class OpenFiles {
+ public:
+  OpenFiles(const fs::path& folder, const std::vector<model::SafetensorsFilePlan>& files)
+      : folder_(folder), files_(files) {}
+  ~OpenFiles() {
+    for (const auto& [k, fd] : fds_)
+      if (fd >= 0) ::close(fd);
+  }
+  OpenFiles(const OpenFiles&) = delete;
+  OpenFiles& operator=(const OpenFiles&) = delete;
+
+  int fd(std::size_t k) {
+    auto found = fds_.find(k);
+    if (found == fds_.end()) {
+      const fs::path path = partial_path(folder_, files_[k]);
+      const int opened = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+      if (opened < 0) throw_errno(path, "opening");
+      found = fds_.emplace(k, opened).first;
     }
-    for (auto& [k, fd] : open_files) {
-      const fs::path path = partial_path(folder, files[k]);
+    return found->second;
+  }
+  void sync_and_close() {
+    for (auto& [k, fd] : fds_) {
+      const fs::path path = partial_path(folder_, files_[k]);
       const int closing = fd;
       fd = -1;
       if (::fsync(closing) != 0) {
@@ -273,11 +322,66 @@ std::uint64_t write_pieces(const fs::path& folder, const std::vector<ExportTenso
       }
       if (::close(closing) != 0) throw_errno(path, "closing");
     }
-  } catch (...) {
-    for (const auto& [k, fd] : open_files)
-      if (fd >= 0) ::close(fd);
-    throw;
   }
+
+ private:
+  const fs::path& folder_;
+  const std::vector<model::SafetensorsFilePlan>& files_;
+  std::map<std::size_t, int> fds_;  // file index -> fd
+};
+
+// Writes this rank's pieces and takes part in its groups' rebuilds of split pieces; returns
+// the bytes written. A failure stops this rank's writing, not its part in the rebuilds (the
+// other members are waiting in them): it is thrown once every rebuild ran.
+std::uint64_t write_pieces(const fs::path& folder, const std::vector<ExportTensor>& tensors,
+                           const std::vector<model::SafetensorsFilePlan>& files,
+                           const std::vector<std::size_t>& file_of,
+                           const std::vector<Piece>& pieces, int rank,
+                           const std::vector<std::int32_t>& names, const ExportGroups& groups,
+                           const model::Qwen3MoeParameters& parameters, model::StoredDType dtype) {
+  std::map<std::string, const model::HfTensor*> local;
+  for (const model::HfTensor& tensor : parameters.hf_tensors())
+    if (tensor.is_expert) local[tensor.name] = &tensor;
+  OpenFiles open(folder, files);
+  std::uint64_t written = 0;
+  std::vector<float> values;
+  std::vector<std::uint8_t> bytes;
+  const std::size_t value_bytes = model::stored_dtype_size(dtype);
+  std::exception_ptr failure;
+  for (const Piece& piece : pieces) {
+    const bool expert_group = piece.expert >= 0;
+    const bool member =
+        piece.split &&
+        names[2 * static_cast<std::size_t>(rank) + (expert_group ? 1 : 0)] == piece.group;
+    if (piece.writer != rank && !member) continue;
+    const bool writes = piece.writer == rank && !failure;
+    try {
+      if (member || writes) fill_piece(piece, tensors[piece.tensor], local, values);
+    } catch (...) {
+      if (!failure) failure = std::current_exception();
+    }
+    if (member) {
+      values.resize(static_cast<std::size_t>(piece.count));
+      (expert_group ? groups.expert_tensor_parallel : groups.tensor_parallel)
+          ->all_reduce(values.data(), values.data(), values.size(), core::DType::f32,
+                       dist::ReduceOp::sum);
+    }
+    if (!writes || failure) continue;
+    try {
+      const std::size_t k = file_of[piece.tensor];
+      const model::SafetensorsFilePlan& file = files[k];
+      model::encode_safetensors_values(bytes, values, dtype);
+      const std::uint64_t offset = file.offsets[piece.tensor - file.first] +
+                                   static_cast<std::uint64_t>(piece.begin) * value_bytes;
+      write_at(open.fd(k), partial_path(folder, file), folder / file.name, bytes.data(),
+               bytes.size(), offset);
+      written += bytes.size();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
+  open.sync_and_close();
   return written;
 }
 
@@ -317,9 +421,15 @@ void write_text(const fs::path& path, const std::string& text) {
 
 std::uint64_t write_hf_weights_in_parallel(dist::Comm& world, const fs::path& folder,
                                            const model::Qwen3MoeParameters& parameters,
-                                           model::StoredDType dtype,
-                                           std::uint64_t max_shard_bytes) {
+                                           model::StoredDType dtype, std::uint64_t max_shard_bytes,
+                                           const ExportGroups& groups) {
   const std::int64_t num_experts = parameters.architecture().num_experts;
+  const model::TensorParallelShape& shape = parameters.tensor_parallel();
+  if ((shape.size > 1 && groups.tensor_parallel == nullptr) ||
+      (shape.expert_size > 1 && groups.expert_tensor_parallel == nullptr))
+    core::throw_runtime_error(
+        "HF export: parameters holding tensor-parallel pieces need their TP and expert-TP "
+        "groups to rebuild the tensors (ExportGroups)");
   const std::vector<ExportTensor> tensors = export_tensors(parameters);
   std::vector<model::TensorToWrite> listed;
   for (const ExportTensor& tensor : tensors) listed.push_back({tensor.name, tensor.shape, {}, {}});
@@ -329,8 +439,9 @@ std::uint64_t write_hf_weights_in_parallel(dist::Comm& world, const fs::path& fo
   for (std::size_t k = 0; k < files.size(); ++k)
     for (std::size_t t = files[k].first; t < files[k].end; ++t) file_of[t] = k;
   std::vector<Piece> pieces =
-      cut_pieces(tensors, num_experts, dense_run_for(tensors, world.size()));
-  assign_writers(pieces, expert_holders(world, parameters), num_experts, world.size(),
+      cut_pieces(tensors, num_experts, dense_run_for(tensors, world.size()), shape.expert_size > 1);
+  const std::vector<std::int32_t> names = group_names(world, groups);
+  assign_writers(pieces, expert_holders(world, parameters), names, num_experts, world.size(),
                  model::stored_dtype_size(dtype));
 
   const int rank = world.rank();
@@ -354,7 +465,8 @@ std::uint64_t write_hf_weights_in_parallel(dist::Comm& world, const fs::path& fo
   if (const std::string agreed = agree_on_failure(world, failure); !agreed.empty()) fail(agreed);
   std::uint64_t written = 0;
   failure = attempt(rank, [&] {
-    written = write_pieces(folder, tensors, files, file_of, pieces, rank, parameters, dtype);
+    written = write_pieces(folder, tensors, files, file_of, pieces, rank, names, groups, parameters,
+                           dtype);
   });
   if (!failure.empty()) spdlog::error("HF export to {}: {}", folder.string(), failure);
   if (const std::string agreed = agree_on_failure(world, failure); !agreed.empty()) fail(agreed);

@@ -20,9 +20,15 @@
 //            model.safetensors.index.json (more than one file) and config.json; otherwise the
 //            partial files are removed and every rank throws a runtime error naming the rank
 //            and the file that failed.
-// A dense tensor is held whole by every rank (data and context parallelism replicate it); when
-// tensor or pipeline parallelism cut dense tensors too, their pieces take the holders' slices
-// the way experts do.
+// Under tensor parallelism a rank holds only its piece of a split tensor (and with
+// expert_tensor_parallel_size > 1 of each of its experts). A piece of the export (of the
+// tensor in HF order, cut into runs as above whatever order the model stores its rows in) is
+// then assigned to a rank as before, all ranks holding a piece of a split tensor, and rebuilt
+// by that rank's TP group (for experts its expert-TP group): each member writes what it holds
+// of the piece into a buffer of -0.0 and the group sums it (exact: x + (-0.0) == x), then the
+// assigned rank writes it. The members run their groups' pieces in file order, so the sums
+// match; a member whose write fails keeps taking part in them and reports afterwards. A
+// pipeline stage's ranks would take the holders' slices the way experts do.
 
 #include <cstdint>
 #include <filesystem>
@@ -33,10 +39,20 @@
 
 namespace dyncp::train {
 
-// Collective over `world`, each rank passing its own parameters (its expert slice). Writes the
-// weights (stored as `dtype`) and config.json into `folder`; returns the bytes this rank wrote.
+// The groups that hold split tensors together: this rank's TP group (tensor parallelism) and
+// expert-TP group (expert_tensor_parallel_size > 1); null where the parameters hold no such
+// pieces.
+struct ExportGroups {
+  dist::Comm* tensor_parallel = nullptr;
+  dist::Comm* expert_tensor_parallel = nullptr;
+};
+
+// Collective over `world`, each rank passing its own parameters (its expert slice, its TP
+// pieces). Writes the weights (stored as `dtype`) and config.json into `folder`; returns the
+// bytes this rank wrote. Parameters holding pieces need `groups` (a runtime error otherwise).
 std::uint64_t write_hf_weights_in_parallel(dist::Comm& world, const std::filesystem::path& folder,
                                            const model::Qwen3MoeParameters& parameters,
-                                           model::StoredDType dtype, std::uint64_t max_shard_bytes);
+                                           model::StoredDType dtype, std::uint64_t max_shard_bytes,
+                                           const ExportGroups& groups = {});
 
 }  // namespace dyncp::train

@@ -19,6 +19,7 @@
 #include "core/error.hpp"
 #include "core/output_file.hpp"
 #include "model/whole_model_tensors.hpp"
+#include "train/sharded_checkpoint_tensors.hpp"
 
 namespace dyncp::train {
 
@@ -26,79 +27,17 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr std::uintmax_t max_state_bytes = 64 * 1024;
-// An index lists a few entries per tensor; far larger than any model's.
-constexpr std::uintmax_t max_index_bytes = std::uintmax_t{1} << 30;
+// A piece travels to rank 0 as [tensor, begin, end, row, rows, column, columns].
+constexpr std::size_t record_fields = 7;
 
-// Every tensor the parameters hold, by where it sits in all_values().
-struct LocalTensor {
-  std::int64_t flat_offset = 0;
-  std::int64_t numel = 0;
-  std::int64_t whole_index = 0;
-  const model::HfTensor* tensor = nullptr;
-};
-
-std::int64_t flat_offset_of(const model::Qwen3MoeParameters& parameters,
-                            const model::HfTensor& tensor) {
-  return static_cast<const float*>(tensor.value.raw_data()) -
-         static_cast<const float*>(parameters.all_values().raw_data());
-}
-
-std::vector<LocalTensor> local_tensors(const model::Qwen3MoeParameters& parameters,
-                                       const std::vector<model::WholeModelTensor>& whole) {
-  std::unordered_map<std::string, std::int64_t> by_name;
-  for (std::size_t i = 0; i < whole.size(); ++i)
-    by_name.emplace(whole[i].name, static_cast<std::int64_t>(i));
-  std::vector<LocalTensor> tensors;
-  for (const model::HfTensor& tensor : parameters.hf_tensors()) {
-    const auto found = by_name.find(tensor.name);
-    DYNCP_CHECK(found != by_name.end(), "every held tensor is one of the whole model's");
-    tensors.push_back(
-        {flat_offset_of(parameters, tensor), tensor.value.numel(), found->second, &tensor});
-  }
-  std::sort(tensors.begin(), tensors.end(), [](const LocalTensor& a, const LocalTensor& b) {
-    return a.flat_offset < b.flat_offset;
-  });
-  return tensors;
-}
-
-// pread exactly `bytes` at `offset`, or a data error naming the file.
-void read_exactly(int fd, const fs::path& path, std::uint64_t offset, void* out,
-                  std::uint64_t bytes) {
-  auto* cursor = static_cast<char*>(out);
-  while (bytes > 0) {
-    const ssize_t got = ::pread(fd, cursor, bytes, static_cast<off_t>(offset));
-    if (got <= 0) {
-      core::throw_data_error(path.string(),
-                             got == 0 ? "ends before byte " + std::to_string(offset + bytes) +
-                                            " that the index needs (truncated)"
-                                      : std::string("read failed: ") + std::strerror(errno));
-    }
-    cursor += got;
-    offset += static_cast<std::uint64_t>(got);
-    bytes -= static_cast<std::uint64_t>(got);
-  }
-}
-
-std::string read_small_file(const fs::path& path, std::uintmax_t limit, const char* what) {
-  std::error_code error;
-  if (!fs::is_regular_file(path, error))
-    core::throw_data_error(path.string(), std::string("missing: not a ") + what);
-  if (fs::file_size(path, error) > limit)
-    core::throw_data_error(path.string(), std::string("too large for a ") + what);
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-// Every rank's pieces on rank 0 as [tensor, begin, end, rank] records (pieces' byte offsets
-// follow from their order in the rank's file, so they need not travel).
+// Every rank's pieces on rank 0 as records of record_fields values and the rank (pieces' byte
+// offsets follow from their order in the rank's file, so they need not travel).
 std::vector<std::int64_t> gather_pieces(dist::Comm& world, const RankShard& shard) {
   std::vector<std::int64_t> mine;
-  mine.reserve(shard.pieces.size() * 3);
+  mine.reserve(shard.pieces.size() * record_fields);
   for (const RankPiece& piece : shard.pieces) {
-    mine.push_back(piece.tensor);
-    mine.push_back(piece.begin);
-    mine.push_back(piece.end);
+    mine.insert(mine.end(), {piece.tensor, piece.begin, piece.end, piece.block.row,
+                             piece.block.rows, piece.block.column, piece.block.columns});
   }
   std::vector<std::int64_t> counts(static_cast<std::size_t>(world.size()));
   const std::int64_t own = static_cast<std::int64_t>(mine.size());
@@ -110,30 +49,53 @@ std::vector<std::int64_t> gather_pieces(dist::Comm& world, const RankShard& shar
   world.all_gather_v(mine.data(), mine.size(), all.data(), recv_counts, core::DType::i64);
   // The counts say where each rank's records start: add the rank to each.
   std::vector<std::int64_t> records;
-  records.reserve(total / 3 * 4);
+  records.reserve(total / record_fields * (record_fields + 1));
   std::size_t at = 0;
   for (int rank = 0; rank < world.size(); ++rank) {
-    for (std::size_t i = 0; i < recv_counts[static_cast<std::size_t>(rank)]; i += 3, at += 3) {
-      records.insert(records.end(), {all[at], all[at + 1], all[at + 2], rank});
+    for (std::size_t i = 0; i < recv_counts[static_cast<std::size_t>(rank)];
+         i += record_fields, at += record_fields) {
+      records.insert(records.end(), all.begin() + static_cast<std::ptrdiff_t>(at),
+                     all.begin() + static_cast<std::ptrdiff_t>(at + record_fields));
+      records.push_back(rank);
     }
   }
   return records;
 }
 
+// Format 2: each tensor's distinct blocks in (row, column) order, the pieces naming them.
+void number_blocks(IndexTensor& tensor) {
+  std::vector<std::size_t> order(tensor.blocks.size());
+  for (std::size_t b = 0; b < order.size(); ++b) order[b] = b;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    const IndexBlock &x = tensor.blocks[a], &y = tensor.blocks[b];
+    return x.row != y.row ? x.row < y.row : x.column < y.column;
+  });
+  std::vector<std::int64_t> renumbered(order.size());
+  std::vector<IndexBlock> sorted;
+  for (std::size_t b = 0; b < order.size(); ++b) {
+    renumbered[order[b]] = static_cast<std::int64_t>(b);
+    sorted.push_back(tensor.blocks[order[b]]);
+  }
+  tensor.blocks = std::move(sorted);
+  for (IndexPiece& piece : tensor.pieces)
+    piece.block = renumbered[static_cast<std::size_t>(piece.block)];
+}
+
 ShardedIndex build_index(const std::vector<model::WholeModelTensor>& whole,
                          const std::vector<std::int64_t>& records,
                          const std::vector<std::uint64_t>& file_elements, std::int64_t iteration,
-                         const SavingLayout& layout) {
+                         const SavingLayout& layout, bool blocks) {
   ShardedIndex index;
   index.iteration = iteration;
   index.layout = layout;
   for (std::size_t rank = 0; rank < file_elements.size(); ++rank)
     index.files.push_back({rank_shard_path(static_cast<int>(rank)), file_elements[rank] * 12});
   for (const model::WholeModelTensor& tensor : whole)
-    index.tensors.push_back({tensor.name, tensor.shape, {}});
+    index.tensors.push_back({tensor.name, tensor.shape, {}, {}});
   std::vector<std::uint64_t> written(file_elements.size(), 0);  // elements so far per file
-  for (std::size_t r = 0; r < records.size(); r += 4) {
-    const auto rank = static_cast<std::size_t>(records[r + 3]);
+  constexpr std::size_t stride = record_fields + 1;
+  for (std::size_t r = 0; r < records.size(); r += stride) {
+    const auto rank = static_cast<std::size_t>(records[r + record_fields]);
     const std::uint64_t count = static_cast<std::uint64_t>(records[r + 2] - records[r + 1]);
     const std::uint64_t elements = file_elements[rank];
     IndexPiece piece{
@@ -142,11 +104,21 @@ ShardedIndex build_index(const std::vector<model::WholeModelTensor>& whole,
         records[r + 2],
         {written[rank] * 4, (elements + written[rank]) * 4, (2 * elements + written[rank]) * 4}};
     written[rank] += count;
-    index.tensors[static_cast<std::size_t>(records[r])].pieces.push_back(piece);
+    IndexTensor& tensor = index.tensors[static_cast<std::size_t>(records[r])];
+    if (blocks) {
+      const IndexBlock block{records[r + 3], records[r + 4], records[r + 5], records[r + 6]};
+      const auto found = std::find(tensor.blocks.begin(), tensor.blocks.end(), block);
+      piece.block = found - tensor.blocks.begin();
+      if (found == tensor.blocks.end()) tensor.blocks.push_back(block);
+    }
+    tensor.pieces.push_back(piece);
   }
   for (IndexTensor& tensor : index.tensors) {
+    if (blocks) number_blocks(tensor);
     std::sort(tensor.pieces.begin(), tensor.pieces.end(),
-              [](const IndexPiece& a, const IndexPiece& b) { return a.begin < b.begin; });
+              [](const IndexPiece& a, const IndexPiece& b) {
+                return a.block != b.block ? a.block < b.block : a.begin < b.begin;
+              });
   }
   return index;
 }
@@ -159,26 +131,85 @@ void write_text(const fs::path& path, const std::string& text) {
 
 }  // namespace
 
+namespace detail {
+
+std::vector<LocalTensor> local_tensors(const model::Qwen3MoeParameters& parameters,
+                                       const std::vector<model::WholeModelTensor>& whole) {
+  std::unordered_map<std::string, std::int64_t> by_name;
+  for (std::size_t i = 0; i < whole.size(); ++i)
+    by_name.emplace(whole[i].name, static_cast<std::int64_t>(i));
+  const auto* base = static_cast<const float*>(parameters.all_values().raw_data());
+  std::vector<LocalTensor> tensors;
+  for (const model::HfTensor& tensor : parameters.hf_tensors()) {
+    const auto found = by_name.find(tensor.name);
+    DYNCP_CHECK(found != by_name.end(), "every held tensor is one of the whole model's");
+    tensors.push_back({static_cast<const float*>(tensor.value.raw_data()) - base,
+                       tensor.value.numel(), found->second, &tensor});
+  }
+  std::sort(tensors.begin(), tensors.end(), [](const LocalTensor& a, const LocalTensor& b) {
+    return a.flat_offset < b.flat_offset;
+  });
+  return tensors;
+}
+
+std::vector<LocalBlock> local_blocks(const model::HfTensor& tensor) {
+  const std::int64_t columns =
+      tensor.value.numel() / std::max<std::int64_t>(tensor.value.size(0), 1);
+  std::vector<LocalBlock> blocks;
+  tensor.for_each_row_run([&](std::int64_t row, std::int64_t hf_row, std::int64_t count) {
+    blocks.push_back({{hf_row, count, tensor.hf_column_first, columns}, row * columns});
+  });
+  std::sort(blocks.begin(), blocks.end(),
+            [](const LocalBlock& a, const LocalBlock& b) { return a.storage < b.storage; });
+  return blocks;
+}
+
+}  // namespace detail
+
 RankShard plan_rank_shard(const model::Qwen3MoeParameters& parameters,
                           const parallel::OptimizerShards& shards) {
-  const std::vector<LocalTensor> tensors =
-      local_tensors(parameters, model::whole_model_tensors(parameters));
+  const std::vector<detail::LocalTensor> tensors =
+      detail::local_tensors(parameters, model::whole_model_tensors(parameters));
   RankShard shard;
+  shard.blocks = parameters.tensor_parallel().active();
+  // The tensors every TP rank holds whole are written by TP rank 0's pool alone.
+  const bool writes_replicated = parameters.tensor_parallel().index == 0;
+  std::int64_t packed = 0;  // the owned elements before the segment
+  // Elements [begin, end) of the holder's storage, at flat / packed offsets.
+  const auto add_piece = [&](const detail::LocalTensor& holder, std::int64_t begin,
+                             std::int64_t end, std::int64_t flat, std::int64_t at_packed) {
+    if (!shard.blocks) {
+      shard.pieces.push_back({holder.whole_index, begin, end, flat, at_packed, shard.elements});
+      shard.elements += end - begin;
+      return;
+    }
+    if (!holder.tensor->is_expert && holder.tensor->holds_whole() && !writes_replicated) return;
+    for (const detail::LocalBlock& block : detail::local_blocks(*holder.tensor)) {
+      const std::int64_t first = std::max(begin, block.storage),
+                         last = std::min(end, block.storage + block.block.numel());
+      if (first >= last) continue;
+      shard.pieces.push_back({holder.whole_index, first - block.storage, last - block.storage,
+                              flat + (first - begin), at_packed + (first - begin), shard.elements,
+                              block.block});
+      shard.elements += last - first;
+    }
+  };
   const auto add_segment = [&](const parallel::ParameterRange&, std::int64_t flat, std::int64_t,
                                std::int64_t count) {
     while (count > 0) {
       // The tensor holding `flat`: the last one starting at or before it.
-      const auto holder = std::upper_bound(tensors.begin(), tensors.end(), flat,
-                                           [](std::int64_t offset, const LocalTensor& tensor) {
-                                             return offset < tensor.flat_offset;
-                                           }) -
-                          1;
+      const auto holder =
+          std::upper_bound(tensors.begin(), tensors.end(), flat,
+                           [](std::int64_t offset, const detail::LocalTensor& tensor) {
+                             return offset < tensor.flat_offset;
+                           }) -
+          1;
       DYNCP_CHECK(holder >= tensors.begin() && flat < holder->flat_offset + holder->numel,
                   "every owned element belongs to a tensor");
       const std::int64_t begin = flat - holder->flat_offset;
       const std::int64_t take = std::min(count, holder->numel - begin);
-      shard.pieces.push_back({holder->whole_index, begin, begin + take, flat, shard.elements});
-      shard.elements += take;
+      add_piece(*holder, begin, begin + take, flat, packed);
+      packed += take;
       flat += take;
       count -= take;
     }
@@ -187,7 +218,7 @@ RankShard plan_rank_shard(const model::Qwen3MoeParameters& parameters,
     const parallel::ShardPiece owned = kind->owned();
     kind->for_each_segment(owned.begin, owned.end, add_segment);
   }
-  DYNCP_CHECK(shard.elements == shards.owned_elements, "the pieces add up to the owned elements");
+  DYNCP_CHECK(packed == shards.owned_elements, "the pieces add up to the owned elements");
   return shard;
 }
 
@@ -205,9 +236,9 @@ std::vector<float> snapshot_rank_shard(const RankShard& shard, const ShardSource
 ShardSources snapshot_sources(const RankShard& shard, const std::vector<float>& snapshot) {
   const auto elements = static_cast<std::size_t>(shard.elements);
   DYNCP_CHECK(snapshot.size() == elements * 3, "a snapshot holds three parts");
-  return ShardSources{{ShardPart{snapshot.data(), true},
-                       ShardPart{snapshot.data() + elements, true},
-                       ShardPart{snapshot.data() + 2 * elements, true}}};
+  return ShardSources{{ShardPart{snapshot.data(), false, true},
+                       ShardPart{snapshot.data() + elements, false, true},
+                       ShardPart{snapshot.data() + 2 * elements, false, true}}};
 }
 
 std::string rank_shard_path(int rank) {
@@ -296,7 +327,7 @@ bool finish_sharded_save(dist::Comm& world, CheckpointStore* store, const fs::pa
                  config::to_hf_config_json(parameters.architecture()) + "\n");
       write_text(folder / sharded_index_name,
                  sharded_index_json(build_index(model::whole_model_tensors(parameters), records,
-                                                elements, state.iteration, layout)));
+                                                elements, state.iteration, layout, shard.blocks)));
       LoopState saved = state;
       saved.format = 3;
       // Written last among the contents: the loop state says the files before it are complete.
@@ -330,82 +361,6 @@ bool save_sharded_checkpoint(dist::Comm& world, CheckpointStore* store, const fs
 bool is_sharded_checkpoint(const fs::path& folder) {
   std::error_code error;
   return fs::exists(fs::symlink_status(folder / sharded_index_name, error));
-}
-
-LoopState read_sharded_checkpoint(const fs::path& folder, std::int64_t iteration,
-                                  const model::Qwen3MoeParameters& parameters,
-                                  const core::Tensor& exp_avg, const core::Tensor& exp_avg_sq,
-                                  std::span<const parallel::ParameterRange> moment_ranges) {
-  const fs::path state_path = folder / "state.json";
-  const LoopState state = parse_loop_state(
-      read_small_file(state_path, max_state_bytes, "loop state"), state_path.string(), iteration);
-  if (state.format != 3)
-    core::throw_data_error(state_path.string(), "format " + std::to_string(state.format) +
-                                                    " beside an index.json: a sharded "
-                                                    "checkpoint's state.json has format 3");
-  const fs::path index_path = folder / sharded_index_name;
-  const ShardedIndex index =
-      parse_sharded_index(read_small_file(index_path, max_index_bytes, "sharded checkpoint index"),
-                          index_path.string());
-  if (index.iteration != iteration)
-    core::throw_data_error(index_path.string(), "records iteration " +
-                                                    std::to_string(index.iteration) + ", not " +
-                                                    std::to_string(iteration));
-  const std::vector<model::WholeModelTensor> whole = model::whole_model_tensors(parameters);
-  if (index.tensors.size() != whole.size())
-    core::throw_data_error(index_path.string(),
-                           std::to_string(index.tensors.size()) + " tensors, but the model has " +
-                               std::to_string(whole.size()) + " (does config.json match?)");
-
-  std::vector<int> fds(index.files.size(), -1);
-  const auto file_of = [&](std::int64_t file) {
-    int& fd = fds[static_cast<std::size_t>(file)];
-    if (fd < 0) {
-      const fs::path path = folder / index.files[static_cast<std::size_t>(file)].path;
-      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0)
-        core::throw_data_error(path.string(), std::string("cannot open: ") + std::strerror(errno));
-    }
-    return fd;
-  };
-  struct CloseAll {
-    std::vector<int>& fds;
-    ~CloseAll() {
-      for (const int fd : fds)
-        if (fd >= 0) ::close(fd);
-    }
-  } close_all{fds};
-
-  float* parts[3] = {parameters.all_values().data<float>(), exp_avg.data<float>(),
-                     exp_avg_sq.data<float>()};
-  for (const LocalTensor& local : local_tensors(parameters, whole)) {
-    const IndexTensor& stored = index.tensors[static_cast<std::size_t>(local.whole_index)];
-    const model::WholeModelTensor& expected = whole[static_cast<std::size_t>(local.whole_index)];
-    if (stored.name != expected.name || stored.shape != expected.shape)
-      core::throw_data_error(index_path.string(),
-                             "tensor " + std::to_string(local.whole_index) + " is '" + stored.name +
-                                 "', the model expects '" + expected.name +
-                                 "' of the same shape (does config.json match?)");
-    for (const IndexPiece& piece : stored.pieces) {
-      const fs::path path = folder / index.files[static_cast<std::size_t>(piece.file)].path;
-      const int fd = file_of(piece.file);
-      const std::int64_t flat = local.flat_offset + piece.begin;
-      read_exactly(fd, path, piece.offsets[0], parts[0] + flat,
-                   static_cast<std::uint64_t>(piece.end - piece.begin) * 4);
-      // The moments only where the loading optimizer keeps them.
-      for (const parallel::ParameterRange& range : moment_ranges) {
-        const std::int64_t begin = std::max(flat, range.offset);
-        const std::int64_t end =
-            std::min(flat + (piece.end - piece.begin), range.offset + range.count);
-        if (begin >= end) continue;
-        for (int part = 1; part < 3; ++part) {
-          read_exactly(fd, path, piece.offsets[part] + static_cast<std::uint64_t>(begin - flat) * 4,
-                       parts[part] + begin, static_cast<std::uint64_t>(end - begin) * 4);
-        }
-      }
-    }
-  }
-  return state;
 }
 
 }  // namespace dyncp::train

@@ -13,7 +13,12 @@
 // same plan with or without ddp.use_distributed_optimizer): its piece of the dense state over
 // the pool and its piece of its experts' state over the expert-data-parallel group, so every
 // element of the model is written by exactly one rank and each rank writes about 1/world of
-// the state (12 bytes per element: the fp32 weight and both fp32 moments). A rank's file is
+// the state (12 bytes per element: the fp32 weight and both fp32 moments). Under tensor
+// parallelism each TP rank's pool divides that rank's pieces (the pools of different TP ranks
+// hold different pieces of a split tensor), and the tensors every TP rank holds whole (norms,
+// router) are written by the pool of TP rank 0 only; the index then describes each piece as a
+// run of a block of rows and columns of the whole tensor (index format 2,
+// train/sharded_checkpoint_index.hpp). A rank's file is
 //
 //   [weights of its pieces][exp_avg of its pieces][exp_avg_sq of its pieces]
 //
@@ -50,34 +55,44 @@
 
 namespace dyncp::train {
 
-// One contiguous slice of one global tensor that this rank writes.
+// One contiguous slice of one global tensor that this rank writes: elements [begin, end) of
+// the tensor in the whole model's storage order (index format 1) or, under tensor parallelism,
+// of `block` of it (format 2).
 struct RankPiece {
   std::int64_t tensor = 0;  // index in model::whole_model_tensors (the same on every rank)
-  std::int64_t begin = 0;   // elements of the tensor, in the model's storage order
+  std::int64_t begin = 0;
   std::int64_t end = 0;
-  std::int64_t flat_offset = 0;    // where element `begin` sits in all_values()
-  std::int64_t packed_offset = 0;  // ... and in the owned pieces packed in order
+  std::int64_t flat_offset = 0;    // where the slice sits in all_values()
+  std::int64_t packed_offset = 0;  // ... in the owned pieces packed in order (the distributed
+                                   // optimizer's moments)
+  std::int64_t file_offset = 0;    // ... in this rank's file and snapshot (the pieces it writes)
+  IndexBlock block;                // rows 0: none (format 1)
   std::int64_t count() const { return end - begin; }
 };
 
 struct RankShard {
   std::vector<RankPiece> pieces;  // owned order: the dense piece's slices, then the experts'
-  std::int64_t elements = 0;      // sum of the pieces' counts
+  std::int64_t elements = 0;      // sum of the pieces' counts: what the file holds
+  bool blocks = false;            // the pieces have blocks (tensor parallelism)
   std::uint64_t file_bytes() const { return static_cast<std::uint64_t>(elements) * 12; }
 };
 
-// The slices of `shards`' owned pieces, cut at tensor boundaries.
+// The slices of `shards`' owned pieces, cut at tensor boundaries (under tensor parallelism also
+// at the boundaries of the runs of rows the rank holds, and without the tensors that TP rank 0
+// writes for every TP rank).
 RankShard plan_rank_shard(const model::Qwen3MoeParameters& parameters,
                           const parallel::OptimizerShards& shards);
 
 // Where the three parts of the state are in host memory (fp32). A flat part is laid out like
 // all_values() (read at a piece's flat_offset); a packed one holds the owned pieces in order
-// (read at packed_offset): the distributed optimizer's moments, or a snapshot.
+// (read at packed_offset): the distributed optimizer's moments; a snapshot holds the written
+// pieces in order (read at file_offset).
 struct ShardPart {
   const float* data = nullptr;
   bool packed = false;
+  bool snapshot = false;
   const float* at(const RankPiece& piece) const {
-    return data + (packed ? piece.packed_offset : piece.flat_offset);
+    return data + (snapshot ? piece.file_offset : packed ? piece.packed_offset : piece.flat_offset);
   }
 };
 struct ShardSources {
@@ -127,10 +142,13 @@ bool save_sharded_checkpoint(dist::Comm& world, CheckpointStore* store,
 // Whether `folder` holds a sharded checkpoint (an index.json).
 bool is_sharded_checkpoint(const std::filesystem::path& folder);
 
-// Reads a verified sharded checkpoint into `parameters` (every tensor they hold; under EP only
-// their experts) and into the flat moments (laid out like all_values()), but only the moment
-// elements inside `moment_ranges` (flat ranges: what the loading optimizer keeps; the rest is
-// left as it is). Only the byte ranges of those slices are read. Data errors name the file.
+// Reads a verified sharded checkpoint of either index format into `parameters` (every tensor
+// they hold; under EP only their experts, under tensor parallelism only their pieces) and into
+// the flat moments (laid out like all_values()), but only the moment elements inside
+// `moment_ranges` (flat ranges: what the loading optimizer keeps; the rest is left as it is).
+// Only the byte ranges of those slices are read, in reads of at most a few MiB (a piece whose
+// rows are wider than the loading rank's takes one read for several of its rows, skipping
+// over the columns of the others). Data errors name the file.
 LoopState read_sharded_checkpoint(const std::filesystem::path& folder, std::int64_t iteration,
                                   const model::Qwen3MoeParameters& parameters,
                                   const core::Tensor& exp_avg, const core::Tensor& exp_avg_sq,

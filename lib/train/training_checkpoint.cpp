@@ -8,6 +8,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/error.hpp"
@@ -40,23 +41,36 @@ core::Tensor moment_view(const model::Qwen3MoeParameters& parameters, const core
 void write_training_checkpoint(const fs::path& folder, const model::Qwen3MoeParameters& parameters,
                                const core::Tensor& exp_avg, const core::Tensor& exp_avg_sq,
                                const LoopState& state, model::ExpertGather* gather, bool write) {
+  write_training_checkpoint(folder, parameters, exp_avg, exp_avg_sq, state,
+                            model::WholeModelGathers{nullptr, nullptr, gather}, write);
+}
+
+void write_training_checkpoint(const fs::path& folder, const model::Qwen3MoeParameters& parameters,
+                               const core::Tensor& exp_avg, const core::Tensor& exp_avg_sq,
+                               const LoopState& state, const model::WholeModelGathers& gathers,
+                               bool write) {
   // A failed model write must not skip the moments' gathers the other ranks are making.
   std::exception_ptr failure;
   try {
     model::save_hf_checkpoint((folder / "model").string(), parameters, model::StoredDType::f32, 0,
-                              gather, write);
+                              gathers, write);
   } catch (...) {
     failure = std::current_exception();
   }
 
-  model::WholeExpertLayer avg_experts(parameters, exp_avg, gather);
-  model::WholeExpertLayer avg_sq_experts(parameters, exp_avg_sq, gather);
+  model::WholeExpertLayer avg_experts(parameters, exp_avg, gathers, write);
+  model::WholeExpertLayer avg_sq_experts(parameters, exp_avg_sq, gathers, write);
   std::vector<model::TensorToWrite> moments;
   for (const model::WholeModelTensor& tensor : model::whole_model_tensors(parameters)) {
-    moments.push_back(
-        model::tensor_to_write(tensor, "exp_avg." + tensor.name, parameters, exp_avg, avg_experts));
-    moments.push_back(model::tensor_to_write(tensor, "exp_avg_sq." + tensor.name, parameters,
-                                             exp_avg_sq, avg_sq_experts));
+    for (const auto& [prefix, flat, experts] :
+         {std::tuple{"exp_avg.", &exp_avg, &avg_experts},
+          std::tuple{"exp_avg_sq.", &exp_avg_sq, &avg_sq_experts}}) {
+      const std::string name = prefix + tensor.name;
+      moments.push_back(write || model::takes_part(tensor, gathers)
+                            ? model::tensor_to_write(tensor, name, parameters, *flat, *experts,
+                                                     gathers.tensor_parallel)
+                            : model::TensorToWrite{name, tensor.shape, {}, {}});
+    }
   }
   model::write_collectively(
       moments, write && !failure, [&](std::span<const model::TensorToWrite> all) {
@@ -110,7 +124,8 @@ LoopState read_training_checkpoint(const fs::path& folder, std::int64_t iteratio
       const std::string name = prefix + tensor.name;
       if (moments.find(name) == nullptr)
         core::throw_data_error(moments.path(), "missing optimizer tensor '" + name + "'");
-      buffer.resize(static_cast<std::size_t>(view.numel()));
+      // The whole tensor: a tensor-parallel rank keeps its piece of it.
+      buffer.resize(static_cast<std::size_t>(tensor.hf_numel()));
       moments.read_f32(name, buffer);
       tensor.write_hf_order(buffer.data(), view);
     }

@@ -3,9 +3,11 @@
 // model.safetensors), full fp32 Adam moments (optimizer.safetensors, tensors named
 // "exp_avg.<hf name>" / "exp_avg_sq.<hf name>", HF order) and the loop state (state.json).
 // Any layout (dp, cp, dynamic or static, EP) can load it: every rank reads the tensors it
-// holds (under EP only its own experts). Rank 0 writes; under EP its expert-parallel group
-// rebuilds every expert for it one layer at a time (model/whole_model_tensors.hpp). Folders
-// are published atomically by CheckpointStore.
+// holds (under EP only its own experts, under tensor parallelism only its pieces). Rank 0
+// writes; under EP its expert-parallel group rebuilds every expert for it one layer at a time,
+// and under tensor parallelism its TP group (and the expert-TP groups of its EP group) sum
+// their pieces into one whole tensor at a time (model/whole_model_tensors.hpp,
+// parallel/whole_model_gathers.hpp). Folders are published atomically by CheckpointStore.
 //
 //   <save>/iter_0000040/model/{config.json, model.safetensors}
 //   <save>/iter_0000040/optimizer.safetensors
@@ -39,9 +41,17 @@ void write_training_checkpoint(const std::filesystem::path& folder,
                                const core::Tensor& exp_avg, const core::Tensor& exp_avg_sq,
                                const LoopState& state, model::ExpertGather* gather = nullptr,
                                bool write = true);
+// The same from ranks that may hold pieces of tensors: every rank taking part in `gathers`
+// calls this (collective), and the one with `write` writes.
+void write_training_checkpoint(const std::filesystem::path& folder,
+                               const model::Qwen3MoeParameters& parameters,
+                               const core::Tensor& exp_avg, const core::Tensor& exp_avg_sq,
+                               const LoopState& state, const model::WholeModelGathers& gathers,
+                               bool write);
 
 // Reads a verified checkpoint folder (CheckpointStore::select) of `iteration` into the
-// parameters and moments; returns the loop state. A sharded checkpoint (format 3,
+// parameters and moments (a tensor-parallel rank its pieces, read from each whole tensor one at
+// a time); returns the loop state. A sharded checkpoint (format 3,
 // train/sharded_checkpoint.hpp) is read the same way, every tensor these parameters hold. Data
 // errors name the file for anything missing or malformed.
 LoopState read_training_checkpoint(const std::filesystem::path& folder, std::int64_t iteration,

@@ -53,8 +53,10 @@ HostParameters::HostParameters(const model::Qwen3MoeParameters& parameters)
 const model::Qwen3MoeParameters& HostParameters::staging() {
   if (parameters_.device() == core::Device::cpu) return parameters_;
   if (!host_) {
+    // The same pieces: this rank's experts and, under tensor parallelism, its pieces.
     host_ = std::make_unique<model::Qwen3MoeParameters>(
-        parameters_.architecture(), parameters_.expert_range(), parameters_.all_values().dtype());
+        parameters_.architecture(), parameters_.expert_range(), parameters_.all_values().dtype(),
+        core::Device::cpu, parameters_.tensor_parallel());
   }
   return *host_;
 }

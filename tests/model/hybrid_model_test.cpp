@@ -261,3 +261,39 @@ TEST_CASE("hybrid initialisation puts every norm at its identity", "[model][hybr
 
 }  // namespace
 }  // namespace dyncp::model
+
+namespace dyncp::model {
+
+TEST_CASE("whole_model_row_runs is the row order of the whole model's storage of every tensor",
+          "[model][hybrid][checkpoint]") {
+  // The HF row of each local row, from runs (empty: the identity over `rows`).
+  const auto hf_rows = [](const std::vector<HfRowRun>& runs, std::int64_t rows) {
+    std::vector<std::int64_t> order(static_cast<std::size_t>(rows));
+    for (std::int64_t r = 0; r < rows; ++r) order[static_cast<std::size_t>(r)] = r;
+    for (const HfRowRun& run : runs)
+      for (std::int64_t r = 0; r < run.count; ++r)
+        order[static_cast<std::size_t>(run.row + r)] = run.hf_row + r;
+    return order;
+  };
+  const std::string name = GENERATE(as<std::string>{}, "qwen3_moe_a", "qwen3_5_moe_b");
+  const std::string type = GENERATE(as<std::string>{}, "", "qwen3_next");
+  auto architecture = load_hf_model(testing::fixture_dir(name))->architecture();
+  if (!type.empty() && architecture.is_hybrid()) architecture.model_type = type;
+  INFO(name << " as " << architecture.model_type);
+  const Qwen3MoeParameters whole(architecture);
+  int reordered = 0;
+  for (const HfTensor& tensor : whole.hf_tensors()) {
+    INFO(tensor.name);
+    const std::int64_t rows = tensor.value.size(0);
+    const auto expected = hf_rows(tensor.row_runs, rows);
+    CHECK(hf_rows(whole_model_row_runs(architecture, tensor.name), rows) == expected);
+    bool identity = true;
+    for (std::int64_t r = 0; r < rows; ++r) identity = identity && expected[r] == r;
+    reordered += identity ? 0 : 1;
+  }
+  // Qwen3-MoE keeps HF order; the hybrid reorders its gated q_proj, Qwen3-Next also its fused
+  // DeltaNet projections.
+  CHECK((reordered == 0) == !architecture.is_hybrid());
+}
+
+}  // namespace dyncp::model

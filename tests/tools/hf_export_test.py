@@ -11,8 +11,9 @@ exports must: hold every tokenizer file, chat_template.jinja included; say bfloa
 config.json over BF16 tensors; have a generation_config.json transformers reads; render the chat
 template through AutoTokenizer.apply_chat_template exactly as the original folder does. The two
 exports' weights must be byte-identical (the same step's weights, the same bf16 rounding), and so
-must those of the checkpoint exported at the end of a 2-rank run with EP 2 that resumes it
-without training (the ranks write the tensors they hold).
+must those of the checkpoint exported at the end of a 2-rank run with EP 2, and of a 2-rank run
+with tensor parallelism 2, that resume it without training (the ranks write the tensors they
+hold, the TP ranks rebuilding each split tensor from their pieces).
 """
 
 import json
@@ -67,10 +68,15 @@ with tempfile.TemporaryDirectory() as work:
                      f"checkpoint.export_hf={two_ranks}", "model.expert_model_parallel_size=2",
                      launcher=("mpirun", "-np", "2"))
     check(f"HF weights exported to {two_ranks} by 2 ranks" in log, "no 2-rank export logged")
+    tensor_parallel = os.path.join(work, "hf_tensor_parallel")
+    log = train_demo(TRAIN, ROOT, work, tokenizer, f"checkpoint.load={save}", "checkpoint.save=",
+                     f"checkpoint.export_hf={tensor_parallel}", "model.tensor_model_parallel_size=2",
+                     "model.sequence_parallel=true", launcher=("mpirun", "-np", "2"))
+    check(f"HF weights exported to {tensor_parallel} by 2 ranks" in log, "no TP-2 export logged")
 
     reference = AutoTokenizer.from_pretrained(tokenizer).apply_chat_template(
         MESSAGES, tokenize=False, add_generation_prompt=True)
-    for folder in (at_end, converted, two_ranks):
+    for folder in (at_end, converted, two_ranks, tensor_parallel):
         name = os.path.basename(folder)
         for file in os.listdir(tokenizer):
             check(os.path.isfile(os.path.join(folder, file)), f"{name}: {file} not copied")
@@ -95,6 +101,9 @@ with tempfile.TemporaryDirectory() as work:
     check(open(os.path.join(two_ranks, "model.safetensors"), "rb").read() ==
           open(os.path.join(at_end, "model.safetensors"), "rb").read(),
           "the 2-rank (EP 2) export differs from the 1-rank export")
+    check(open(os.path.join(tensor_parallel, "model.safetensors"), "rb").read() ==
+          open(os.path.join(at_end, "model.safetensors"), "rb").read(),
+          "the TP-2 export differs from the 1-rank export")
     # Without a tokenizer to copy, dyncp-export says how to give one (exit 2).
     os.remove(os.path.join(save, "config.yaml"))
     result = subprocess.run([EXPORT, "--checkpoint", save, "--out", os.path.join(work, "x")],
@@ -105,5 +114,5 @@ with tempfile.TemporaryDirectory() as work:
 if failures:
     sys.exit(f"{len(failures)} failure(s)")
 print("hf_export: the exports load in transformers with bf16 dtype, the chat template and a "
-      "generation config; dyncp-export's and the 2-rank (EP 2) export equal the end-of-training "
-      "export byte for byte")
+      "generation config; dyncp-export's, the 2-rank (EP 2) and the TP-2 exports equal the "
+      "end-of-training export byte for byte")

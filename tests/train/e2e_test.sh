@@ -3,7 +3,8 @@
 #   e2e_test.sh DYNCP_TRAIN SOURCE_DIR CASE
 # CASE: smoke | resume | relayout | relayout_distopt | relayout_ep | sigterm | sigusr1 | enospc |
 # nan | learns | learns_hybrid | ring | hybrid | bf16_moments | auto_resume | lr_resume |
-# sigusr1_nosave | sigterm_early | selective | save_lock | sharded | async_save | resume_chain.
+# sigusr1_nosave | sigterm_early | selective | save_lock | sharded | async_save | resume_chain |
+# tensor_parallel | tensor_parallel_hybrid.
 # Each prints what it compares and exits non-zero on any mismatch.
 set -euo pipefail
 train=$1
@@ -26,7 +27,7 @@ on_exit() {
 trap on_exit EXIT
 recipe=$source_dir/configs/smoke/tiny_mock.yaml
 # hybrid: the resume check on the Qwen3.5 hybrid (Gated DeltaNet layers under dynamic CP + EP).
-[[ $case_name == hybrid || $case_name == selective ]] &&
+[[ $case_name == hybrid || $case_name == selective || $case_name == tensor_parallel_hybrid ]] &&
   recipe=$source_dir/configs/smoke/tiny_hybrid_mock.yaml
 run() { mpirun -np 4 "$train" --config "$recipe" "$@"; }
 losses() { python3 -c 'import json,sys; [print(repr(json.loads(l)["loss"])) for l in open(sys.argv[1])]' "$1"; }
@@ -723,6 +724,100 @@ PY
       cmp "$work/hf8/$f" "$work/hfx/$f" || { echo "the 8-rank export and dyncp-export's differ in $f"; exit 1; }
     done
     echo "resume_chain: the HF exports of iter 6 by 8 ranks (EP 4), 1 rank and dyncp-export are byte-identical"
+    ;;
+  tensor_parallel | tensor_parallel_hybrid)
+    # Checkpoints hold whole tensors whatever the TP layout that saved them. Steps 1-3 at tp 2
+    # (4 ranks, with sequence parallelism), saved sharded with the experts split over the
+    # expert-TP group (etp 2, EP 2) and single-writer with whole experts (etp 1, EP 4, the
+    # distributed optimizer); each resumes at tp 1 (dynamic CP, EP 2) and at tp 4 (experts
+    # split, or whole with EP 4) for steps 4-5 with the uninterrupted tp-1 run's losses to fp32
+    # round-off. The HF exports of the sharded checkpoint by tp-1 and tp-4 runs that resume it
+    # without training, and dyncp-export's of both checkpoints, are byte-identical.
+    # tp 4 needs 8 heads, 4 K/V heads (and 4 DeltaNet key heads): every run uses them.
+    heads=(model.num_attention_heads=8 model.num_key_value_heads=4 scheduler.lr_decay_iters=5)
+    [[ $case_name == tensor_parallel_hybrid ]] && heads+=(model.linear_num_key_heads=4)
+    tp2=(model.tensor_model_parallel_size=2 model.sequence_parallel=true)
+    tp4=(model.tensor_model_parallel_size=4 model.context_parallel_size=1 model.dynamic_context_parallel=false
+         model.sequence_packing_scheduler=dp_balanced model.max_seqlen_per_dp_cp_rank=256)
+    sharded=(checkpoint.sharded=true model.expert_model_parallel_size=2)
+    single=(checkpoint.sharded=false model.expert_model_parallel_size=4 model.expert_tensor_parallel_size=1
+            ddp.use_distributed_optimizer=true)
+    run "${heads[@]}" train.train_iters=5 logger.metrics_path="$work/full.jsonl" >"$work/full.log" 2>&1
+    run "${heads[@]}" "${tp2[@]}" "${sharded[@]}" train.train_iters=3 checkpoint.save="$work/sharded" \
+      logger.metrics_path="$work/tp2_sharded.jsonl" >"$work/a.log" 2>&1
+    run "${heads[@]}" "${tp2[@]}" "${single[@]}" train.train_iters=3 checkpoint.save="$work/single" \
+      logger.metrics_path="$work/tp2_single.jsonl" >"$work/b.log" 2>&1
+    grep -q '"format":2' "$work/sharded/iter_0000003/index.json" || { echo "index format 2 not written"; exit 1; }
+    [[ -s $work/single/iter_0000003/optimizer.safetensors ]] || { echo "no single-writer checkpoint"; exit 1; }
+    # The single-writer resumes save again at step 5 (compared tensor by tensor below).
+    run "${heads[@]}" train.train_iters=5 checkpoint.load="$work/sharded" \
+      logger.metrics_path="$work/tp1_from_sharded.jsonl" >"$work/c_sharded.log" 2>&1
+    run "${heads[@]}" train.train_iters=5 checkpoint.load="$work/single" checkpoint.sharded=false \
+      checkpoint.save="$work/tp1_saved" logger.metrics_path="$work/tp1_from_single.jsonl" >"$work/c_single.log" 2>&1
+    run "${heads[@]}" "${tp4[@]}" model.expert_model_parallel_size=1 train.train_iters=5 \
+      checkpoint.load="$work/sharded" logger.metrics_path="$work/tp4_from_sharded.jsonl" >"$work/d1.log" 2>&1
+    run "${heads[@]}" "${tp4[@]}" model.expert_model_parallel_size=4 model.expert_tensor_parallel_size=1 \
+      train.train_iters=5 checkpoint.load="$work/single" checkpoint.sharded=false checkpoint.save="$work/tp4_saved" \
+      logger.metrics_path="$work/tp4_from_single.jsonl" >"$work/d2.log" 2>&1
+    for log in c_sharded c_single d1 d2; do
+      grep -q "resumed from $work/.*/iter_0000003" "$work/$log.log" || { echo "$log did not resume"; exit 1; }
+    done
+    python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+def losses(name):
+    return {r["iteration"]: r["loss"] for r in map(json.loads, open(f"{work}/{name}.jsonl"))}
+full = losses("full")
+for name, steps in (("tp2_sharded", [1, 2, 3]), ("tp2_single", [1, 2, 3]),
+                    ("tp1_from_sharded", [4, 5]), ("tp1_from_single", [4, 5]),
+                    ("tp4_from_sharded", [4, 5]), ("tp4_from_single", [4, 5])):
+    run = losses(name)
+    assert sorted(run) == steps, (name, run)
+    worst = max(abs(run[i] - full[i]) / abs(full[i]) for i in run)
+    assert worst <= 1e-6, (name, run, full)
+    print(f"tensor_parallel: {name} steps {steps} within {worst:.2g} of the uninterrupted tp-1 run")
+# Losses barely see the moments: the step-5 checkpoints of the tp-1 and tp-4 resumes hold the
+# same weights and moments to round-off (a lost or misplaced piece differs by order 1; the
+# DeltaNet decay parameters' moments (A_log, dt_bias) amplify round-off to a few 1e-4, as
+# between two uninterrupted runs of different layouts).
+import array, math, struct
+def tensors(path):
+    with open(path, "rb") as f:
+        header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+        data = f.read()
+    return {name: array.array("f", data[e["data_offsets"][0]:e["data_offsets"][1]])
+            for name, e in header.items() if name != "__metadata__"}
+worst = 0.0
+for part in ("optimizer.safetensors", "model/model.safetensors"):
+    a = tensors(f"{work}/tp4_saved/iter_0000005/{part}")
+    b = tensors(f"{work}/tp1_saved/iter_0000005/{part}")
+    assert sorted(a) == sorted(b), part
+    for name in a:
+        diff = math.sqrt(sum((x - y) ** 2 for x, y in zip(a[name], b[name])))
+        worst = max(worst, diff / max(math.sqrt(sum(y * y for y in b[name])), 1e-30))
+print(f"tensor_parallel: step-5 checkpoints of the tp-4 and tp-1 resumes, worst relative difference {worst:.3g}")
+assert worst <= 1e-3, worst
+PY
+    # The exports of the tp-2 sharded checkpoint's weights: by tp 1 and tp 4 runs resuming it
+    # without a step, and by dyncp-export from either checkpoint format.
+    run "${heads[@]}" train.train_iters=3 checkpoint.load="$work/sharded" checkpoint.export_hf="$work/hf_tp1" \
+      >"$work/e1.log" 2>&1
+    run "${heads[@]}" "${tp4[@]}" model.expert_model_parallel_size=1 train.train_iters=3 \
+      checkpoint.load="$work/sharded" checkpoint.export_hf="$work/hf_tp4" >"$work/e4.log" 2>&1
+    grep -q "HF weights exported to $work/hf_tp4 by 4 ranks" "$work/e4.log" || { echo "no tp-4 export"; exit 1; }
+    export_tool=${train%/dyncp-train/dyncp-train}/dyncp-export/dyncp-export
+    "$export_tool" --checkpoint "$work/sharded" --out "$work/hf_sharded" --no-tokenizer >"$work/x1.log" 2>&1
+    for f in model.safetensors config.json; do
+      cmp "$work/hf_tp1/$f" "$work/hf_tp4/$f" || { echo "tp-1 and tp-4 exports differ in $f"; exit 1; }
+      cmp "$work/hf_tp1/$f" "$work/hf_sharded/$f" || { echo "dyncp-export of the tp-2 checkpoint differs in $f"; exit 1; }
+    done
+    # The single-writer checkpoint: dyncp-export of it equals a tp-1 run's export of it.
+    run "${heads[@]}" train.train_iters=3 checkpoint.load="$work/single" checkpoint.sharded=false \
+      checkpoint.export_hf="$work/hf_single_tp1" >"$work/e5.log" 2>&1
+    "$export_tool" --checkpoint "$work/single" --out "$work/hf_single" --no-tokenizer >"$work/x2.log" 2>&1
+    cmp "$work/hf_single_tp1/model.safetensors" "$work/hf_single/model.safetensors" \
+      || { echo "dyncp-export of the tp-2 single-writer checkpoint differs from the tp-1 export"; exit 1; }
+    echo "tensor_parallel: HF exports by tp 1, tp 4 and dyncp-export of the tp-2 checkpoints are byte-identical"
     ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac

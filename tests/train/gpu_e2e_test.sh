@@ -39,6 +39,11 @@
 #                 the same with checkpoint.sharded and checkpoint.async_save: every emulated
 #                 GPU writes its own shard in the background, with the same resume checks
 #                 to 1e-5 (the devices' round-off)
+#   tensor_parallel_checkpoints
+#                 mpirun -np 2 at tp 2 with sequence parallelism (every split tensor in two
+#                 pieces, one per emulated GPU): the GPU's asynchronous sharded checkpoint and its
+#                 single-writer one resume on the GPU at tp 2 bit for bit, and on the CPU at tp 1
+#                 (one rank, whole tensors) with the GPU run's next step to 1e-5
 #   hybrid_two_ranks  mpirun -np 2, the tiny hybrid recipe (Gated DeltaNet, gated attention)
 #                 with dynamic CP over cp 2, the ring exchange, EP 2 and the MoE aux loss: the
 #                 DeltaNet states pass between the emulated GPUs; every step's loss and gradient
@@ -245,6 +250,36 @@ case $case_name in
       compare "$work/$resumed_on-resumed-$saved_on.jsonl" "$work/$saved_on-full.jsonl" 3
       echo "sharded_checkpoints: saved on $saved_on, resumed on $resumed_on"
     done
+    ;;
+  tensor_parallel_checkpoints)
+    mpiexec=${DYNCP_MPIEXEC:-mpirun}
+    tp2=(model.tensor_model_parallel_size=2 model.sequence_parallel=true scheduler.lr_decay_iters=3)
+    gpu2() {  # gpu2 NAME ARGS...: 2 emulated GPUs at tp 2, metrics in $work/NAME.jsonl
+      local name=$1
+      shift
+      OPENBLAS_NUM_THREADS=1 "$mpiexec" -np 2 "$gpu_train" --config "$recipe" "${one_rank[@]}" \
+        "${tp2[@]}" dist.device=cuda logger.metrics_path="$work/$name.jsonl" "$@" \
+        >"$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
+    }
+    for format in sharded single; do
+      sharded=true
+      [[ $format == single ]] && sharded=false
+      # Saves at iteration 2 on its way to 3; the resumes run step 3 again.
+      gpu2 "full-$format" train.train_iters=3 checkpoint.save="$work/ckpt-$format" \
+        checkpoint.save_interval=2 checkpoint.sharded=$sharded checkpoint.async_save=$sharded
+      gpu2 "gpu-resumed-$format" train.train_iters=3 checkpoint.load="$work/ckpt-$format" \
+        checkpoint.ckpt_step=2 checkpoint.sharded=$sharded
+      grep -q "resumed from" "$work/gpu-resumed-$format.log"
+      compare "$work/gpu-resumed-$format.jsonl" "$work/full-$format.jsonl" 3 0
+      run "$cpu_train" cpu train.train_iters=3 scheduler.lr_decay_iters=3 \
+        checkpoint.load="$work/ckpt-$format" checkpoint.ckpt_step=2 \
+        logger.metrics_path="$work/cpu-resumed-$format.jsonl" >"$work/cpu-$format.log" 2>&1 \
+        || { cat "$work/cpu-$format.log"; exit 1; }
+      grep -q "resumed from" "$work/cpu-$format.log"
+      compare "$work/cpu-resumed-$format.jsonl" "$work/full-$format.jsonl" 3
+      echo "tensor_parallel_checkpoints: $format, saved at tp 2 on 2 emulated GPUs: resumed there bit for bit, on the CPU at tp 1 to 1e-5"
+    done
+    grep -q '"format":2' "$work/ckpt-sharded/iter_0000002/index.json"
     ;;
   hybrid_two_ranks)
     mpiexec=${DYNCP_MPIEXEC:-mpirun}

@@ -6,9 +6,12 @@
 // each save through /proc/self/clear_refs). One JSON line per writer: median and min seconds
 // over --repeats saves, bytes of the largest and smallest rank. A third line does the same for
 // the bf16 HF export written by the ranks holding its tensors (train/hf_export_writer.hpp).
+// With --tp T the ranks hold tensor-parallel pieces (experts split over etp = T, EP = ranks / T
+// up to --max-ep): the single writer's TP group sums each split tensor for it and the HF
+// export's groups rebuild its pieces (parallel/whole_model_gathers.hpp).
 //
 //   mpirun -np N bench_checkpoint_save --out DIR [--hidden 512] [--layers 4] [--experts 16]
-//          [--moe-intermediate 256] [--vocab 8192] [--max-ep 4] [--repeats 3]
+//          [--moe-intermediate 256] [--vocab 8192] [--max-ep 4] [--tp 1] [--repeats 3]
 
 #include <sys/resource.h>
 
@@ -28,6 +31,7 @@
 #include "dist/parallel_layout.hpp"
 #include "dist/parallel_state.hpp"
 #include "parallel/expert_gather.hpp"
+#include "parallel/whole_model_gathers.hpp"
 #include "train/hf_export.hpp"
 #include "train/hf_export_writer.hpp"
 #include "train/sharded_checkpoint_saver.hpp"
@@ -59,7 +63,7 @@ double median(std::vector<double> values) {
 
 int main(int argc, char** argv) {
   std::string out, hidden = "512", layers = "4", experts = "16", moe = "256", vocab = "8192";
-  int max_ep = 4, repeats = 3;
+  int max_ep = 4, repeats = 3, tp = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string key = argv[i], value = argv[i + 1];
     if (key == "--out")
@@ -76,6 +80,8 @@ int main(int argc, char** argv) {
       vocab = value;
     else if (key == "--max-ep")
       max_ep = std::atoi(value.c_str());
+    else if (key == "--tp")
+      tp = std::atoi(value.c_str());
     else if (key == "--repeats")
       repeats = std::atoi(value.c_str());
     else {
@@ -91,21 +97,24 @@ int main(int argc, char** argv) {
   core::setup_logging({runtime.world_rank(), runtime.world_size(), false});
   const auto world = runtime.world();
   const int ranks = world->size();
-  const int ep = std::min(max_ep, ranks);
+  const int ep = std::min(max_ep, ranks / std::max(tp, 1));
   auto config = config::load_config_file(
       std::string(DYNCP_SOURCE_DIR) + "/configs/smoke/tiny_mock.yaml",
       {"model.hidden_size=" + hidden, "model.num_hidden_layers=" + layers,
        "model.num_experts=" + experts, "model.moe_intermediate_size=" + moe,
        "model.vocab_size=" + vocab, "model.expert_model_parallel_size=" + std::to_string(ep),
        "model.context_parallel_size=1", "model.dynamic_context_parallel=false",
-       "model.sequence_packing_scheduler=dp_balanced", "model.max_seqlen_per_dp_cp_rank=256"});
+       "model.sequence_packing_scheduler=dp_balanced", "model.max_seqlen_per_dp_cp_rank=256",
+       "model.tensor_model_parallel_size=" + std::to_string(tp)});
   config::resolve_config(config, ranks);
   auto architecture = config.model.architecture;
   architecture.resolve();
-  dist::ParallelState state(*world, dist::layout_for_world(ranks, 1, ep, false, 1));
+  dist::ParallelState state(*world, dist::layout_for_world(ranks, 1, ep, false, 1, {}, {tp, tp}));
   const model::Qwen3MoeParameters parameters(
-      architecture,
-      parallel::local_expert_range(architecture.num_experts, state.expert_parallel()));
+      architecture, parallel::local_expert_range(architecture.num_experts, state.expert_parallel()),
+      core::DType::f32, core::Device::cpu,
+      model::TensorParallelShape{tp, state.tensor_parallel().rank(), tp,
+                                 state.expert_tensor_parallel().rank()});
   parameters.init_random(1);
   std::int64_t model_elements = 0;  // the whole model's, every expert
   for (const model::WholeModelTensor& tensor : model::whole_model_tensors(parameters)) {
@@ -133,10 +142,10 @@ int main(int argc, char** argv) {
   train::ShardedCheckpointSaver saver(
       *world, sharded_dir, 1, parameters,
       train::checkpoint_shards(parameters, state.pool(), state.expert_data_parallel()),
-      train::SavingLayout{ranks, ranks, 1, ep, false, false}, false);
+      train::SavingLayout{ranks, ranks / tp, 1, ep, false, false, tp, tp}, false);
   train::CheckpointStore single_store(single_dir, 1);
-  parallel::EpExpertGather gather(state.expert_parallel());
-  const bool writer_group = state.expert_parallel().rank() == world->rank();  // rank 0's group
+  const parallel::WriterGathers gathers(state);  // how this rank helps rank 0 write
+  const train::ExportGroups groups{&state.tensor_parallel(), &state.expert_tensor_parallel()};
 
   const fs::path hf_dir = fs::path(out) / ("hf_np" + std::to_string(ranks));
   for (const char* writer : {"sharded", "single", "hf_export"}) {
@@ -153,15 +162,18 @@ int main(int argc, char** argv) {
       const auto start = std::chrono::steady_clock::now();
       if (hf) {
         bytes = static_cast<std::int64_t>(train::write_hf_weights_in_parallel(
-            *world, hf_dir, parameters, model::StoredDType::bf16, train::hf_export_shard_bytes));
+            *world, hf_dir, parameters, model::StoredDType::bf16, train::hf_export_shard_bytes,
+            groups));
       } else if (sharded) {
         if (!saver.save(parameters, {exp_avg, exp_avg_sq, false}, loop)) return 1;
       } else if (world->rank() == 0) {
         const fs::path folder = single_store.begin(loop.iteration);
-        train::write_training_checkpoint(folder, parameters, exp_avg, exp_avg_sq, loop, &gather);
+        train::write_training_checkpoint(folder, parameters, exp_avg, exp_avg_sq, loop,
+                                         gathers.gathers(), true);
         single_store.commit(loop.iteration);
-      } else if (writer_group && state.expert_parallel().rank() != 0) {
-        train::write_training_checkpoint({}, parameters, exp_avg, exp_avg_sq, loop, &gather, false);
+      } else if (gathers.takes_part()) {
+        train::write_training_checkpoint({}, parameters, exp_avg, exp_avg_sq, loop,
+                                         gathers.gathers(), false);
       }
       world->barrier();
       seconds.push_back(
@@ -187,10 +199,10 @@ int main(int argc, char** argv) {
     const std::int64_t smallest = *std::min_element(all.begin(), all.end());
     if (world->rank() == 0) {
       std::printf(
-          "{\"writer\": \"%s\", \"ranks\": %d, \"ep\": %d, \"model_parameters\": %lld, "
+          "{\"writer\": \"%s\", \"ranks\": %d, \"tp\": %d, \"ep\": %d, \"model_parameters\": %lld, "
           "\"median_s\": %.3f, \"min_s\": %.3f, \"largest_rank_bytes\": %lld, "
           "\"smallest_rank_bytes\": %lld, \"rank0_peak_rss_rise_mib\": %.1f}\n",
-          writer, ranks, ep, static_cast<long long>(model_elements), median(seconds),
+          writer, ranks, tp, ep, static_cast<long long>(model_elements), median(seconds),
           *std::min_element(seconds.begin(), seconds.end()), static_cast<long long>(largest),
           static_cast<long long>(smallest), static_cast<double>(peak_rise_kib) / 1024.0);
       std::fflush(stdout);
