@@ -279,14 +279,9 @@ double moe_forward(const LayerRunContext& run, int layer, const DecoderLayerPara
   // un-permutation reads those rounded values in forward and backward alike.
   saved.y_perm =
       keep.allocate({assignments, n.hidden}, run.seam.bf16_activations ? DType::bf16 : dtype);
-  saved.experts.recompute_hidden = run.recompute.moe_act;
-  run.seams.experts->forward(run.seam, layer, x_perm, saved.plan.expert_offsets, params.moe.experts,
-                             saved.y_perm, saved.experts);
-  send_scope.reset();
-  ops::unpermute_forward(ctx, saved.y_perm, saved.plan, saved.routing_weights, mlp_out);
-
-  if (params.moe.has_shared_expert) {
-    // mlp_out += σ(u · w_sg) · SharedExpert(u)  (qwen-moe.md §3.8)
+  // The shared expert reads only normed_mid: under moe_shared_expert_overlap it runs while the
+  // routed rows travel; its output joins mlp_out after the un-permutation either way.
+  const auto shared_expert = [&] {
     saved.shared_out = keep.allocate({n.tokens, n.hidden}, dtype);
     const MlpKept kept = run.recompute.shared_experts ? MlpKept::input_only
                          : run.recompute.moe_act      ? MlpKept::gate_up
@@ -296,6 +291,23 @@ double moe_forward(const LayerRunContext& run, int layer, const DecoderLayerPara
     saved.shared_gate_logit = keep.allocate({n.tokens, 1}, dtype);
     ops::linear_forward(ctx, saved.normed_mid, params.moe.shared_expert_gate.value,
                         saved.shared_gate_logit);
+  };
+  const bool shared_beside = params.moe.has_shared_expert && run.moe_shared_expert_overlap;
+  saved.experts.recompute_hidden = run.recompute.moe_act;
+  if (shared_beside) {
+    run.seams.experts->forward_beside(run.seam, layer, x_perm, saved.plan.expert_offsets,
+                                      params.moe.experts, saved.y_perm, saved.experts,
+                                      shared_expert);
+  } else {
+    run.seams.experts->forward(run.seam, layer, x_perm, saved.plan.expert_offsets,
+                               params.moe.experts, saved.y_perm, saved.experts);
+  }
+  send_scope.reset();
+  ops::unpermute_forward(ctx, saved.y_perm, saved.plan, saved.routing_weights, mlp_out);
+
+  if (params.moe.has_shared_expert) {
+    // mlp_out += σ(u · w_sg) · SharedExpert(u)  (qwen-moe.md §3.8)
+    if (!shared_beside) shared_expert();
     ops::sigmoid_row_gate_forward(ctx, saved.shared_out, saved.shared_gate_logit, mlp_out,
                                   GradMode::accumulate);
   }

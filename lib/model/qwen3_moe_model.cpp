@@ -94,6 +94,17 @@ void check_bin(const PackedBin& bin) {
                                                 bin.loss_mask.describe());
 }
 
+// The aux losses the layers left in device memory, summed in layer order as the returned
+// values are (dense layers' rows stay 0): one copy to the host.
+double sum_of_layer_aux_losses(const Tensor& aux_losses, core::Arena& host) {
+  const Tensor host_aux = host.allocate(aux_losses.shape(), DType::f64);
+  host_aux.copy_from(aux_losses);
+  const double* values = host_aux.data<double>();
+  double sum = 0.0;
+  for (std::int64_t l = 0; l < host_aux.numel(); ++l) sum += values[l];
+  return sum;
+}
+
 // The bin's positions and the model's MoE and recompute settings, as every layer reads them.
 void set_bin_and_moe_options(LayerRunContext& run, const PackedBin& bin,
                              const ModelOptions& model_options, const BinOptions& options,
@@ -111,6 +122,7 @@ void set_bin_and_moe_options(LayerRunContext& run, const PackedBin& bin,
   run.recompute = model_options.selective;
   run.moe_grouped_gemm = model_options.moe_grouped_gemm;
   run.moe_permute_fusion = model_options.moe_permute_fusion;
+  run.moe_shared_expert_overlap = model_options.moe_shared_expert_overlap;
   run.moe_router_force_load_balancing = model_options.moe_router_force_load_balancing;
 }
 
@@ -217,8 +229,10 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
   core::Arena& stream_arena = bf16_activations_ ? scratch_ : activations_;
   Tensor current = stream_arena.allocate({tokens, hidden}, dtype);
   Tensor spare = bf16_activations_ ? scratch_.allocate({tokens, hidden}, dtype) : Tensor{};
+  options.before_forward_of(-1);
   ops::embedding_forward(run.seam.ops, bin.token_ids, parameters_.embed_tokens.value, current);
   for (std::size_t layer = 0; layer < per_layer.size(); ++layer) {
+    options.before_forward_of(static_cast<std::int64_t>(layer));
     if (bf16_activations_) {
       inputs[layer] = activations_.allocate({tokens, hidden}, DType::bf16);
       ops::convert(run.seam.ops, current, inputs[layer]);
@@ -237,14 +251,10 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
     current = output;
   }
   inputs.back() = current;
-  if (run.aux_losses.defined()) {
-    // Summed in layer order, as the returned values are (dense layers' rows stay 0).
-    const Tensor host_aux = host_saves_.allocate(run.aux_losses.shape(), DType::f64);
-    host_aux.copy_from(run.aux_losses);
-    const double* values = host_aux.data<double>();
-    for (std::int64_t l = 0; l < host_aux.numel(); ++l) result.aux_loss += values[l];
-  }
+  if (run.aux_losses.defined())
+    result.aux_loss += sum_of_layer_aux_losses(run.aux_losses, host_saves_);
 
+  options.before_forward_of(static_cast<std::int64_t>(per_layer.size()));
   ops::RmsNormSaved final_norm_saved{activations_.allocate({tokens}, dtype)};
   const Tensor normed_final = stream_arena.allocate({tokens, hidden}, dtype);
   const ops::RmsNormVariant norm_variant = residual_norm_variant(a);

@@ -21,6 +21,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 
 #include "core/arena.hpp"
 #include "ops/attention.hpp"
@@ -113,6 +114,17 @@ class ExpertDispatcher {
   virtual void forward(const SeamContext& context, int layer, const Tensor& x_perm,
                        const Tensor& expert_offsets, const ExpertWeights& weights,
                        const Tensor& y_perm, ExpertSaved& saved) = 0;
+  // forward, with work that reads none of the routed rows (the hybrid's shared expert under
+  // model.moe_shared_expert_overlap) run while the rows travel to their experts' owners and
+  // before the experts run. `beside` must not touch x_perm or y_perm. The default (nothing
+  // in flight on one rank) runs it first.
+  virtual void forward_beside(const SeamContext& context, int layer, const Tensor& x_perm,
+                              const Tensor& expert_offsets, const ExpertWeights& weights,
+                              const Tensor& y_perm, ExpertSaved& saved,
+                              const std::function<void()>& beside) {
+    beside();
+    forward(context, layer, x_perm, expert_offsets, weights, y_perm, saved);
+  }
   // Whether the backward reads x_perm itself (ExpertSaved::rows aliases it): then the layer
   // keeps it for the bin; otherwise (rows sent to other ranks) it is a forward temporary.
   virtual bool keeps_x_perm() const { return true; }
