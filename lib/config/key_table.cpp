@@ -161,8 +161,8 @@ void append_packing_layout_keys(std::vector<KeySpec>& keys) {
       "Compute the hybrid's shared expert while the EP all-to-all of the routed rows is in "
       "flight (GPU: the all-to-all on the communicator's stream behind an event, the shared "
       "expert on the compute stream; CPU: the exchange posted non-blocking); the same numbers",
-      {.rules = "takes effect on models with a shared expert under expert parallelism (one EP "
-                "rank has nothing in flight)"}));
+      {.rules = "refused for a model without a shared expert; overlaps only under expert "
+                "parallelism (one EP rank has nothing in flight: the shared expert runs first)"}));
   keys.push_back(make_key("model.recompute_granularity", DYNCP_FIELD(model.recompute_granularity),
                           "Activation recomputation; unset: none",
                           {.rules = "full and selective are built"}));

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
@@ -42,8 +43,10 @@ struct NcclComm::Handles {
   cudaStream_t stream = nullptr;
   cudaEvent_t compute_done = nullptr;  // recorded on the compute stream before each operation
   cudaEvent_t started_done = nullptr;  // recorded here for order_compute_after_started
-  // Started transfers: the event recorded after each on the stream, by slot (grow-only).
+  // Started transfers: the event recorded after each on the stream, by slot (grow-only), and
+  // which transfer it was (its name, for the test-only dropped events).
   std::vector<cudaEvent_t> slot_events;
+  std::vector<const char*> slot_transfers;
   std::vector<int> free_slots;
   std::int64_t* device_scratch = nullptr;  // barrier token and staged counts
   std::size_t device_scratch_elements = 0;
@@ -71,11 +74,12 @@ ncclDataType_t nccl_type(core::DType dtype) {
 }
 
 // Test-only builds (DYNCP_TEST_DROP_OVERLAP_EVENT, tests/parallel: layout_equivalence_drop_event)
-// leave out one of the events that order started transfers, so that the stream-order proof
-// must catch it: DYNCP_TEST_DROPPED_EVENTS lists what is dropped (comma-separated): a start_*
-// name (that transfer is not ordered after the compute stream's work, which produces its
-// input) or order_compute_after (the compute stream is not ordered after the transfer, whose
-// output it reads). Unset: start_all_reduce. Normal builds drop nothing.
+// leave out events that order started transfers, so that the stream-order proof must catch
+// them: DYNCP_TEST_DROPPED_EVENTS lists what is dropped (comma-separated): start_X (transfer X
+// is not ordered after the compute stream's work, which produces its input) or after_X (the
+// compute stream is not ordered after transfer X, whose output it reads), X one of all_reduce,
+// reduce, broadcast, all_gather, all_to_all_v, send_recv. Unset: start_all_reduce. Normal
+// builds drop nothing.
 bool dropped_event([[maybe_unused]] std::string_view which) {
 #ifdef DYNCP_TEST_DROP_OVERLAP_EVENT
   const char* list = std::getenv("DYNCP_TEST_DROPPED_EVENTS");
@@ -323,7 +327,7 @@ int NcclComm::do_start_send_recv(const void* send, std::size_t send_count, int d
                                      cudaMemcpyDeviceToDevice, handles_->stream));
   }
   check_async("start_send_recv");
-  return record_started();
+  return record_started("send_recv");
 }
 
 int NcclComm::do_start_all_gather(const void* send, std::size_t count, void* recv,
@@ -332,7 +336,7 @@ int NcclComm::do_start_all_gather(const void* send, std::size_t count, void* rec
   DYNCP_NCCL_CHECK(
       ncclAllGather(send, recv, count, nccl_type(dtype), handles_->comm, handles_->stream));
   check_async("start_all_gather");
-  return record_started();
+  return record_started("all_gather");
 }
 
 int NcclComm::do_start_all_to_all_v(const void* send, std::span<const std::size_t> send_counts,
@@ -341,7 +345,7 @@ int NcclComm::do_start_all_to_all_v(const void* send, std::span<const std::size_
   if (!dropped_event("start_all_to_all_v")) order_after_compute();
   enqueue_all_to_all_v(send, send_counts, recv, recv_counts, dtype);
   check_async("start_all_to_all_v");
-  return record_started();
+  return record_started("all_to_all_v");
 }
 
 int NcclComm::do_start_broadcast(void* buffer, std::size_t count, core::DType dtype,
@@ -350,7 +354,7 @@ int NcclComm::do_start_broadcast(void* buffer, std::size_t count, core::DType dt
   DYNCP_NCCL_CHECK(ncclBroadcast(buffer, buffer, count, nccl_type(dtype), root_rank, handles_->comm,
                                  handles_->stream));
   check_async("start_broadcast");
-  return record_started();
+  return record_started("broadcast");
 }
 
 int NcclComm::do_start_reduce(void* data, std::size_t count, core::DType dtype, ReduceOp op,
@@ -359,7 +363,7 @@ int NcclComm::do_start_reduce(void* data, std::size_t count, core::DType dtype, 
   DYNCP_NCCL_CHECK(ncclReduce(data, data, count, nccl_type(dtype), nccl_op(op), root_rank,
                               handles_->comm, handles_->stream));
   check_async("start_reduce");
-  return record_started();
+  return record_started("reduce");
 }
 
 void NcclComm::do_reduce(void* data, std::size_t count, core::DType dtype, ReduceOp op,
@@ -370,16 +374,18 @@ void NcclComm::do_reduce(void* data, std::size_t count, core::DType dtype, Reduc
   finish("reduce");
 }
 
-int NcclComm::record_started() {
+int NcclComm::record_started(const char* transfer) {
   int slot = 0;
   if (handles_->free_slots.empty()) {
     cudaEvent_t event = nullptr;
     DYNCP_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
     slot = static_cast<int>(handles_->slot_events.size());
     handles_->slot_events.push_back(event);
+    handles_->slot_transfers.push_back(transfer);
   } else {
     slot = handles_->free_slots.back();
     handles_->free_slots.pop_back();
+    handles_->slot_transfers[static_cast<std::size_t>(slot)] = transfer;
   }
   DYNCP_CUDA_CHECK(
       cudaEventRecord(handles_->slot_events[static_cast<std::size_t>(slot)], handles_->stream));
@@ -394,7 +400,7 @@ void NcclComm::do_start_all_reduce(void* data, std::size_t count, core::DType dt
 }
 
 void NcclComm::do_order_compute_after_started() {
-  if (dropped_event("order_compute_after")) return;
+  if (dropped_event("after_all_reduce")) return;
   const auto compute = static_cast<cudaStream_t>(options_.compute_stream);
   DYNCP_CUDA_CHECK(cudaEventRecord(handles_->started_done, handles_->stream));
   DYNCP_CUDA_CHECK(cudaStreamWaitEvent(compute, handles_->started_done, 0));
@@ -402,7 +408,8 @@ void NcclComm::do_order_compute_after_started() {
 
 void NcclComm::do_order_compute_after(int slot) {
   handles_->free_slots.push_back(slot);
-  if (dropped_event("order_compute_after")) return;
+  if (dropped_event(std::string("after_") + handles_->slot_transfers[static_cast<std::size_t>(slot)]))
+    return;
   const auto compute = static_cast<cudaStream_t>(options_.compute_stream);
   DYNCP_CUDA_CHECK(
       cudaStreamWaitEvent(compute, handles_->slot_events[static_cast<std::size_t>(slot)], 0));

@@ -107,8 +107,9 @@ class NcclComm final : public Comm {
 
  private:
   void order_after_compute();
-  // Records the slot event after what was just enqueued; returns the slot.
-  int record_started();
+  // Records the slot event after what was just enqueued (`transfer`: its name); returns the
+  // slot.
+  int record_started(const char* transfer);
   void enqueue_all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
                             std::span<const std::size_t> recv_counts, core::DType dtype);
   void finish(const char* operation);

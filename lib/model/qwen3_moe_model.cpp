@@ -105,6 +105,24 @@ double sum_of_layer_aux_losses(const Tensor& aux_losses, core::Arena& host) {
   return sum;
 }
 
+ops::CrossEntropyOptions cross_entropy_options_for(const ModelOptions& model_options,
+                                                   const BinOptions& options) {
+  ops::CrossEntropyOptions cross_entropy_options;
+  cross_entropy_options.token_chunk = model_options.cross_entropy_token_chunk;
+  cross_entropy_options.vocab_chunk = model_options.cross_entropy_vocab_chunk;
+  cross_entropy_options.grad_scale = options.loss_grad_scale;
+  return cross_entropy_options;
+}
+
+// Before a full-attention layer's backward: the seam may start the exchange of the K / V its
+// attention backward reads (they exist from the forward or its recomputation).
+void prepare_attention_backward(const LayerRunContext& run, int layer,
+                                const DecoderLayerParams& params,
+                                const DecoderLayerActivations& saved) {
+  if (params.mixer == config::LayerMixer::full_attention)
+    run.seams.attention->prepare_backward(run.seam, layer, saved.k, saved.v);
+}
+
 // The bin's positions and the model's MoE and recompute settings, as every layer reads them.
 void set_bin_and_moe_options(LayerRunContext& run, const PackedBin& bin,
                              const ModelOptions& model_options, const BinOptions& options,
@@ -268,13 +286,10 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
     dnormed_final = stream_arena.allocate({tokens, hidden}, dtype);
     dlm_head = parameters_.lm_head.grad;
   }
-  ops::CrossEntropyOptions cross_entropy_options;
-  cross_entropy_options.token_chunk = options_.cross_entropy_token_chunk;
-  cross_entropy_options.vocab_chunk = options_.cross_entropy_vocab_chunk;
-  cross_entropy_options.grad_scale = options.loss_grad_scale;
-  const auto cross_entropy = ops::fused_cross_entropy(
-      run.seam.ops, normed_final, parameters_.lm_head.value, bin.labels, bin.loss_mask,
-      options.per_token_loss, dnormed_final, dlm_head, cross_entropy_options);
+  const auto cross_entropy =
+      ops::fused_cross_entropy(run.seam.ops, normed_final, parameters_.lm_head.value, bin.labels,
+                               bin.loss_mask, options.per_token_loss, dnormed_final, dlm_head,
+                               cross_entropy_options_for(options_, options));
   result.loss_sum = cross_entropy.loss_sum;
   result.loss_tokens = cross_entropy.num_loss_tokens;
   if (!options.compute_gradients) return result;
@@ -301,11 +316,15 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
       decoder_layer_forward(run, static_cast<int>(layer), parameters_.layers[layer], input,
                             per_layer[layer], discarded_output);
     }
+    // The attention's K / V exchange may start before the MLP backward: its buffers stay in
+    // scratch until the layer's backward returns.
+    const core::ArenaScope exchange_scope(scratch_);
+    prepare_attention_backward(run, static_cast<int>(layer), parameters_.layers[layer],
+                               per_layer[layer]);
     decoder_layer_backward(run, static_cast<int>(layer), parameters_.layers[layer], input,
                            per_layer[layer], grad);
     layer_saves_->release(saved_from[layer]);
-    if (options.after_layer_backward)
-      options.after_layer_backward(static_cast<std::int64_t>(layer));
+    options.after_backward_of(static_cast<std::int64_t>(layer));
   }
   ops::embedding_backward(run.seam.ops, bin.token_ids, grad, parameters_.embed_tokens.grad,
                           architecture().pad_token_id);

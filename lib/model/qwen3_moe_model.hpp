@@ -118,6 +118,9 @@ struct BinOptions {
   void before_forward_of(std::int64_t layer) const {
     if (before_layer_forward) before_layer_forward(layer);
   }
+  void after_backward_of(std::int64_t layer) const {
+    if (after_layer_backward) after_layer_backward(layer);
+  }
 };
 
 struct BinResult {

@@ -74,6 +74,13 @@ class AttentionContext {
   virtual void forward(const SeamContext& context, int layer, const Tensor& q, const Tensor& k,
                        const Tensor& v, double scale, const Tensor& out,
                        ops::AttentionSaved& saved) = 0;
+  // Called before the layer's backward starts (its MLP part runs first) with the k / v its
+  // attention backward will read, which exist from the forward (or its recomputation): a CP
+  // implementation may start their exchange now, so that it travels beside the MLP backward.
+  // Buffers come from context.scratch, which the caller holds until the layer's backward
+  // returns. The default does nothing.
+  virtual void prepare_backward(const SeamContext& /*context*/, int /*layer*/, const Tensor& /*k*/,
+                                const Tensor& /*v*/) {}
   // dq, dk, dv for the local rows: overwrite. The CP implementation reduce-scatters the
   // gathered dK/dV so every rank gets exactly its own rows' gradients.
   virtual void backward(const SeamContext& context, int layer, const Tensor& dout, const Tensor& q,

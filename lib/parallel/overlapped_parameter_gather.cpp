@@ -36,12 +36,6 @@ OverlappedParameterGather::~OverlappedParameterGather() {
   if (pending() && thread_) thread_->wait_all();
 }
 
-dist::CommCounters OverlappedParameterGather::counters() const {
-  dist::CommCounters sum = pool_->counters();
-  sum += expert_data_parallel_->counters();
-  return sum;
-}
-
 void OverlappedParameterGather::start() {
   DYNCP_CHECK(!pending(), "the previous parameter gather was waited for before the next starts");
   waited_by_layer_ = 0;
@@ -49,6 +43,18 @@ void OverlappedParameterGather::start() {
     const GradientBucket& bucket = buckets_[b];
     dist::Comm& comm = comm_of(bucket);
     if (comm.size() == 1) continue;  // this rank owns every piece: nothing to gather
+    // A broadcast's logical bytes (dist/comm.hpp): the owner sends its part to every other
+    // rank, each of them receives it once.
+    dist::OpCounter& counted = started_counters_[dist::CommOp::broadcast];
+    for (const GradientSpan& span : bucket.spans) {
+      const auto bytes = static_cast<std::uint64_t>(span.count) * sizeof(float);
+      ++counted.calls;
+      if (span.owner == comm.rank()) {
+        counted.bytes_sent += bytes * static_cast<std::uint64_t>(comm.size() - 1);
+      } else {
+        counted.bytes_received += bytes;
+      }
+    }
     if (device_ == core::Device::cpu) {
       tickets_[b] = thread_->post([this, &bucket] { broadcast_on_host(bucket); });
       continue;

@@ -60,8 +60,9 @@ class OverlappedParameterGather {
   // Buckets the last start() left to wait_for_layer (rather than to wait_all): the overlap
   // that ran beside the forward.
   std::int64_t waited_by_layer() const { return waited_by_layer_; }
-  // What the split communicators moved (the step's bytes include them).
-  dist::CommCounters counters() const;
+  // What the gathers started so far move (the step's bytes include them), counted when started,
+  // on the calling thread: the host's communication thread may still be moving them.
+  dist::CommCounters counters() const { return started_counters_; }
 
  private:
   void wait_for(std::size_t bucket);
@@ -81,6 +82,7 @@ class OverlappedParameterGather {
   // Device: each bucket's started broadcasts (communicator, handle); host: its thread ticket.
   std::vector<std::vector<std::pair<dist::Comm*, dist::Comm::Pending>>> handles_;
   std::vector<std::uint64_t> tickets_;
+  dist::CommCounters started_counters_;
   std::optional<CommunicationThread> thread_;
 };
 
