@@ -180,6 +180,66 @@ Shape shape_of(const StepModelInput& input) {
           static_cast<double>(std::max<std::int64_t>(input.architecture.num_experts / ep, 1))};
 }
 
+// The CP exchange and EP all-to-all rows of one microbatch (its compute rows already in
+// `rows`), with the parts the overlaps hide.
+void add_communication_rows(std::vector<StepOpRow>& rows, const ModelledBin& bin,
+                            const StepModelInput& input, const StepModelParameters& p,
+                            const Shape& shape, double tokens, double bin_tokens, double forwards) {
+  const RowMaker make(p);
+  const auto& a = input.architecture;
+  const auto& f = shape.flops;
+  const bool bf16 = input.bf16;
+  const double matrix_peak = bf16 ? p.bf16_flops_per_second : p.fp32_flops_per_second;
+  const auto at = [&](StepOpClass op) -> StepOpRow& { return rows[static_cast<std::size_t>(op)]; };
+  if (bin.group_size > 1) {
+    // The cost model's CP exchange: its bytes per rank and its collectives (the same terms
+    // the schedulers see).
+    const std::int64_t sequences = static_cast<std::int64_t>(bin.lengths.size());
+    const double bytes = shape.unit_cost.transfer_seconds(static_cast<std::int64_t>(bin_tokens),
+                                                          bin.group_size, sequences);
+    const double collectives =
+        shape.unit_cost.communication_seconds(static_cast<std::int64_t>(bin_tokens), bin.group_size,
+                                              sequences) -
+        bytes;
+    StepOpRow& exchange = at(StepOpClass::cp_exchange);
+    exchange = make.collective(bytes, bin.group_size, collectives);
+    // all_gather: of the forward gather, the backward gather and its reduce-scatter (one size),
+    // the backward gather starts before the layer's MLP backward and runs beside it (2/3 of
+    // the expert products' time, the attention layers' share).
+    if (input.cp_comm_type == config::CpCommType::all_gather && a.num_hidden_layers > 0) {
+      const double attention_share =
+          static_cast<double>(f.attention_layers) / static_cast<double>(a.num_hidden_layers);
+      const double mlp_backward =
+          2.0 / 3.0 * at(StepOpClass::expert_gemm).seconds() * attention_share;
+      exchange.hidden_seconds = std::min(exchange.seconds() / 3.0, mlp_backward);
+    }
+  }
+  const std::int64_t ep = input.expert_model_parallel_size;
+  if (ep > 1 && f.moe_layers > 0) {
+    // Dispatch and combine, forward and backward (and the recomputed forward): every routed
+    // row of this rank's tokens, fp32, (ep - 1) / ep of them to other ranks.
+    const double exchanges = 2.0 * (forwards + 1.0) * static_cast<double>(f.moe_layers);
+    const double row_bytes = tokens * static_cast<double>(a.num_experts_per_tok) *
+                             static_cast<double>(a.hidden_size) * 4.0;
+    const double sent = row_bytes * static_cast<double>(ep - 1) / static_cast<double>(ep);
+    StepOpRow& all_to_all = at(StepOpClass::ep_all_to_all);
+    all_to_all = make.collective(exchanges * sent, ep, exchanges);
+    // moe_shared_expert_overlap: each forward's dispatch travels beside the shared expert's
+    // forward products (gate/up and down, 6 h I FLOPs a token).
+    const double shared = static_cast<double>(a.shared_expert_intermediate_size);
+    if (input.moe_shared_expert_overlap && shared > 0) {
+      const double h = static_cast<double>(a.hidden_size);
+      const double weight_bytes = bf16 ? 2.0 : 4.0;
+      const StepOpRow shared_expert = make.kernel(
+          6.0 * h * shared * tokens, matrix_peak, p.dense_gemm_efficiency,
+          tokens * (2.0 * h + 3.0 * shared) * 4.0 + 3.0 * h * shared * weight_bytes, 0.0, 0.0, 3.0);
+      const double dispatch = make.collective(sent, ep, 1.0).seconds();
+      all_to_all.hidden_seconds = forwards * static_cast<double>(f.moe_layers) *
+                                  std::min(dispatch, shared_expert.seconds());
+    }
+  }
+}
+
 // The rows of one microbatch.
 std::vector<StepOpRow> bin_rows(const ModelledBin& bin, const StepModelInput& input,
                                 const StepModelParameters& p, const Shape& shape) {
@@ -289,53 +349,7 @@ std::vector<StepOpRow> bin_rows(const ModelledBin& bin, const StepModelInput& in
       0.0, p.fp32_flops_per_second, 1.0, shape.elementwise.values_per_token * tokens * 4.0 * again,
       0.0, 0.0, (shape.elementwise.launches + conversions) * again);
 
-  if (bin.group_size > 1) {
-    // The cost model's CP exchange: its bytes per rank and its collectives (the same terms
-    // the schedulers see).
-    const std::int64_t sequences = static_cast<std::int64_t>(bin.lengths.size());
-    const double bytes = shape.unit_cost.transfer_seconds(static_cast<std::int64_t>(bin_tokens),
-                                                          bin.group_size, sequences);
-    const double collectives =
-        shape.unit_cost.communication_seconds(static_cast<std::int64_t>(bin_tokens), bin.group_size,
-                                              sequences) -
-        bytes;
-    StepOpRow& exchange = at(StepOpClass::cp_exchange);
-    exchange = make.collective(bytes, bin.group_size, collectives);
-    // all_gather: of the forward gather, the backward gather and its reduce-scatter (one size),
-    // the backward gather starts before the layer's MLP backward and runs beside it (2/3 of
-    // the expert products' time, the attention layers' share).
-    if (input.cp_comm_type == config::CpCommType::all_gather && a.num_hidden_layers > 0) {
-      const double attention_share =
-          static_cast<double>(f.attention_layers) / static_cast<double>(a.num_hidden_layers);
-      const double mlp_backward =
-          2.0 / 3.0 * at(StepOpClass::expert_gemm).seconds() * attention_share;
-      exchange.hidden_seconds = std::min(exchange.seconds() / 3.0, mlp_backward);
-    }
-  }
-  const std::int64_t ep = input.expert_model_parallel_size;
-  if (ep > 1 && f.moe_layers > 0) {
-    // Dispatch and combine, forward and backward (and the recomputed forward): every routed
-    // row of this rank's tokens, fp32, (ep - 1) / ep of them to other ranks.
-    const double exchanges = 2.0 * (forwards + 1.0) * static_cast<double>(f.moe_layers);
-    const double row_bytes = tokens * static_cast<double>(a.num_experts_per_tok) *
-                             static_cast<double>(a.hidden_size) * 4.0;
-    const double sent = row_bytes * static_cast<double>(ep - 1) / static_cast<double>(ep);
-    StepOpRow& all_to_all = at(StepOpClass::ep_all_to_all);
-    all_to_all = make.collective(exchanges * sent, ep, exchanges);
-    // moe_shared_expert_overlap: each forward's dispatch travels beside the shared expert's
-    // forward products (gate/up and down, 6 h I FLOPs a token).
-    const double shared = static_cast<double>(a.shared_expert_intermediate_size);
-    if (input.moe_shared_expert_overlap && shared > 0) {
-      const double h = static_cast<double>(a.hidden_size);
-      const double weight_bytes = bf16 ? 2.0 : 4.0;
-      const StepOpRow shared_expert = make.kernel(
-          6.0 * h * shared * tokens, matrix_peak, p.dense_gemm_efficiency,
-          tokens * (2.0 * h + 3.0 * shared) * 4.0 + 3.0 * h * shared * weight_bytes, 0.0, 0.0, 3.0);
-      const double dispatch = make.collective(sent, ep, 1.0).seconds();
-      all_to_all.hidden_seconds = forwards * static_cast<double>(f.moe_layers) *
-                                  std::min(dispatch, shared_expert.seconds());
-    }
-  }
+  add_communication_rows(rows, bin, input, p, shape, tokens, bin_tokens, forwards);
   return rows;
 }
 
