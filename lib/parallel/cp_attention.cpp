@@ -15,6 +15,7 @@ using core::Tensor;
 
 void CpAttentionContext::begin_bin(const model::SeamContext& context,
                                    const model::LocalBinLayout& layout) {
+  DYNCP_CHECK(!prefetched_, "CP attention: a backward's K / V gather was started and never used");
   count_bin(layout);
   if (!distributed()) {
     local_.begin_bin(context, layout);
