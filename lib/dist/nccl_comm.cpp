@@ -408,7 +408,8 @@ void NcclComm::do_order_compute_after_started() {
 
 void NcclComm::do_order_compute_after(int slot) {
   handles_->free_slots.push_back(slot);
-  if (dropped_event(std::string("after_") + handles_->slot_transfers[static_cast<std::size_t>(slot)]))
+  if (dropped_event(std::string("after_") +
+                    handles_->slot_transfers[static_cast<std::size_t>(slot)]))
     return;
   const auto compute = static_cast<cudaStream_t>(options_.compute_stream);
   DYNCP_CUDA_CHECK(
