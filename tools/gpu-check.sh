@@ -15,8 +15,10 @@
 #   3 sanitizer  compute-sanitizer memcheck and racecheck over the attention tests
 #   4 training   the tiny recipe for 50 steps on one rank, GPU against CPU: fp32 (steps 1-3 to
 #                1e-5, every step to 1e-4) and bf16_mixed (every step within 2e-2 of CPU fp32
-#                and 1e-2 of CPU bf16_mixed, docs/precision.md); GPU fp32 again with
-#                ddp.overlap_grad_reduce on: bitwise the same, its median step time against off
+#                and 1e-2 of CPU bf16_mixed, docs/precision.md); GPU fp32 again with each
+#                overlap key on (ddp.overlap_grad_reduce; with the distributed optimizer
+#                overlap_grad_reduce + overlap_param_gather; the tiny hybrid with
+#                model.moe_shared_expert_overlap): bitwise the same as off, median step times
 #   5 bench      tools/bench/gpu_step.sh (Qwen3-30B-A3B-shaped layers, targets printed), with
 #                model.attention_backend fused and flash
 #   6 model      the modelled step's table (docs/step-model.md) against phase 5's measurements,
@@ -299,19 +301,35 @@ tiny=(--config "$root/configs/smoke/tiny_mock.yaml" model.context_parallel_size=
       train.global_batch_size=2 dataset.type=token_jsonl dataset.data_path="$work/tokens.jsonl"
       dataset.cache_dir="$work/cache" optimizer.lr=3e-3 scheduler.lr_warmup_iters=2
       logger.log_interval=10 train.train_iters="$steps" scheduler.lr_decay_iters="$steps")
+# The tiny hybrid (Gated DeltaNet, a shared expert) on the same data, one rank.
+hybrid=(--config "$root/configs/smoke/tiny_hybrid_mock.yaml" model.context_parallel_size=1
+        model.expert_model_parallel_size=1 model.dynamic_context_parallel=false model.seq_length=64
+        model.max_seqlen_per_dp_cp_rank=64 train.global_batch_size=2 dataset.type=token_jsonl
+        dataset.data_path="$work/tokens.jsonl" dataset.cache_dir="$work/cache-hybrid"
+        logger.log_interval=10 train.train_iters="$steps" scheduler.lr_decay_iters="$steps")
 status=passed
-# The last run: the GPU fp32 run again with ddp.overlap_grad_reduce on (small buckets): the same
-# bits, and its step time against the run without (docs/dist.md; one rank runs no collective, so
-# this measures what the key costs there; the multi-rank proof is the emulated one).
-for run in "cpu fp32" "cuda fp32" "cpu bf16_mixed" "cuda bf16_mixed" "cuda fp32 overlap"; do
+# The last runs: GPU fp32 again with each overlap key off and on (small buckets): the same bits,
+# and the step time with the keys on against off (docs/dist.md; one rank runs no collective, so
+# this measures what the keys cost there; the multi-rank proof is the emulated one).
+overlap_keys=(ddp.overlap_grad_reduce=true ddp.bucket_size=4096)
+for run in "cpu fp32" "cuda fp32" "cpu bf16_mixed" "cuda bf16_mixed" "cuda fp32 overlap" \
+    "cuda fp32 distopt" "cuda fp32 distopt-overlap" "cuda fp32 hybrid" "cuda fp32 hybrid-overlap"; do
   read -r device precision variant <<<"$run"
   binary=$train_cpu
   [[ $device == cuda ]] && binary=$train_gpu
   name=$device-$precision${variant:+-$variant}
+  recipe=("${tiny[@]}")
   extra=()
-  [[ $variant == overlap ]] && extra=(ddp.overlap_grad_reduce=true ddp.bucket_size=4096)
+  case $variant in
+    overlap) extra=("${overlap_keys[@]}") ;;
+    distopt) extra=(ddp.use_distributed_optimizer=true) ;;
+    distopt-overlap)
+      extra=(ddp.use_distributed_optimizer=true "${overlap_keys[@]}" ddp.overlap_param_gather=true) ;;
+    hybrid) recipe=("${hybrid[@]}") ;;
+    hybrid-overlap) recipe=("${hybrid[@]}"); extra=(model.moe_shared_expert_overlap=true) ;;
+  esac
   run_start=$SECONDS
-  if OPENBLAS_NUM_THREADS=1 timeout 240 "$binary" "${tiny[@]}" dist.device="$device" \
+  if OPENBLAS_NUM_THREADS=1 timeout 240 "$binary" "${recipe[@]}" dist.device="$device" \
       mixed_precision="$precision" "${extra[@]}" logger.metrics_path="$work/$name.jsonl" \
       >"$work/$name.log" 2>&1; then
     echo "$name: $steps steps in $((SECONDS - run_start)) s"
@@ -352,17 +370,23 @@ checks = [
     # bound (accumulation order, the attention kernel's bf16 P and dS).
     compare("cuda-bf16_mixed", "cpu-fp32", 2e-2),
     compare("cuda-bf16_mixed", "cpu-bf16_mixed", 1e-2),
-    # ddp.overlap_grad_reduce changes no bit.
-    compare("cuda-fp32-overlap", "cuda-fp32", 0.0),
-    compare("cuda-fp32-overlap", "cuda-fp32", 0.0, key="grad_norm"),
 ]
+# The overlap keys change no bit: each on-run against its off-run.
+overlap_pairs = [("cuda-fp32-overlap", "cuda-fp32", "ddp.overlap_grad_reduce"),
+                 ("cuda-fp32-distopt-overlap", "cuda-fp32-distopt",
+                  "ddp.overlap_grad_reduce + overlap_param_gather (distributed optimizer)"),
+                 ("cuda-fp32-hybrid-overlap", "cuda-fp32-hybrid", "model.moe_shared_expert_overlap")]
+for on_name, off_name, _ in overlap_pairs:
+    checks.append(compare(on_name, off_name, 0.0))
+    checks.append(compare(on_name, off_name, 0.0, key="grad_norm"))
 def median_step_ms(name):
     kept = rows(name)
     times = sorted(r["elapsed_ms"] for i, r in kept.items() if i > 1 or len(kept) == 1)
     return times[len(times) // 2] if times else float("nan")
-on, off = median_step_ms("cuda-fp32-overlap"), median_step_ms("cuda-fp32")
-print(f"  step with ddp.overlap_grad_reduce on / off: median {on:.2f} / {off:.2f} ms "
-      f"({on / off:.2f}x; one rank: no collective to hide)")
+for on_name, off_name, keys in overlap_pairs:
+    on, off = median_step_ms(on_name), median_step_ms(off_name)
+    print(f"  step with {keys} on / off: median {on:.2f} / {off:.2f} ms "
+          f"({on / off:.2f}x; one rank: no collective to hide)")
 cpu = rows("cpu-fp32")
 print(f"  loss {cpu[min(cpu)]['loss']:.4f} -> {cpu[max(cpu)]['loss']:.4f} over {len(cpu)} CPU fp32 steps")
 ok = all(c[0] for c in checks)
@@ -372,7 +396,7 @@ if checks[3][1] == 0:
 sys.exit(0 if ok else 1)
 PY
 fi
-phase_end training 60 "$status"
+phase_end training 80 "$status"
 
 # ---- 5. step benchmark ------------------------------------------------------------------------
 phase "5 step benchmark: tools/bench/gpu_step.sh"

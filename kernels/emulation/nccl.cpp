@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -39,6 +40,7 @@ struct PendingTransfer {
   std::size_t bytes;
   int peer;
   ncclComm_t comm;
+  cudaStream_t stream;
 };
 thread_local int group_depth = 0;
 thread_local std::vector<PendingTransfer> group_transfers;
@@ -110,6 +112,23 @@ ncclResult_t mpi_status(int code, const char* call) {
   int length = 0;
   MPI_Error_string(code, text, &length);
   return fail(ncclSystemError, std::string(call) + ": MPI: " + std::string(text, length));
+}
+
+// A transfer's result, written into device memory when its stream reaches the call: at once in
+// the immediate order; in the deferred orders as work queued on the stream, so that only a
+// consumer ordered after the call (an event recorded on that stream) is sure to see it.
+void land(cudaStream_t stream, void* destination, std::vector<unsigned char> bytes) {
+  if (bytes.empty()) return;
+  if (!deferred_order()) {
+    DeviceAccess access;
+    std::memcpy(destination, bytes.data(), bytes.size());
+    return;
+  }
+  auto held = std::make_shared<std::vector<unsigned char>>(std::move(bytes));
+  submit(stream, [destination, held] {
+    DeviceAccess access;
+    std::memcpy(destination, held->data(), held->size());
+  });
 }
 
 template <typename T>
@@ -188,21 +207,36 @@ ncclResult_t reduce_in_rank_order(void* out, const std::vector<unsigned char>& b
 ncclResult_t post_transfers(std::vector<PendingTransfer>& transfers) {
   std::vector<MPI_Request> requests;
   requests.reserve(transfers.size());
+  // Deferred orders: receives go to host staging and land as work of their streams.
+  const bool staged = deferred_order();
+  std::vector<std::vector<unsigned char>> staging(transfers.size());
   DeviceAccess access;
-  for (const PendingTransfer& transfer : transfers) {
+  for (std::size_t i = 0; i < transfers.size(); ++i) {
+    const PendingTransfer& transfer = transfers[i];
     MPI_Request request = MPI_REQUEST_NULL;
     const int count = static_cast<int>(transfer.bytes);
+    void* target = transfer.buffer;
+    if (staged && !transfer.is_send) {
+      staging[i].resize(transfer.bytes);
+      target = staging[i].data();
+    }
     const int code = transfer.is_send ? MPI_Isend(transfer.buffer, count, MPI_BYTE, transfer.peer,
                                                   transfer_tag, transfer.comm->mpi, &request)
-                                      : MPI_Irecv(transfer.buffer, count, MPI_BYTE, transfer.peer,
+                                      : MPI_Irecv(target, count, MPI_BYTE, transfer.peer,
                                                   transfer_tag, transfer.comm->mpi, &request);
     if (code != MPI_SUCCESS) return mpi_status(code, transfer.is_send ? "ncclSend" : "ncclRecv");
     requests.push_back(request);
   }
-  transfers.clear();
-  return mpi_status(
+  const ncclResult_t status = mpi_status(
       MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
       "ncclGroupEnd");
+  if (staged && status == ncclSuccess) {
+    for (std::size_t i = 0; i < transfers.size(); ++i)
+      if (!transfers[i].is_send)
+        land(transfers[i].stream, transfers[i].buffer, std::move(staging[i]));
+  }
+  transfers.clear();
+  return status;
 }
 
 ncclResult_t point_to_point(bool is_send, void* buffer, std::size_t count, ncclDataType_t type,
@@ -225,7 +259,7 @@ ncclResult_t point_to_point(bool is_send, void* buffer, std::size_t count, ncclD
     return fail(ncclInvalidArgument, std::string(call) + ": message over 2 GiB");
   }
   if (bytes == 0) return ncclSuccess;
-  group_transfers.push_back({is_send, buffer, bytes, peer, comm});
+  group_transfers.push_back({is_send, buffer, bytes, peer, comm, stream});
   if (group_depth > 0) return ncclSuccess;
   return post_transfers(group_transfers);
 }
@@ -350,8 +384,14 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, std::size_t count, nccl
       status != ncclSuccess) {
     return status;
   }
-  DeviceAccess access;
-  return reduce_in_rank_order(recv, blocks, comm->size, count, type, op, "ncclAllReduce");
+  std::vector<unsigned char> result(bytes);
+  if (const ncclResult_t status =
+          reduce_in_rank_order(result.data(), blocks, comm->size, count, type, op, "ncclAllReduce");
+      status != ncclSuccess) {
+    return status;
+  }
+  land(stream, recv, std::move(result));
+  return ncclSuccess;
 }
 
 ncclResult_t ncclAllGather(const void* send, void* recv, std::size_t send_count,
@@ -372,8 +412,7 @@ ncclResult_t ncclAllGather(const void* send, void* recv, std::size_t send_count,
       status != ncclSuccess) {
     return status;
   }
-  DeviceAccess access;
-  std::memcpy(recv, blocks.data(), blocks.size());
+  land(stream, recv, std::move(blocks));
   return ncclSuccess;
 }
 
@@ -393,15 +432,62 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, std::size_t recv_co
   }
   // Block r of every rank's send comes to rank r, which combines them in rank order.
   std::vector<unsigned char> blocks(bytes * static_cast<std::size_t>(comm->size));
-  DeviceAccess access;
-  if (const ncclResult_t status =
-          mpi_status(MPI_Alltoall(send, static_cast<int>(bytes), MPI_BYTE, blocks.data(),
-                                  static_cast<int>(bytes), MPI_BYTE, comm->mpi),
-                     "ncclReduceScatter");
+  {
+    DeviceAccess access;
+    if (const ncclResult_t status =
+            mpi_status(MPI_Alltoall(send, static_cast<int>(bytes), MPI_BYTE, blocks.data(),
+                                    static_cast<int>(bytes), MPI_BYTE, comm->mpi),
+                       "ncclReduceScatter");
+        status != ncclSuccess) {
+      return status;
+    }
+  }
+  std::vector<unsigned char> result(bytes);
+  if (const ncclResult_t status = reduce_in_rank_order(result.data(), blocks, comm->size,
+                                                       recv_count, type, op, "ncclReduceScatter");
       status != ncclSuccess) {
     return status;
   }
-  return reduce_in_rank_order(recv, blocks, comm->size, recv_count, type, op, "ncclReduceScatter");
+  land(stream, recv, std::move(result));
+  return ncclSuccess;
+}
+
+ncclResult_t ncclReduce(const void* send, void* recv, std::size_t count, ncclDataType_t type,
+                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+  if (const ncclResult_t status = check_call(comm, type, stream, "ncclReduce");
+      status != ncclSuccess) {
+    return status;
+  }
+  if (root < 0 || root >= comm->size) return fail(ncclInvalidArgument, "ncclReduce: bad root");
+  const std::size_t bytes = count * type_size(type);
+  if (ncclResult_t status = check_buffer(send, bytes, "ncclReduce", "send");
+      status != ncclSuccess ||
+      (comm->rank == root &&
+       (status = check_buffer(recv, bytes, "ncclReduce", "recv")) != ncclSuccess)) {
+    return status;
+  }
+  // Every rank's block comes to the root, which combines them in rank order.
+  const bool is_root = comm->rank == root;
+  std::vector<unsigned char> blocks(is_root ? bytes * static_cast<std::size_t>(comm->size) : 0);
+  {
+    DeviceAccess access;
+    if (const ncclResult_t status = mpi_status(
+            MPI_Gather(send, static_cast<int>(bytes), MPI_BYTE, is_root ? blocks.data() : nullptr,
+                       static_cast<int>(bytes), MPI_BYTE, root, comm->mpi),
+            "ncclReduce");
+        status != ncclSuccess) {
+      return status;
+    }
+  }
+  if (!is_root) return ncclSuccess;
+  std::vector<unsigned char> result(bytes);
+  if (const ncclResult_t status =
+          reduce_in_rank_order(result.data(), blocks, comm->size, count, type, op, "ncclReduce");
+      status != ncclSuccess) {
+    return status;
+  }
+  land(stream, recv, std::move(result));
+  return ncclSuccess;
 }
 
 ncclResult_t ncclBroadcast(const void* send, void* recv, std::size_t count, ncclDataType_t type,
@@ -418,10 +504,21 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, std::size_t count, nccl
        (status = check_buffer(send, bytes, "ncclBroadcast", "send")) != ncclSuccess)) {
     return status;
   }
-  DeviceAccess access;
-  if (comm->rank == root && send != recv && bytes > 0) std::memmove(recv, send, bytes);
-  return mpi_status(MPI_Bcast(recv, static_cast<int>(bytes), MPI_BYTE, root, comm->mpi),
-                    "ncclBroadcast");
+  // The root's bytes travel through host staging; they land on the other ranks (and on the
+  // root when it broadcasts out of place) as work of the stream.
+  std::vector<unsigned char> staging(bytes);
+  {
+    DeviceAccess access;
+    if (comm->rank == root && bytes > 0) std::memcpy(staging.data(), send, bytes);
+    if (const ncclResult_t status = mpi_status(
+            MPI_Bcast(staging.data(), static_cast<int>(bytes), MPI_BYTE, root, comm->mpi),
+            "ncclBroadcast");
+        status != ncclSuccess) {
+      return status;
+    }
+  }
+  if (comm->rank != root || send != recv) land(stream, recv, std::move(staging));
+  return ncclSuccess;
 }
 
 ncclResult_t ncclSend(const void* send, std::size_t count, ncclDataType_t type, int peer,

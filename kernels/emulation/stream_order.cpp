@@ -33,10 +33,12 @@ Order from_environment() {
     order.kind = StreamOrder::random;
   } else if (kind == "delay") {
     order.kind = StreamOrder::delay_one;
+  } else if (kind == "eager") {
+    order.kind = StreamOrder::eager_one;
   } else if (kind != "immediate") {
     std::fprintf(stderr,
                  "CUDA emulation: DYNCP_EMULATED_STREAM_ORDER=%s: expected immediate, "
-                 "random:SEED or delay:STREAM_INDEX\n",
+                 "random:SEED, delay:STREAM_INDEX or eager:STREAM_INDEX\n",
                  value);
     std::abort();
   }
@@ -60,6 +62,11 @@ bool runnable(const CUstream_st& s) {
 CUstream_st* choose(const std::vector<CUstream_st*>& ready) {
   Order& o = order();
   if (o.kind == StreamOrder::random) return ready[o.random() % ready.size()];
+  if (o.kind == StreamOrder::eager_one) {
+    for (CUstream_st* s : ready)
+      if (static_cast<unsigned long long>(s->index) == o.parameter) return s;
+    return ready.front();  // the eager stream waits: the others go on
+  }
   for (CUstream_st* s : ready)
     if (static_cast<unsigned long long>(s->index) != o.parameter) return s;
   return ready.front();  // only the delayed stream can go on

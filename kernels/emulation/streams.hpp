@@ -5,8 +5,12 @@
 // Immediate order (the default): work runs when it is enqueued, in program order. The deferred
 // orders queue each stream's work and run it only when the host synchronises with something
 // that needs it (a stream, an event, the device, a synchronous copy, cudaFree, an NCCL call on
-// the stream), choosing at every step which stream advances: at random from a seed, or any
-// stream but one, which runs only when nothing else can. A stream's work waits for the events it
+// the stream), choosing at every step which stream advances: at random from a seed, any stream
+// but one, which runs only when nothing else can, or one stream whenever it can and the others
+// only when it cannot. An NCCL call reads its inputs when it is called, after the work its
+// stream was ordered behind, and its results land in device memory as work of its stream, so
+// a consumer on another stream sees them only once it waited for an event recorded after the
+// call. A stream's work waits for the events it
 // was told to wait for (cudaStreamWaitEvent) and for nothing else, as on a GPU with
 // non-blocking streams, so a missing event dependency makes a consumer read its input before
 // the producer ran: a wrong number instead of a lucky pass.

@@ -237,7 +237,7 @@ H model.moe_grouped_gemm -> model.moe_grouped_gemm
 I model.moe_single_grouped_* : grouped-GEMM weight storage
 I model.use_grouped_gemm_for_* : grouped GEMMs
 I model.dense_grouped_gemm : grouped GEMMs
-I model.moe_shared_expert_overlap : overlap of the shared expert
+H model.moe_shared_expert_overlap -> model.moe_shared_expert_overlap
 I model.moe_per_layer_logging : a logging switch
 I model.moe_pad_experts_for_cuda_graph_inference : CUDA graphs
 I model.moe_layer_recompute : MoE-layer recomputation (memory only)
@@ -356,7 +356,7 @@ R ddp.use_custom_fsdp = false : Megatron FSDP
 R ddp.fp8_param_gather = false : FP8 parameter all-gather
 R ddp.fp4_param_gather = false : FP4 parameter all-gather
 H ddp.overlap_grad_reduce -> ddp.overlap_grad_reduce
-I ddp.overlap_param_gather : bucketing, overlap, FSDP and NCCL settings
+H ddp.overlap_param_gather -> ddp.overlap_param_gather
 I ddp.align_param_gather : bucketing, overlap, FSDP and NCCL settings
 I ddp.num_distributed_optimizer_instances : bucketing, overlap, FSDP and NCCL settings
 I ddp.check_for_large_grads : bucketing, overlap, FSDP and NCCL settings

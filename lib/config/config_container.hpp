@@ -60,6 +60,9 @@ struct ModelConfig {
   // rows in one fused op. Neither changes a number; the CPU path runs the same ops either way.
   bool moe_grouped_gemm = true;
   bool moe_permute_fusion = true;
+  // The hybrid's shared expert computed while the EP all-to-all of the routed rows is in
+  // flight (docs/dist.md); the same numbers either way.
+  bool moe_shared_expert_overlap = false;
 
   // Activation recomputation.
   std::optional<RecomputeGranularity> recompute_granularity;
@@ -141,6 +144,7 @@ struct DdpConfig {
   bool average_in_collective = false;
   bool use_distributed_optimizer = false;
   bool overlap_grad_reduce = false;
+  bool overlap_param_gather = false;  // with use_distributed_optimizer and overlap_grad_reduce
   std::optional<std::int64_t> bucket_size;  // unset: max(40,000,000, 1,000,000 x pool) elements
 };
 

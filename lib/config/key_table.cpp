@@ -156,6 +156,13 @@ void append_packing_layout_keys(std::vector<KeySpec>& keys) {
       "launches, no host read); false: router, permutation plan and permutation as separate ops",
       {.rules = "no effect on the CPU path (the same numbers either way); on the GPU true takes "
                 "top-k up to 32, false up to 1024 experts"}));
+  keys.push_back(make_key(
+      "model.moe_shared_expert_overlap", DYNCP_FIELD(model.moe_shared_expert_overlap),
+      "Compute the hybrid's shared expert while the EP all-to-all of the routed rows is in "
+      "flight (GPU: the all-to-all on the communicator's stream behind an event, the shared "
+      "expert on the compute stream; CPU: the exchange posted non-blocking); the same numbers",
+      {.rules = "refused for a model without a shared expert; overlaps only under expert "
+                "parallelism (one EP rank has nothing in flight: the shared expert runs first)"}));
   keys.push_back(make_key("model.recompute_granularity", DYNCP_FIELD(model.recompute_granularity),
                           "Activation recomputation; unset: none",
                           {.rules = "full and selective are built"}));
@@ -388,15 +395,22 @@ void append_runtime_keys(std::vector<KeySpec>& keys) {
   keys.push_back(make_key(
       "ddp.overlap_grad_reduce", DYNCP_FIELD(ddp.overlap_grad_reduce),
       "Sum gradients in buckets of ddp.bucket_size while the step's last backward runs, the last "
-      "layers' buckets first (GPU: on the communicators' streams behind events, the optimizer "
-      "waiting by an event on the last one; CPU: on a communication thread with its own "
-      "communicators); the same sums bit for bit",
-      {.rules = "with ddp.use_distributed_optimizer the reduce-scatter still runs after the "
-                "backward (not overlapped; a start-up warning says so)"}));
+      "layers' buckets first: all-reduced, or with ddp.use_distributed_optimizer reduced to the "
+      "ranks owning their pieces (GPU: on the communicators' streams behind events, the "
+      "optimizer waiting by events; CPU: on a communication thread with its own "
+      "communicators); the same sums bit for bit"));
+  keys.push_back(make_key(
+      "ddp.overlap_param_gather", DYNCP_FIELD(ddp.overlap_param_gather),
+      "Distributed optimizer: gather the updated parameters in the gradient buckets while the "
+      "next forward runs, each layer's forward waiting for the buckets holding its parameters "
+      "(GPU: by events on the compute stream; CPU: for a communication thread); evaluation, "
+      "checkpoints and the export wait for all of them; the same values bit for bit",
+      {.rules = "needs ddp.use_distributed_optimizer and ddp.overlap_grad_reduce (as in "
+                "Megatron)"}));
   keys.push_back(make_key(
       "ddp.bucket_size", DYNCP_FIELD(ddp.bucket_size),
-      "Elements per gradient bucket of ddp.overlap_grad_reduce; unset: max(40,000,000, "
-      "1,000,000 x pool size), Megatron's default",
+      "Elements per bucket of ddp.overlap_grad_reduce and ddp.overlap_param_gather; unset: "
+      "max(40,000,000, 1,000,000 x pool size), Megatron's default",
       {.rules = "used only with overlap_grad_reduce (as in Megatron: without it the gradient is "
                 "reduced in one pass after the backward)"}));
   keys.push_back(make_key("dist.use_decentralized_pg", DYNCP_FIELD(dist.use_decentralized_pg),

@@ -132,6 +132,11 @@ void check_model_architecture(ConfigContainer& config, ProblemList& problems) {
                        str(arch.num_experts) + "); set it to true or dist.device: cpu");
     }
   }
+  if (config.model.moe_shared_expert_overlap && arch.shared_expert_intermediate_size == 0) {
+    problems.add("model.moe_shared_expert_overlap", "true",
+                 "the model has no shared expert to overlap (shared_expert_intermediate_size is "
+                 "unset); set it to false");
+  }
   if (arch.hidden_act != "silu") {
     problems.add("model.hidden_act", arch.hidden_act,
                  "only silu (SwiGLU experts) is implemented; set it to silu");

@@ -125,6 +125,17 @@ void check_packing_switches(ConfigContainer& config, ProblemList& problems) {
                  "must be true: with packed bins and variable CP groups the loss is a per-token "
                  "sum normalised by the global token count; set it to true");
   }
+  if (config.ddp.overlap_param_gather &&
+      (!config.ddp.use_distributed_optimizer || !config.ddp.overlap_grad_reduce)) {
+    problems.add("ddp.overlap_param_gather", "true",
+                 std::string("needs ") +
+                     (!config.ddp.use_distributed_optimizer
+                          ? "ddp.use_distributed_optimizer=true (the replicated optimizer "
+                            "gathers no parameters)"
+                          : "ddp.overlap_grad_reduce=true (as in Megatron: the gather uses its "
+                            "buckets)") +
+                     "; set it or set ddp.overlap_param_gather=false");
+  }
   if (config.ddp.average_in_collective) {
     problems.add("ddp.average_in_collective", "true",
                  "must be false with per-token loss (averaging would divide gradients by the "

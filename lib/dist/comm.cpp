@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <numeric>
+#include <utility>
 
 #include "core/error.hpp"
 #include "dist/watchdog.hpp"
@@ -47,6 +48,8 @@ std::string_view comm_op_name(CommOp op) {
       return "split";
     case CommOp::send_recv:
       return "send_recv";
+    case CommOp::reduce:
+      return "reduce";
   }
   return "?";
 }
@@ -146,9 +149,13 @@ void Comm::do_start_all_reduce(void* data, std::size_t count, core::DType dtype,
   do_all_reduce(data, data, count, dtype, op);
 }
 
-void Comm::all_gather(const void* send, std::size_t count, void* recv, core::DType dtype) {
+void Comm::count_all_gather(std::size_t count, core::DType dtype) {
   const std::uint64_t peers = static_cast<std::uint64_t>(size_ - 1);
   this->count(CommOp::all_gather, bytes_of(count, dtype) * peers, bytes_of(count, dtype) * peers);
+}
+
+void Comm::all_gather(const void* send, std::size_t count, void* recv, core::DType dtype) {
+  count_all_gather(count, dtype);
   const CollectiveWatchdog::Guard guard(watchdog_.get(), "all_gather", name_, rank_, size_);
   do_all_gather(send, count, recv, dtype);
 }
@@ -186,13 +193,18 @@ void Comm::all_to_all(const void* send, void* recv, std::size_t count, core::DTy
   do_all_to_all(send, recv, count, dtype);
 }
 
-void Comm::all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
-                        std::span<const std::size_t> recv_counts, core::DType dtype) {
+void Comm::count_all_to_all_v(std::span<const std::size_t> send_counts,
+                              std::span<const std::size_t> recv_counts, core::DType dtype) {
   check_span_size("all_to_all_v send_counts", send_counts.size(), static_cast<std::size_t>(size_));
   check_span_size("all_to_all_v recv_counts", recv_counts.size(), static_cast<std::size_t>(size_));
   const auto self = static_cast<std::size_t>(rank_);
   this->count(CommOp::all_to_all_v, bytes_of(sum_of(send_counts) - send_counts[self], dtype),
               bytes_of(sum_of(recv_counts) - recv_counts[self], dtype));
+}
+
+void Comm::all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
+                        std::span<const std::size_t> recv_counts, core::DType dtype) {
+  count_all_to_all_v(send_counts, recv_counts, dtype);
   const CollectiveWatchdog::Guard guard(watchdog_.get(), "all_to_all_v", name_, rank_, size_);
   do_all_to_all_v(send, send_counts, recv, recv_counts, dtype);
 }
@@ -211,7 +223,7 @@ void Comm::recv(void* buffer, std::size_t count, core::DType dtype, int source_r
   do_recv(buffer, count, dtype, source_rank, tag);
 }
 
-void Comm::broadcast(void* buffer, std::size_t count, core::DType dtype, int root_rank) {
+void Comm::count_broadcast(std::size_t count, core::DType dtype, int root_rank) {
   check_rank("broadcast", "root", root_rank);
   const std::uint64_t peers = static_cast<std::uint64_t>(size_ - 1);
   if (rank_ == root_rank) {
@@ -219,8 +231,29 @@ void Comm::broadcast(void* buffer, std::size_t count, core::DType dtype, int roo
   } else {
     this->count(CommOp::broadcast, 0, bytes_of(count, dtype));
   }
+}
+
+void Comm::broadcast(void* buffer, std::size_t count, core::DType dtype, int root_rank) {
+  count_broadcast(count, dtype, root_rank);
   const CollectiveWatchdog::Guard guard(watchdog_.get(), "broadcast", name_, rank_, size_);
   do_broadcast(buffer, count, dtype, root_rank);
+}
+
+void Comm::count_reduce(std::size_t count, core::DType dtype, int root_rank) {
+  check_reducible("reduce", dtype);
+  check_rank("reduce", "root", root_rank);
+  const std::uint64_t peers = static_cast<std::uint64_t>(size_ - 1);
+  if (rank_ == root_rank) {
+    this->count(CommOp::reduce, 0, bytes_of(count, dtype) * peers);
+  } else {
+    this->count(CommOp::reduce, bytes_of(count, dtype), 0);
+  }
+}
+
+void Comm::reduce(void* data, std::size_t count, core::DType dtype, ReduceOp op, int root_rank) {
+  count_reduce(count, dtype, root_rank);
+  const CollectiveWatchdog::Guard guard(watchdog_.get(), "reduce", name_, rank_, size_);
+  do_reduce(data, count, dtype, op, root_rank);
 }
 
 void Comm::barrier() {
@@ -240,16 +273,80 @@ Comm::PendingSendRecv Comm::start_send_recv(const void* send, std::size_t send_c
       do_start_send_recv(send, send_count, dest_rank, recv, recv_count, source_rank, dtype, tag)};
 }
 
-void Comm::wait(PendingSendRecv& pending) {
-  if (pending.slot < 0) {
+Comm::Pending Comm::start_all_gather(const void* send, std::size_t count, void* recv,
+                                     core::DType dtype) {
+  count_all_gather(count, dtype);
+  const CollectiveWatchdog::Guard guard(watchdog_.get(), "start_all_gather", name_, rank_, size_);
+  return handle_of(do_start_all_gather(send, count, recv, dtype));
+}
+
+Comm::Pending Comm::start_all_to_all_v(const void* send, std::span<const std::size_t> send_counts,
+                                       void* recv, std::span<const std::size_t> recv_counts,
+                                       core::DType dtype) {
+  count_all_to_all_v(send_counts, recv_counts, dtype);
+  const CollectiveWatchdog::Guard guard(watchdog_.get(), "start_all_to_all_v", name_, rank_, size_);
+  return handle_of(do_start_all_to_all_v(send, send_counts, recv, recv_counts, dtype));
+}
+
+Comm::Pending Comm::start_broadcast(void* buffer, std::size_t count, core::DType dtype,
+                                    int root_rank) {
+  count_broadcast(count, dtype, root_rank);
+  const CollectiveWatchdog::Guard guard(watchdog_.get(), "start_broadcast", name_, rank_, size_);
+  return handle_of(do_start_broadcast(buffer, count, dtype, root_rank));
+}
+
+Comm::Pending Comm::start_reduce(void* data, std::size_t count, core::DType dtype, ReduceOp op,
+                                 int root_rank) {
+  count_reduce(count, dtype, root_rank);
+  const CollectiveWatchdog::Guard guard(watchdog_.get(), "start_reduce", name_, rank_, size_);
+  return handle_of(do_start_reduce(data, count, dtype, op, root_rank));
+}
+
+int Comm::do_start_all_gather(const void* send, std::size_t count, void* recv, core::DType dtype) {
+  do_all_gather(send, count, recv, dtype);
+  return finished_slot;
+}
+
+int Comm::do_start_all_to_all_v(const void* send, std::span<const std::size_t> send_counts,
+                                void* recv, std::span<const std::size_t> recv_counts,
+                                core::DType dtype) {
+  do_all_to_all_v(send, send_counts, recv, recv_counts, dtype);
+  return finished_slot;
+}
+
+int Comm::do_start_broadcast(void* buffer, std::size_t count, core::DType dtype, int root_rank) {
+  do_broadcast(buffer, count, dtype, root_rank);
+  return finished_slot;
+}
+
+int Comm::do_start_reduce(void* data, std::size_t count, core::DType dtype, ReduceOp op,
+                          int root_rank) {
+  do_reduce(data, count, dtype, op, root_rank);
+  return finished_slot;
+}
+
+int Comm::take_slot(std::string_view op, Pending& pending) const {
+  if (pending.slot == -1) {
     core::throw_runtime_error(fmt::format(
-        "wait on communicator '{}' (rank {} of {}): no exchange is pending on this handle", name_,
+        "{} on communicator '{}' (rank {} of {}): no transfer is pending on this handle", op, name_,
         rank_, size_));
   }
-  const CollectiveWatchdog::Guard guard(watchdog_.get(), "send_recv", name_, rank_, size_);
-  const int slot = pending.slot;
-  pending.slot = -1;
+  return std::exchange(pending.slot, -1);
+}
+
+void Comm::wait(Pending& pending) {
+  const int slot = take_slot("wait", pending);
+  if (slot == finished_slot) return;
+  const CollectiveWatchdog::Guard guard(watchdog_.get(), "wait", name_, rank_, size_);
   do_wait(slot);
+}
+
+void Comm::order_compute_after(Pending& pending) {
+  const int slot = take_slot("order_compute_after", pending);
+  if (slot == finished_slot) return;
+  const CollectiveWatchdog::Guard guard(watchdog_.get(), "order_compute_after", name_, rank_,
+                                        size_);
+  do_order_compute_after(slot);
 }
 
 std::unique_ptr<Comm> Comm::split(int color, int key, std::string name) {

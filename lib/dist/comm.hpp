@@ -51,8 +51,9 @@ enum class CommOp : std::uint8_t {
   barrier,
   split,
   send_recv,
+  reduce,
 };
-inline constexpr std::size_t num_comm_ops = 12;
+inline constexpr std::size_t num_comm_ops = 13;
 std::string_view comm_op_name(CommOp op);
 
 // Bytes are logical payload bytes, independent of the backend's algorithm:
@@ -63,6 +64,7 @@ std::string_view comm_op_name(CommOp op);
 // all_reduce: reduce_scatter + all_gather of n/p-element blocks: 2 n (p - 1) / p each way.
 // all_to_all(v): the blocks addressed to other ranks / from other ranks.
 // broadcast: the root sends n to each of p - 1 ranks; every other rank receives n.
+// reduce: every other rank sends n to the root, which receives (p - 1) n.
 // send, recv, send_recv: what goes to / comes from another rank (a self-peer moves nothing).
 // A one-rank communicator moves nothing (0 bytes) but still counts calls.
 struct OpCounter {
@@ -125,19 +127,46 @@ class Comm {
   void broadcast(void* buffer, std::size_t count, core::DType dtype, int root_rank);
   void barrier();
 
-  // Non-blocking point-to-point pair, so a transfer can overlap computation (the CP ring):
-  // sends send_count elements to dest_rank and receives recv_count elements from source_rank
-  // into recv, and returns at once. Neither buffer may be touched until wait() on the handle;
-  // every started exchange must be waited for. Messages between two ranks match in the order
-  // their exchanges were started (NCCL ignores `tag`). A peer equal to this rank is a copy.
-  struct PendingSendRecv {
+  // In place: the root's buffer receives op over ranks of every rank's buffer (in rank order on
+  // MpiComm); the other ranks' buffers are left as they were.
+  void reduce(void* data, std::size_t count, core::DType dtype, ReduceOp op, int root_rank);
+
+  // ---- Started collectives: transfers that overlap computation ----
+  // Each start_* returns a handle at once; its buffers must not be touched until the handle is
+  // finished with wait() (the host waits until the transfer is done, watchdog-guarded) or with
+  // order_compute_after() (device buffers: the compute stream waits for it by an event and the
+  // host does not; host buffers: the same as wait()). Every started transfer must be finished;
+  // finishing resets the handle.
+  //  - NcclComm enqueues the transfer on its stream behind an event on the compute stream and
+  //    records an event after it: nothing waits on the host until wait().
+  //  - MpiComm posts MPI's non-blocking form of the transfers that only move data (send_recv,
+  //    all_gather, all_to_all_v, broadcast); a reduce is finished before start_reduce returns
+  //    (MpiComm adds in its own rank order, not with MPI's reductions), so on the host a sum
+  //    overlaps computation only on a thread of its own (parallel/overlapped_gradient_reduce).
+  //  - SelfComm copies at once.
+  struct Pending {
     int slot = -1;  // the backend's request slot; -1: nothing pending
   };
-  PendingSendRecv start_send_recv(const void* send, std::size_t send_count, int dest_rank,
-                                  void* recv, std::size_t recv_count, int source_rank,
-                                  core::DType dtype, int tag = 0);
-  // Returns when both halves are complete (watchdog-guarded); resets the handle.
-  void wait(PendingSendRecv& pending);
+  using PendingSendRecv = Pending;
+
+  // Non-blocking point-to-point pair (the CP ring): sends send_count elements to dest_rank and
+  // receives recv_count elements from source_rank into recv. Messages between two ranks match in
+  // the order their exchanges were started (NCCL ignores `tag`). A peer equal to this rank is a
+  // copy.
+  Pending start_send_recv(const void* send, std::size_t send_count, int dest_rank, void* recv,
+                          std::size_t recv_count, int source_rank, core::DType dtype, int tag = 0);
+  // all_gather, all_to_all_v, broadcast and reduce, started (same arguments, same counters).
+  Pending start_all_gather(const void* send, std::size_t count, void* recv, core::DType dtype);
+  Pending start_all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
+                             std::span<const std::size_t> recv_counts, core::DType dtype);
+  Pending start_broadcast(void* buffer, std::size_t count, core::DType dtype, int root_rank);
+  Pending start_reduce(void* data, std::size_t count, core::DType dtype, ReduceOp op,
+                       int root_rank);
+  // Returns when the transfer is complete (watchdog-guarded); resets the handle.
+  void wait(Pending& pending);
+  // Device buffers: the compute stream waits for the transfer by an event (no host wait); host
+  // buffers: wait(). Resets the handle.
+  void order_compute_after(Pending& pending);
 
   // Overlapped sums (ddp.overlap_grad_reduce): an in-place sum that may still be running when
   // the call returns. Device buffers (NcclComm) are enqueued on the communicator's stream behind
@@ -211,11 +240,26 @@ class Comm {
                        int tag) = 0;
   virtual void do_broadcast(void* buffer, std::size_t count, core::DType dtype, int root_rank) = 0;
   virtual void do_barrier() = 0;
-  // Returns a slot >= 0 that do_wait() receives back.
+  virtual void do_reduce(void* data, std::size_t count, core::DType dtype, ReduceOp op,
+                         int root_rank) = 0;
+  // Started transfers return a slot >= 0 that do_wait() / do_order_compute_after() receive
+  // back, or finished_slot when the transfer is already complete (nothing to finish).
+  static constexpr int finished_slot = -2;
   virtual int do_start_send_recv(const void* send, std::size_t send_count, int dest_rank,
                                  void* recv, std::size_t recv_count, int source_rank,
                                  core::DType dtype, int tag) = 0;
+  // Defaults: the blocking call, finished before returning.
+  virtual int do_start_all_gather(const void* send, std::size_t count, void* recv,
+                                  core::DType dtype);
+  virtual int do_start_all_to_all_v(const void* send, std::span<const std::size_t> send_counts,
+                                    void* recv, std::span<const std::size_t> recv_counts,
+                                    core::DType dtype);
+  virtual int do_start_broadcast(void* buffer, std::size_t count, core::DType dtype, int root_rank);
+  virtual int do_start_reduce(void* data, std::size_t count, core::DType dtype, ReduceOp op,
+                              int root_rank);
   virtual void do_wait(int slot) = 0;
+  // Default: do_wait (a host backend has no compute stream to order).
+  virtual void do_order_compute_after(int slot) { do_wait(slot); }
   // Defaults: the blocking do_all_reduce, and nothing to order.
   virtual void do_start_all_reduce(void* data, std::size_t count, core::DType dtype, ReduceOp op);
   virtual void do_order_compute_after_started() {}
@@ -229,6 +273,14 @@ class Comm {
   void check_span_size(std::string_view op, std::size_t actual, std::size_t expected) const;
   void check_rank(std::string_view op, std::string_view role, int peer) const;
   void check_reducible(std::string_view op, core::DType dtype) const;
+  void count_all_gather(std::size_t count, core::DType dtype);
+  void count_all_to_all_v(std::span<const std::size_t> send_counts,
+                          std::span<const std::size_t> recv_counts, core::DType dtype);
+  void count_broadcast(std::size_t count, core::DType dtype, int root_rank);
+  void count_reduce(std::size_t count, core::DType dtype, int root_rank);
+  // A handle for a slot a backend returned (finished_slot: nothing left to finish).
+  static Pending handle_of(int slot) { return {slot}; }
+  int take_slot(std::string_view op, Pending& pending) const;
   void count(CommOp op, std::uint64_t bytes_sent, std::uint64_t bytes_received);
 
   int rank_;

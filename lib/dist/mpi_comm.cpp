@@ -212,38 +212,86 @@ class MpiComm final : public Comm {
   int do_start_send_recv(const void* send, std::size_t send_count, int dest_rank, void* recv,
                          std::size_t recv_count, int source_rank, core::DType dtype,
                          int tag) override {
-    int slot = 0;
-    if (free_slots_.empty()) {
-      slot = static_cast<int>(pending_.size());
-      pending_.emplace_back();
-    } else {
-      slot = free_slots_.back();
-      free_slots_.pop_back();
-    }
-    PendingPair& pair = pending_[static_cast<std::size_t>(slot)];
-    pair.recv_count = recv_count;
-    pair.dtype = dtype;
-    pair.source_rank = source_rank;
+    const int slot = acquire_slot();
+    PendingRequests& pending = pending_[static_cast<std::size_t>(slot)];
+    pending.check_receive = true;
+    pending.recv_count = recv_count;
+    pending.dtype = dtype;
+    pending.source_rank = source_rank;
     // The receive is posted first so a self-exchange or an eager peer finds it waiting.
     DYNCP_MPI_CHECK(MPI_Irecv(recv, as_mpi_count(recv_count, context()), mpi_type(dtype),
-                              source_rank, tag, comm_, &pair.requests[0]));
+                              source_rank, tag, comm_, &pending.requests[0]));
     DYNCP_MPI_CHECK(MPI_Isend(send, as_mpi_count(send_count, context()), mpi_type(dtype), dest_rank,
-                              tag, comm_, &pair.requests[1]));
+                              tag, comm_, &pending.requests[1]));
+    return slot;
+  }
+
+  // Data-moving collectives, posted with MPI's non-blocking forms (the data moves when MPI makes
+  // progress: during later MPI calls and the wait).
+  int do_start_all_gather(const void* send, std::size_t count, void* recv,
+                          core::DType dtype) override {
+    const int n = as_mpi_count(count, context());
+    const int slot = acquire_slot();
+    DYNCP_MPI_CHECK(MPI_Iallgather(send, n, mpi_type(dtype), recv, n, mpi_type(dtype), comm_,
+                                   &pending_[static_cast<std::size_t>(slot)].requests[0]));
+    return slot;
+  }
+
+  int do_start_all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
+                            std::span<const std::size_t> recv_counts, core::DType dtype) override {
+    const int slot = acquire_slot();
+    PendingRequests& pending = pending_[static_cast<std::size_t>(slot)];
+    // MPI reads the count and displacement arrays until the transfer completes: the slot owns
+    // them.
+    fill_displacements(send_counts);
+    pending.send_counts = counts_int_;
+    pending.send_displacements = displacements_;
+    fill_displacements(recv_counts);
+    pending.recv_counts = counts_int_;
+    pending.recv_displacements = displacements_;
+    DYNCP_MPI_CHECK(MPI_Ialltoallv(send, pending.send_counts.data(),
+                                   pending.send_displacements.data(), mpi_type(dtype), recv,
+                                   pending.recv_counts.data(), pending.recv_displacements.data(),
+                                   mpi_type(dtype), comm_, &pending.requests[0]));
+    return slot;
+  }
+
+  int do_start_broadcast(void* buffer, std::size_t count, core::DType dtype,
+                         int root_rank) override {
+    const int slot = acquire_slot();
+    DYNCP_MPI_CHECK(MPI_Ibcast(buffer, as_mpi_count(count, context()), mpi_type(dtype), root_rank,
+                               comm_, &pending_[static_cast<std::size_t>(slot)].requests[0]));
     return slot;
   }
 
   void do_wait(int slot) override {
-    PendingPair& pair = pending_[static_cast<std::size_t>(slot)];
+    PendingRequests& pending = pending_[static_cast<std::size_t>(slot)];
     free_slots_.push_back(slot);
     MPI_Status statuses[2];
-    DYNCP_MPI_CHECK(MPI_Waitall(2, pair.requests, statuses));
+    DYNCP_MPI_CHECK(MPI_Waitall(2, pending.requests, statuses));
+    if (!pending.check_receive) return;
     int received = 0;
-    MPI_Get_count(&statuses[0], mpi_type(pair.dtype), &received);
-    if (static_cast<std::size_t>(received) != pair.recv_count) {
+    MPI_Get_count(&statuses[0], mpi_type(pending.dtype), &received);
+    if (static_cast<std::size_t>(received) != pending.recv_count) {
       core::throw_runtime_error(
           fmt::format("{}: send_recv from rank {} expected {} elements, got {}", context(),
-                      pair.source_rank, pair.recv_count, received));
+                      pending.source_rank, pending.recv_count, received));
     }
+  }
+
+  // Gathered on the root and added there in rank order, as all_reduce adds.
+  void do_reduce(void* data, std::size_t count, core::DType dtype, ReduceOp op,
+                 int root_rank) override {
+    if (size() == 1 || count == 0) return;
+    const int n = as_mpi_count(count, context());
+    const std::size_t element = core::dtype_size(dtype);
+    const bool root = rank() == root_rank;
+    if (root) scratch_.resize(count * static_cast<std::size_t>(size()) * element);
+    as_mpi_count(count * static_cast<std::size_t>(size()), context());
+    DYNCP_MPI_CHECK(MPI_Gather(data, n, mpi_type(dtype), root ? scratch_.data() : nullptr, n,
+                               mpi_type(dtype), root_rank, comm_));
+    if (root)
+      reduce_blocks(dtype, op, scratch_.data(), count, size(), static_cast<std::byte*>(data));
   }
 
   void do_broadcast(void* buffer, std::size_t count, core::DType dtype, int root_rank) override {
@@ -302,16 +350,34 @@ class MpiComm final : public Comm {
                                   mpi_type(dtype), comm_));
   }
 
-  // One started send_recv: its receive and send requests. Slots are reused (grow-only).
-  struct PendingPair {
+  // One started transfer: its requests (a send_recv's receive and send; a collective's one),
+  // and what its wait checks. Slots are reused (grow-only).
+  struct PendingRequests {
     MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    bool check_receive = false;  // send_recv: the received count must be recv_count
     std::size_t recv_count = 0;
     core::DType dtype = core::DType::u8;
     int source_rank = 0;
+    std::vector<int> send_counts, send_displacements, recv_counts, recv_displacements;
   };
 
+  int acquire_slot() {
+    int slot = 0;
+    if (free_slots_.empty()) {
+      slot = static_cast<int>(pending_.size());
+      pending_.emplace_back();
+    } else {
+      slot = free_slots_.back();
+      free_slots_.pop_back();
+    }
+    PendingRequests& pending = pending_[static_cast<std::size_t>(slot)];
+    pending.requests[0] = pending.requests[1] = MPI_REQUEST_NULL;
+    pending.check_receive = false;
+    return slot;
+  }
+
   MPI_Comm comm_;
-  std::vector<PendingPair> pending_;
+  std::vector<PendingRequests> pending_;
   std::vector<int> free_slots_;
   // Grow-only scratch: after the first steps no call allocates.
   std::vector<std::byte> scratch_;

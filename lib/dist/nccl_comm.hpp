@@ -14,9 +14,11 @@
 //    communicators are also aborted by abort_job.
 //  - all_gather_v and all_to_all_v are grouped ncclSend/ncclRecv; send/recv ignore `tag`
 //    (NCCL matches point-to-point calls by order); barrier is a one-element all-reduce.
-//  - start_send_recv enqueues a grouped ncclSend/ncclRecv on the stream and returns without
-//    waiting (even when synchronous); wait() synchronizes the stream, so it also waits for
-//    anything enqueued after that exchange.
+//  - Started transfers (start_send_recv, start_all_gather, start_all_to_all_v,
+//    start_broadcast, start_reduce) are enqueued behind the compute stream's event, followed by
+//    an event of their own (a slot), and return without waiting (even when synchronous); wait()
+//    polls that event (the host waits for that transfer only), order_compute_after() makes the
+//    compute stream wait for it (the host does not).
 //  - start_all_reduce enqueues behind the compute stream's event and returns without waiting
 //    (even when synchronous); order_compute_after_started records an event on the stream and
 //    makes the compute stream wait for it, so the consumer waits on the device, not the host.
@@ -82,10 +84,21 @@ class NcclComm final : public Comm {
                int tag) override;
   void do_broadcast(void* buffer, std::size_t count, core::DType dtype, int root_rank) override;
   void do_barrier() override;
+  void do_reduce(void* data, std::size_t count, core::DType dtype, ReduceOp op,
+                 int root_rank) override;
   int do_start_send_recv(const void* send, std::size_t send_count, int dest_rank, void* recv,
                          std::size_t recv_count, int source_rank, core::DType dtype,
                          int tag) override;
+  int do_start_all_gather(const void* send, std::size_t count, void* recv,
+                          core::DType dtype) override;
+  int do_start_all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
+                            std::span<const std::size_t> recv_counts, core::DType dtype) override;
+  int do_start_broadcast(void* buffer, std::size_t count, core::DType dtype,
+                         int root_rank) override;
+  int do_start_reduce(void* data, std::size_t count, core::DType dtype, ReduceOp op,
+                      int root_rank) override;
   void do_wait(int slot) override;
+  void do_order_compute_after(int slot) override;
   void do_start_all_reduce(void* data, std::size_t count, core::DType dtype, ReduceOp op) override;
   void do_order_compute_after_started() override;
   std::unique_ptr<Comm> do_split(int color, int key, std::string name) override;
@@ -94,6 +107,11 @@ class NcclComm final : public Comm {
 
  private:
   void order_after_compute();
+  // Records the slot event after what was just enqueued (`transfer`: its name); returns the
+  // slot.
+  int record_started(const char* transfer);
+  void enqueue_all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
+                            std::span<const std::size_t> recv_counts, core::DType dtype);
   void finish(const char* operation);
   void check_async(const char* operation);
   void abort_communicator();

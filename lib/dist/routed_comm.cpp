@@ -85,17 +85,51 @@ void RoutedComm::do_barrier() {
   host_->barrier();
 }
 
+int RoutedComm::keep(Comm& channel, Pending handle) {
+  if (handle.slot == finished_slot) return finished_slot;
+  std::size_t slot = 0;
+  while (slot < started_.size() && started_[slot].channel != nullptr) ++slot;
+  if (slot == started_.size()) started_.emplace_back();
+  started_[slot] = {&channel, handle};
+  return static_cast<int>(slot);
+}
+
 int RoutedComm::do_start_send_recv(const void* send, std::size_t send_count, int dest_rank,
                                    void* recv, std::size_t recv_count, int source_rank,
                                    core::DType dtype, int tag) {
   Comm& channel = route("start_send_recv", send, recv);
-  std::size_t slot = 0;
-  while (slot < pending_.size() && pending_[slot].channel != nullptr) ++slot;
-  if (slot == pending_.size()) pending_.emplace_back();
-  pending_[slot].channel = &channel;
-  pending_[slot].handle = channel.start_send_recv(send, send_count, dest_rank, recv, recv_count,
-                                                  source_rank, dtype, tag);
-  return static_cast<int>(slot);
+  return keep(channel, channel.start_send_recv(send, send_count, dest_rank, recv, recv_count,
+                                               source_rank, dtype, tag));
+}
+
+int RoutedComm::do_start_all_gather(const void* send, std::size_t count, void* recv,
+                                    core::DType dtype) {
+  Comm& channel = route("start_all_gather", send, recv);
+  return keep(channel, channel.start_all_gather(send, count, recv, dtype));
+}
+
+int RoutedComm::do_start_all_to_all_v(const void* send, std::span<const std::size_t> send_counts,
+                                      void* recv, std::span<const std::size_t> recv_counts,
+                                      core::DType dtype) {
+  Comm& channel = route("start_all_to_all_v", send, recv);
+  return keep(channel, channel.start_all_to_all_v(send, send_counts, recv, recv_counts, dtype));
+}
+
+int RoutedComm::do_start_broadcast(void* buffer, std::size_t count, core::DType dtype,
+                                   int root_rank) {
+  Comm& channel = route("start_broadcast", buffer);
+  return keep(channel, channel.start_broadcast(buffer, count, dtype, root_rank));
+}
+
+int RoutedComm::do_start_reduce(void* data, std::size_t count, core::DType dtype, ReduceOp op,
+                                int root_rank) {
+  Comm& channel = route("start_reduce", data);
+  return keep(channel, channel.start_reduce(data, count, dtype, op, root_rank));
+}
+
+void RoutedComm::do_reduce(void* data, std::size_t count, core::DType dtype, ReduceOp op,
+                           int root_rank) {
+  route("reduce", data).reduce(data, count, dtype, op, root_rank);
 }
 
 void RoutedComm::do_start_all_reduce(void* data, std::size_t count, core::DType dtype,
@@ -108,9 +142,15 @@ void RoutedComm::do_order_compute_after_started() {
 }
 
 void RoutedComm::do_wait(int slot) {
-  Pending& pending = pending_.at(static_cast<std::size_t>(slot));
-  Comm* channel = std::exchange(pending.channel, nullptr);
-  channel->wait(pending.handle);
+  Started& started = started_.at(static_cast<std::size_t>(slot));
+  Comm* channel = std::exchange(started.channel, nullptr);
+  channel->wait(started.handle);
+}
+
+void RoutedComm::do_order_compute_after(int slot) {
+  Started& started = started_.at(static_cast<std::size_t>(slot));
+  Comm* channel = std::exchange(started.channel, nullptr);
+  channel->order_compute_after(started.handle);
 }
 
 std::unique_ptr<Comm> RoutedComm::do_split(int color, int key, std::string name) {

@@ -51,10 +51,21 @@ class RoutedComm final : public Comm {
                int tag) override;
   void do_broadcast(void* buffer, std::size_t count, core::DType dtype, int root_rank) override;
   void do_barrier() override;
+  void do_reduce(void* data, std::size_t count, core::DType dtype, ReduceOp op,
+                 int root_rank) override;
   int do_start_send_recv(const void* send, std::size_t send_count, int dest_rank, void* recv,
                          std::size_t recv_count, int source_rank, core::DType dtype,
                          int tag) override;
+  int do_start_all_gather(const void* send, std::size_t count, void* recv,
+                          core::DType dtype) override;
+  int do_start_all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
+                            std::span<const std::size_t> recv_counts, core::DType dtype) override;
+  int do_start_broadcast(void* buffer, std::size_t count, core::DType dtype,
+                         int root_rank) override;
+  int do_start_reduce(void* data, std::size_t count, core::DType dtype, ReduceOp op,
+                      int root_rank) override;
   void do_wait(int slot) override;
+  void do_order_compute_after(int slot) override;
   void do_start_all_reduce(void* data, std::size_t count, core::DType dtype, ReduceOp op) override;
   void do_order_compute_after_started() override;
   std::unique_ptr<Comm> do_split(int color, int key, std::string name) override;
@@ -63,16 +74,18 @@ class RoutedComm final : public Comm {
 
  private:
   Comm& route(std::string_view operation, const void* first, const void* second = nullptr);
+  // Keeps a channel's handle and returns the slot that names it here.
+  int keep(Comm& channel, Pending handle);
 
   std::unique_ptr<Comm> owned_host_;
   Comm* host_;
   std::unique_ptr<Comm> device_;
-  // Pending exchanges by slot: which channel started them and its handle there.
-  struct Pending {
+  // Started transfers by slot: which channel started them and its handle there.
+  struct Started {
     Comm* channel = nullptr;
-    PendingSendRecv handle;
+    Pending handle;
   };
-  std::vector<Pending> pending_;
+  std::vector<Started> started_;
 };
 
 // The device communicator factory a GPU backend installs (NcclComm::install_factory): builds

@@ -65,6 +65,7 @@ class SelfComm final : public Comm {
   }
   void do_wait(int) override {}
   void do_broadcast(void*, std::size_t, core::DType, int) override {}
+  void do_reduce(void*, std::size_t, core::DType, ReduceOp, int) override {}
   void do_barrier() override {}
   std::unique_ptr<Comm> do_split(int color, int, std::string name) override {
     if (color < 0) return nullptr;

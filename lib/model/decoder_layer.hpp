@@ -109,6 +109,9 @@ struct LayerRunContext {
   // Neither changes a number: the CPU runs the same ops either way.
   bool moe_grouped_gemm = true;
   bool moe_permute_fusion = true;
+  // model.moe_shared_expert_overlap: the hybrid's shared expert runs inside the expert
+  // dispatcher's forward, while the routed rows travel (ExpertDispatcher::forward_beside).
+  bool moe_shared_expert_overlap = false;
   // model.moe_router_force_load_balancing: experts from the token positions
   // (ops::balanced_router_forward), through the unfused plan and permutation.
   bool moe_router_force_load_balancing = false;

@@ -1,6 +1,7 @@
 #include "model/moe_block.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <optional>
 
 #include "model/swiglu_mlp.hpp"
@@ -87,10 +88,12 @@ void reduce_statistics(const LayerRunContext& run, const Tensor& counts, const T
 }
 
 // Router, aux-loss statistics, permutation and experts on `x` [R, h]; writes the un-permuted,
-// weighted expert output to `out` [R, h]. Returns the layer's aux loss.
+// weighted expert output to `out` [R, h]. Returns the layer's aux loss. `beside`, when set, is
+// work the dispatcher runs while the routed rows travel (model.moe_shared_expert_overlap).
 double routed_experts_forward(const LayerRunContext& run, int layer,
                               const DecoderLayerParams& params, DecoderLayerActivations& saved,
-                              const Tensor& x, const Tensor& out) {
+                              const Tensor& x, const Tensor& out,
+                              const std::function<void()>& beside) {
   const DType dtype = x.dtype();
   const auto& a = *run.architecture;
   const std::int64_t tokens = x.size(0), hidden = x.size(1), experts = a.num_experts;
@@ -169,8 +172,13 @@ double routed_experts_forward(const LayerRunContext& run, int layer,
   saved.y_perm =
       keep.allocate({assignments, hidden}, run.seam.bf16_activations ? DType::bf16 : dtype);
   saved.experts.recompute_hidden = run.recompute.moe_act;
-  run.seams.experts->forward(run.seam, layer, x_perm, saved.plan.expert_offsets, params.moe.experts,
-                             saved.y_perm, saved.experts);
+  if (beside) {
+    run.seams.experts->forward_beside(run.seam, layer, x_perm, saved.plan.expert_offsets,
+                                      params.moe.experts, saved.y_perm, saved.experts, beside);
+  } else {
+    run.seams.experts->forward(run.seam, layer, x_perm, saved.plan.expert_offsets,
+                               params.moe.experts, saved.y_perm, saved.experts);
+  }
   send_scope.reset();
   ops::unpermute_forward(ctx, saved.y_perm, saved.plan, saved.routing_weights, out);
   return aux_loss;
@@ -182,12 +190,11 @@ MlpKept shared_expert_kept(const LayerRunContext& run) {
                                       : MlpKept::everything;
 }
 
-// out += σ(u · w_sg) · SharedExpert(u) on the routed rows (qwen-moe.md §3.8). Under tensor
-// parallelism the SwiGLU runs on every row with the rank's columns and its sum over TP is cut
-// to the routed rows.
+// The shared expert and its gate logit on the routed rows, into saved.shared_out and
+// saved.shared_gate_logit (qwen-moe.md §3.8). Under tensor parallelism the SwiGLU runs on every
+// row with the rank's columns and its sum over TP is cut to the routed rows.
 void shared_expert_forward(const LayerRunContext& run, const DecoderLayerParams& params,
-                           DecoderLayerActivations& saved, RoutedRows rows, const Tensor& x,
-                           const Tensor& out) {
+                           DecoderLayerActivations& saved, RoutedRows rows, const Tensor& x) {
   const DType dtype = x.dtype();
   core::Arena& keep = *run.seam.activations;
   core::Arena& scratch = *run.seam.scratch;
@@ -197,9 +204,9 @@ void shared_expert_forward(const LayerRunContext& run, const DecoderLayerParams&
   {
     core::ArenaScope temporaries(scratch);
     const Tensor block_input = region.gathered(saved.normed_mid);
-    const Tensor partial = region.active()
-                               ? region.partial_output(block_input.size(0), x.size(1), dtype)
-                               : saved.shared_out;
+    const Tensor partial = region.active() ? region.partial_output(block_input.size(0),
+                                                                   x.size(1), dtype)
+                                           : saved.shared_out;
     swiglu_mlp_forward(ctx, keep, scratch, params.moe.shared_expert, block_input,
                        saved.shared_gate_up, saved.shared_hidden, partial, shared_expert_kept(run));
     if (rows.sliced) {
@@ -211,8 +218,6 @@ void shared_expert_forward(const LayerRunContext& run, const DecoderLayerParams&
   }
   saved.shared_gate_logit = keep.allocate({rows.count(), 1}, dtype);
   ops::linear_forward(ctx, x, params.moe.shared_expert_gate.value, saved.shared_gate_logit);
-  ops::sigmoid_row_gate_forward(ctx, saved.shared_out, saved.shared_gate_logit, out,
-                                GradMode::accumulate);
 }
 
 }  // namespace
@@ -225,8 +230,20 @@ double moe_block_forward(const LayerRunContext& run, int layer, const DecoderLay
   const Tensor x = saved.normed_mid.slice(rows.begin, rows.end);
   core::ArenaScope temporaries(*run.seam.scratch);
   const Tensor out = rows.sliced ? run.seam.scratch->allocate(x.shape(), x.dtype()) : mlp_out;
-  const double aux_loss = routed_experts_forward(routed, layer, params, saved, x, out);
-  if (params.moe.has_shared_expert) shared_expert_forward(routed, params, saved, rows, x, out);
+  // The shared expert reads only the block's input: under moe_shared_expert_overlap it runs
+  // while the routed rows travel; its output joins after the un-permutation either way.
+  const bool shared = params.moe.has_shared_expert;
+  const bool shared_beside = shared && run.moe_shared_expert_overlap;
+  const auto shared_expert = [&] { shared_expert_forward(routed, params, saved, rows, x); };
+  const double aux_loss = routed_experts_forward(
+      routed, layer, params, saved, x, out,
+      shared_beside ? std::function<void()>(shared_expert) : std::function<void()>());
+  if (shared) {
+    // out += σ(u · w_sg) · SharedExpert(u)  (qwen-moe.md §3.8)
+    if (!shared_beside) shared_expert();
+    ops::sigmoid_row_gate_forward(run.seam.ops, saved.shared_out, saved.shared_gate_logit, out,
+                                  GradMode::accumulate);
+  }
   if (rows.sliced) TensorParallelRegion(run).all_gather_rows(out, mlp_out);
   return aux_loss;
 }

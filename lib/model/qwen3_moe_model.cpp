@@ -95,6 +95,35 @@ void check_bin(const PackedBin& bin) {
                                                 bin.loss_mask.describe());
 }
 
+// The aux losses the layers left in device memory, summed in layer order as the returned
+// values are (dense layers' rows stay 0): one copy to the host.
+double sum_of_layer_aux_losses(const Tensor& aux_losses, core::Arena& host) {
+  const Tensor host_aux = host.allocate(aux_losses.shape(), DType::f64);
+  host_aux.copy_from(aux_losses);
+  const double* values = host_aux.data<double>();
+  double sum = 0.0;
+  for (std::int64_t l = 0; l < host_aux.numel(); ++l) sum += values[l];
+  return sum;
+}
+
+ops::CrossEntropyOptions cross_entropy_options_for(const ModelOptions& model_options,
+                                                   const BinOptions& options) {
+  ops::CrossEntropyOptions cross_entropy_options;
+  cross_entropy_options.token_chunk = model_options.cross_entropy_token_chunk;
+  cross_entropy_options.vocab_chunk = model_options.cross_entropy_vocab_chunk;
+  cross_entropy_options.grad_scale = options.loss_grad_scale;
+  return cross_entropy_options;
+}
+
+// Before a full-attention layer's backward: the seam may start the exchange of the K / V its
+// attention backward reads (they exist from the forward or its recomputation).
+void prepare_attention_backward(const LayerRunContext& run, int layer,
+                                const DecoderLayerParams& params,
+                                const DecoderLayerActivations& saved) {
+  if (params.mixer == config::LayerMixer::full_attention)
+    run.seams.attention->prepare_backward(run.seam, layer, saved.k, saved.v);
+}
+
 // The bin's positions and the model's MoE and recompute settings, as every layer reads them.
 void set_bin_and_moe_options(LayerRunContext& run, const PackedBin& bin,
                              const ModelOptions& model_options, const BinOptions& options,
@@ -112,6 +141,7 @@ void set_bin_and_moe_options(LayerRunContext& run, const PackedBin& bin,
   run.recompute = model_options.selective;
   run.moe_grouped_gemm = model_options.moe_grouped_gemm;
   run.moe_permute_fusion = model_options.moe_permute_fusion;
+  run.moe_shared_expert_overlap = model_options.moe_shared_expert_overlap;
   run.moe_router_force_load_balancing = model_options.moe_router_force_load_balancing;
 }
 
@@ -237,8 +267,10 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
   core::Arena& stream_arena = bf16_activations_ ? scratch_ : activations_;
   Tensor current = stream_arena.allocate({rows, hidden}, dtype);
   Tensor spare = bf16_activations_ ? scratch_.allocate({rows, hidden}, dtype) : Tensor{};
+  options.before_forward_of(-1);
   vocabulary_embedding_forward(run, bin.token_ids, parameters_.embed_tokens.value, current);
   for (std::size_t layer = 0; layer < per_layer.size(); ++layer) {
+    options.before_forward_of(static_cast<std::int64_t>(layer));
     if (bf16_activations_) {
       inputs[layer] = activations_.allocate({rows, hidden}, DType::bf16);
       ops::convert(run.seam.ops, current, inputs[layer]);
@@ -256,14 +288,10 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
     current = output;
   }
   inputs.back() = current;
-  if (run.aux_losses.defined()) {
-    // Summed in layer order, as the returned values are (dense layers' rows stay 0).
-    const Tensor host_aux = host_saves_.allocate(run.aux_losses.shape(), DType::f64);
-    host_aux.copy_from(run.aux_losses);
-    const double* values = host_aux.data<double>();
-    for (std::int64_t l = 0; l < host_aux.numel(); ++l) result.aux_loss += values[l];
-  }
+  if (run.aux_losses.defined())
+    result.aux_loss += sum_of_layer_aux_losses(run.aux_losses, host_saves_);
 
+  options.before_forward_of(static_cast<std::int64_t>(per_layer.size()));
   ops::RmsNormSaved final_norm_saved{activations_.allocate({rows}, dtype)};
   const Tensor normed_final = stream_arena.allocate({rows, hidden}, dtype);
   const ops::RmsNormVariant norm_variant = residual_norm_variant(a);
@@ -276,13 +304,10 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
     dnormed_final = stream_arena.allocate({rows, hidden}, dtype);
     dlm_head = parameters_.lm_head.grad;
   }
-  ops::CrossEntropyOptions cross_entropy_options;
-  cross_entropy_options.token_chunk = options_.cross_entropy_token_chunk;
-  cross_entropy_options.vocab_chunk = options_.cross_entropy_vocab_chunk;
-  cross_entropy_options.grad_scale = options.loss_grad_scale;
   const auto cross_entropy = vocabulary_cross_entropy(
       run, normed_final, parameters_.lm_head.value, bin.labels, bin.loss_mask,
-      options.per_token_loss, dnormed_final, dlm_head, cross_entropy_options, options.final_hidden);
+      options.per_token_loss, dnormed_final, dlm_head, cross_entropy_options_for(options_, options),
+      options.final_hidden);
   result.loss_sum = cross_entropy.loss_sum;
   result.loss_tokens = cross_entropy.num_loss_tokens;
   if (!options.compute_gradients) return result;
@@ -309,11 +334,15 @@ BinResult Qwen3MoeModel::run_bin(const PackedBin& bin, const BinSeams& seams,
       decoder_layer_forward(run, static_cast<int>(layer), parameters_.layers[layer], input,
                             per_layer[layer], discarded_output);
     }
+    // The attention's K / V exchange may start before the MLP backward: its buffers stay in
+    // scratch until the layer's backward returns.
+    const core::ArenaScope exchange_scope(scratch_);
+    prepare_attention_backward(run, static_cast<int>(layer), parameters_.layers[layer],
+                               per_layer[layer]);
     decoder_layer_backward(run, static_cast<int>(layer), parameters_.layers[layer], input,
                            per_layer[layer], grad);
     layer_saves_->release(saved_from[layer]);
-    if (options.after_layer_backward)
-      options.after_layer_backward(static_cast<std::int64_t>(layer));
+    options.after_backward_of(static_cast<std::int64_t>(layer));
   }
   vocabulary_embedding_backward(run, bin.token_ids, grad, parameters_.embed_tokens.grad,
                                 architecture().pad_token_id);

@@ -95,6 +95,9 @@ struct ModelOptions {
   // model.moe_grouped_gemm / model.moe_permute_fusion (LayerRunContext).
   bool moe_grouped_gemm = true;
   bool moe_permute_fusion = true;
+  // model.moe_shared_expert_overlap: the shared expert runs while the expert dispatcher's rows
+  // travel (ExpertDispatcher::forward_beside); the same numbers either way.
+  bool moe_shared_expert_overlap = false;
   bool moe_router_force_load_balancing = false;  // model.moe_router_force_load_balancing
 };
 
@@ -112,6 +115,18 @@ struct BinOptions {
   // Called after each layer's backward with its index (ddp.overlap_grad_reduce starts the
   // buckets that layer finished, parallel/overlapped_gradient_reduce.hpp).
   std::function<void(std::int64_t layer)> after_layer_backward;
+  // Called before the forward first reads a layer's parameters: -1 before the embedding, each
+  // layer's index before it, num_hidden_layers before the final norm and LM head
+  // (ddp.overlap_param_gather waits for the buckets holding them,
+  // parallel/overlapped_parameter_gather.hpp).
+  std::function<void(std::int64_t layer)> before_layer_forward;
+
+  void before_forward_of(std::int64_t layer) const {
+    if (before_layer_forward) before_layer_forward(layer);
+  }
+  void after_backward_of(std::int64_t layer) const {
+    if (after_layer_backward) after_layer_backward(layer);
+  }
 };
 
 struct BinResult {

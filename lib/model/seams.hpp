@@ -21,6 +21,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 
 #include "core/arena.hpp"
 #include "ops/attention.hpp"
@@ -73,6 +74,13 @@ class AttentionContext {
   virtual void forward(const SeamContext& context, int layer, const Tensor& q, const Tensor& k,
                        const Tensor& v, double scale, const Tensor& out,
                        ops::AttentionSaved& saved) = 0;
+  // Called before the layer's backward starts (its MLP part runs first) with the k / v its
+  // attention backward will read, which exist from the forward (or its recomputation): a CP
+  // implementation may start their exchange now, so that it travels beside the MLP backward.
+  // Buffers come from context.scratch, which the caller holds until the layer's backward
+  // returns. The default does nothing.
+  virtual void prepare_backward(const SeamContext& /*context*/, int /*layer*/, const Tensor& /*k*/,
+                                const Tensor& /*v*/) {}
   // dq, dk, dv for the local rows: overwrite. The CP implementation reduce-scatters the
   // gathered dK/dV so every rank gets exactly its own rows' gradients.
   virtual void backward(const SeamContext& context, int layer, const Tensor& dout, const Tensor& q,
@@ -113,6 +121,17 @@ class ExpertDispatcher {
   virtual void forward(const SeamContext& context, int layer, const Tensor& x_perm,
                        const Tensor& expert_offsets, const ExpertWeights& weights,
                        const Tensor& y_perm, ExpertSaved& saved) = 0;
+  // forward, with work that reads none of the routed rows (the hybrid's shared expert under
+  // model.moe_shared_expert_overlap) run while the rows travel to their experts' owners and
+  // before the experts run. `beside` must not touch x_perm or y_perm. The default (nothing
+  // in flight on one rank) runs it first.
+  virtual void forward_beside(const SeamContext& context, int layer, const Tensor& x_perm,
+                              const Tensor& expert_offsets, const ExpertWeights& weights,
+                              const Tensor& y_perm, ExpertSaved& saved,
+                              const std::function<void()>& beside) {
+    beside();
+    forward(context, layer, x_perm, expert_offsets, weights, y_perm, saved);
+  }
   // Whether the backward reads x_perm itself (ExpertSaved::rows aliases it): then the layer
   // keeps it for the bin; otherwise (rows sent to other ranks) it is a forward temporary.
   virtual bool keeps_x_perm() const { return true; }

@@ -118,6 +118,7 @@ void add(StepOpRow& row, const StepOpRow& more) {
   row.compute_seconds += more.compute_seconds;
   row.memory_seconds += more.memory_seconds;
   row.latency_seconds += more.latency_seconds;
+  row.hidden_seconds += more.hidden_seconds;
   if (more.step_latency_seconds > 0) row.step_latency_seconds = more.step_latency_seconds;
 }
 
@@ -177,6 +178,66 @@ Shape shape_of(const StepModelInput& input) {
   return {model_flops_breakdown(input.architecture), elementwise_counts(input.architecture),
           CostModel(model, unit),
           static_cast<double>(std::max<std::int64_t>(input.architecture.num_experts / ep, 1))};
+}
+
+// The CP exchange and EP all-to-all rows of one microbatch (its compute rows already in
+// `rows`), with the parts the overlaps hide.
+void add_communication_rows(std::vector<StepOpRow>& rows, const ModelledBin& bin,
+                            const StepModelInput& input, const StepModelParameters& p,
+                            const Shape& shape, double tokens, double bin_tokens, double forwards) {
+  const RowMaker make(p);
+  const auto& a = input.architecture;
+  const auto& f = shape.flops;
+  const bool bf16 = input.bf16;
+  const double matrix_peak = bf16 ? p.bf16_flops_per_second : p.fp32_flops_per_second;
+  const auto at = [&](StepOpClass op) -> StepOpRow& { return rows[static_cast<std::size_t>(op)]; };
+  if (bin.group_size > 1) {
+    // The cost model's CP exchange: its bytes per rank and its collectives (the same terms
+    // the schedulers see).
+    const std::int64_t sequences = static_cast<std::int64_t>(bin.lengths.size());
+    const double bytes = shape.unit_cost.transfer_seconds(static_cast<std::int64_t>(bin_tokens),
+                                                          bin.group_size, sequences);
+    const double collectives =
+        shape.unit_cost.communication_seconds(static_cast<std::int64_t>(bin_tokens), bin.group_size,
+                                              sequences) -
+        bytes;
+    StepOpRow& exchange = at(StepOpClass::cp_exchange);
+    exchange = make.collective(bytes, bin.group_size, collectives);
+    // all_gather: of the forward gather, the backward gather and its reduce-scatter (one size),
+    // the backward gather starts before the layer's MLP backward and runs beside it (2/3 of
+    // the expert products' time, the attention layers' share).
+    if (input.cp_comm_type == config::CpCommType::all_gather && a.num_hidden_layers > 0) {
+      const double attention_share =
+          static_cast<double>(f.attention_layers) / static_cast<double>(a.num_hidden_layers);
+      const double mlp_backward =
+          2.0 / 3.0 * at(StepOpClass::expert_gemm).seconds() * attention_share;
+      exchange.hidden_seconds = std::min(exchange.seconds() / 3.0, mlp_backward);
+    }
+  }
+  const std::int64_t ep = input.expert_model_parallel_size;
+  if (ep > 1 && f.moe_layers > 0) {
+    // Dispatch and combine, forward and backward (and the recomputed forward): every routed
+    // row of this rank's tokens, fp32, (ep - 1) / ep of them to other ranks.
+    const double exchanges = 2.0 * (forwards + 1.0) * static_cast<double>(f.moe_layers);
+    const double row_bytes = tokens * static_cast<double>(a.num_experts_per_tok) *
+                             static_cast<double>(a.hidden_size) * 4.0;
+    const double sent = row_bytes * static_cast<double>(ep - 1) / static_cast<double>(ep);
+    StepOpRow& all_to_all = at(StepOpClass::ep_all_to_all);
+    all_to_all = make.collective(exchanges * sent, ep, exchanges);
+    // moe_shared_expert_overlap: each forward's dispatch travels beside the shared expert's
+    // forward products (gate/up and down, 6 h I FLOPs a token).
+    const double shared = static_cast<double>(a.shared_expert_intermediate_size);
+    if (input.moe_shared_expert_overlap && shared > 0) {
+      const double h = static_cast<double>(a.hidden_size);
+      const double weight_bytes = bf16 ? 2.0 : 4.0;
+      const StepOpRow shared_expert = make.kernel(
+          6.0 * h * shared * tokens, matrix_peak, p.dense_gemm_efficiency,
+          tokens * (2.0 * h + 3.0 * shared) * 4.0 + 3.0 * h * shared * weight_bytes, 0.0, 0.0, 3.0);
+      const double dispatch = make.collective(sent, ep, 1.0).seconds();
+      all_to_all.hidden_seconds = forwards * static_cast<double>(f.moe_layers) *
+                                  std::min(dispatch, shared_expert.seconds());
+    }
+  }
 }
 
 // The rows of one microbatch.
@@ -288,29 +349,7 @@ std::vector<StepOpRow> bin_rows(const ModelledBin& bin, const StepModelInput& in
       0.0, p.fp32_flops_per_second, 1.0, shape.elementwise.values_per_token * tokens * 4.0 * again,
       0.0, 0.0, (shape.elementwise.launches + conversions) * again);
 
-  if (bin.group_size > 1) {
-    // The cost model's CP exchange: its bytes per rank and its collectives (the same terms
-    // the schedulers see).
-    const std::int64_t sequences = static_cast<std::int64_t>(bin.lengths.size());
-    const double bytes = shape.unit_cost.transfer_seconds(static_cast<std::int64_t>(bin_tokens),
-                                                          bin.group_size, sequences);
-    const double collectives =
-        shape.unit_cost.communication_seconds(static_cast<std::int64_t>(bin_tokens), bin.group_size,
-                                              sequences) -
-        bytes;
-    at(StepOpClass::cp_exchange) = make.collective(bytes, bin.group_size, collectives);
-  }
-  const std::int64_t ep = input.expert_model_parallel_size;
-  if (ep > 1 && f.moe_layers > 0) {
-    // Dispatch and combine, forward and backward (and the recomputed forward): every routed
-    // row of this rank's tokens, fp32, (ep - 1) / ep of them to other ranks.
-    const double exchanges = 2.0 * (forwards + 1.0) * static_cast<double>(f.moe_layers);
-    const double row_bytes = tokens * static_cast<double>(a.num_experts_per_tok) *
-                             static_cast<double>(a.hidden_size) * 4.0;
-    at(StepOpClass::ep_all_to_all) = make.collective(
-        exchanges * row_bytes * static_cast<double>(ep - 1) / static_cast<double>(ep), ep,
-        exchanges);
-  }
+  add_communication_rows(rows, bin, input, p, shape, tokens, bin_tokens, forwards);
   return rows;
 }
 
@@ -396,7 +435,7 @@ StepModel model_step(const StepModelInput& input, const StepModelParameters& p) 
   model.rows.resize(static_cast<std::size_t>(StepOpClass::optimizer_gather) + 1);
   for (std::size_t i = 0; i < model.rows.size(); ++i)
     model.rows[i].op = static_cast<StepOpClass>(i);
-  double last_bin_compute = 0.0;
+  double first_bin_compute = -1.0, last_bin_compute = 0.0;
   for (const ModelledBin& bin : input.bins) {
     const std::vector<StepOpRow> rows = bin_rows(bin, input, p, shape);
     for (std::size_t i = 0; i < rows.size(); ++i) add(model.rows[i], rows[i]);
@@ -406,6 +445,7 @@ StepModel model_step(const StepModelInput& input, const StepModelParameters& p) 
       if (!is_communication(op) && op != StepOpClass::optimizer)
         last_bin_compute += rows[i].seconds();
     }
+    if (first_bin_compute < 0) first_bin_compute = last_bin_compute;
   }
 
   // Once per step. Dense gradients over the pool, expert gradients over the expert-data-
@@ -440,18 +480,28 @@ StepModel model_step(const StepModelInput& input, const StepModelParameters& p) 
                   0.0, 4.0));
   // Overlapped gradient buckets run beside the last microbatch's backward (twice the forward's
   // FLOPs: 2/3 of its compute); the embedding's bucket is final only when that backward ends.
+  // The overlapped parameter gather runs beside the first microbatch's forward (1/3 of its
+  // compute); the embedding's bucket is the one that forward needs first.
+  const double embedding = static_cast<double>(input.architecture.vocab_size) *
+                           static_cast<double>(input.architecture.hidden_size);
+  const double weighted_total = dense * share(pool) + experts * share(expert_dp);
+  const double embedding_share =
+      weighted_total > 0 ? std::min(1.0, embedding * share(pool) / weighted_total) : 0.0;
   StepOpRow& reduce = model.rows[static_cast<std::size_t>(StepOpClass::gradient_reduce)];
-  if (input.overlap_grad_reduce && !input.distributed_optimizer && reduce.seconds() > 0) {
-    const double embedding = static_cast<double>(input.architecture.vocab_size) *
-                             static_cast<double>(input.architecture.hidden_size);
-    const double weighted_total = dense * share(pool) + experts * share(expert_dp);
-    const double embedding_share =
-        weighted_total > 0 ? std::min(1.0, embedding * share(pool) / weighted_total) : 0.0;
+  if (input.overlap_grad_reduce && reduce.seconds() > 0) {
     model.gradient_overlap_window_seconds = 2.0 / 3.0 * last_bin_compute;
     model.gradient_last_bucket_seconds = embedding_share * reduce.seconds();
     reduce.hidden_seconds =
         std::max(0.0, std::min(reduce.seconds() - model.gradient_last_bucket_seconds,
                                model.gradient_overlap_window_seconds));
+  }
+  StepOpRow& gather = model.rows[static_cast<std::size_t>(StepOpClass::optimizer_gather)];
+  if (input.overlap_param_gather && input.distributed_optimizer && gather.seconds() > 0) {
+    model.gather_overlap_window_seconds = std::max(first_bin_compute, 0.0) / 3.0;
+    model.gather_first_bucket_seconds = embedding_share * gather.seconds();
+    gather.hidden_seconds =
+        std::max(0.0, std::min(gather.seconds() - model.gather_first_bucket_seconds,
+                               model.gather_overlap_window_seconds));
   }
   for (auto& row : model.rows) {
     model.step_seconds += row.exposed_seconds();

@@ -15,8 +15,17 @@
 //   time       max(FLOPs / (peak x efficiency), bytes / (bandwidth x memory efficiency))
 //              + the serial term; communication: bytes / link rate + collectives x latency
 // The step is the sum of its rows less what is hidden: a collective overlapped with compute
-// (ddp.overlap_grad_reduce: the gradient buckets during the last microbatch's backward) hides
-// at most the compute it runs beside; every other collective is waited for, hidden 0. MFU = the
+// hides at most the compute it runs beside, as built (docs/step-model.md):
+//   ddp.overlap_grad_reduce    the gradient buckets (all-reduce, or the distributed
+//                              optimizer's reduce to owners) beside the last microbatch's
+//                              backward, less the embedding's bucket, final only at its end;
+//   ddp.overlap_param_gather   the parameter gather beside the first microbatch's forward, less
+//                              the embedding's bucket, which the forward needs first;
+//   moe_shared_expert_overlap  each MoE layer's dispatch all-to-all beside its shared expert's
+//                              forward (the hybrid under EP);
+//   CP all_gather              each attention layer's backward K / V gather beside its MLP
+//                              backward (it starts before it, always on the GPU path).
+// Every other collective is waited for, hidden 0. MFU = the
 // step's model FLOPs (every rank's, Megatron's formula on padded lengths, no recomputation) / (step
 // time x ranks x bf16 peak).
 //
@@ -84,9 +93,10 @@ struct StepModelInput {
   std::int64_t dense_parameters = 0;
   std::int64_t expert_parameters = 0;
   bool distributed_optimizer = false;
-  double moment_bytes = 8.0;  // exp_avg + exp_avg_sq bytes per value
-  // ddp.overlap_grad_reduce (overlapped only with the replicated optimizer, as built).
-  bool overlap_grad_reduce = false;
+  double moment_bytes = 8.0;               // exp_avg + exp_avg_sq bytes per value
+  bool overlap_grad_reduce = false;        // ddp.overlap_grad_reduce
+  bool overlap_param_gather = false;       // ddp.overlap_param_gather (distributed optimizer)
+  bool moe_shared_expert_overlap = false;  // model.moe_shared_expert_overlap
   std::vector<ModelledBin> bins;
   // The whole step, every rank: real tokens and Megatron's model FLOPs on padded lengths.
   std::int64_t step_real_tokens = 0;
@@ -137,6 +147,10 @@ struct StepModel {
   // (the embedding's bucket, which is final only when the backward ends).
   double gradient_overlap_window_seconds = 0.0;
   double gradient_last_bucket_seconds = 0.0;
+  // The same for the overlapped parameter gather: the first microbatch's forward (1/3 of its
+  // compute), and the embedding's bucket, which that forward waits for before anything.
+  double gather_overlap_window_seconds = 0.0;
+  double gather_first_bucket_seconds = 0.0;
   std::int64_t microbatches = 0;
   std::int64_t ranks = 1;
   double step_seconds = 0.0;

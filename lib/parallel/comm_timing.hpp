@@ -17,6 +17,9 @@ struct SeamCounters {
   std::int64_t attention_pairs = 0;
   std::int64_t attention_query_rows = 0;  // local query rows, summed over layers and bins
   std::int64_t expert_rows = 0;           // rows this rank's experts computed (after dispatch)
+  // Expert exchanges whose rows travelled while other work ran beside them (the shared expert
+  // under model.moe_shared_expert_overlap).
+  std::int64_t exchanges_with_work_beside = 0;
 
   void reset() { *this = SeamCounters{}; }
 };

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "core/error.hpp"
 #include "parallel/group_bin_layout.hpp"
@@ -12,10 +13,9 @@ namespace dyncp::parallel {
 using core::DType;
 using core::Tensor;
 
-namespace {}  // namespace
-
 void CpAttentionContext::begin_bin(const model::SeamContext& context,
                                    const model::LocalBinLayout& layout) {
+  DYNCP_CHECK(!prefetched_, "CP attention: a backward's K / V gather was started and never used");
   count_bin(layout);
   if (!distributed()) {
     local_.begin_bin(context, layout);
@@ -63,29 +63,49 @@ void CpAttentionContext::begin_bin(const model::SeamContext& context,
   layout_.kv_positions = on_device_of(layout.positions, keep, host_kv_positions);
 }
 
-void CpAttentionContext::gather_sequence_order(const Tensor& local, const Tensor& rank_order,
-                                               const Tensor& sequence_order) {
-  {
-    ScopedMilliseconds timer(cp_time());
-    group_->all_gather(local.raw_data(), static_cast<std::size_t>(local.numel()),
-                       rank_order.raw_data(), local.dtype());
-  }
-  gather_rows(rank_order, sequence_order, sequence_to_rank_row_.data<std::int32_t>());
-}
-
 void CpAttentionContext::scatter_rank_order(const Tensor& sequence_order,
                                             const Tensor& rank_order) {
   scatter_rows(sequence_order, rank_order, sequence_to_rank_row_.data<std::int32_t>());
 }
 
-CpAttentionContext::GatheredKv CpAttentionContext::gather_kv(core::Arena& scratch, const Tensor& k,
-                                                             const Tensor& v) {
+CpAttentionContext::KvInFlight CpAttentionContext::start_kv_gather(core::Arena& scratch,
+                                                                   const Tensor& k, const Tensor& v,
+                                                                   int layer) {
   const core::Shape kv_shape{group_->size() * local_rows_, k.size(1), k.size(2)};
-  GatheredKv gathered{scratch.allocate(kv_shape, k.dtype()), scratch.allocate(kv_shape, k.dtype()),
-                      scratch.allocate(kv_shape, k.dtype())};
-  gather_sequence_order(k, gathered.rank_order, gathered.k);
-  gather_sequence_order(v, gathered.rank_order, gathered.v);
-  return gathered;
+  KvInFlight in_flight{scratch.allocate(kv_shape, k.dtype()),
+                       scratch.allocate(kv_shape, k.dtype()),
+                       scratch.allocate(kv_shape, k.dtype()),
+                       {},
+                       {},
+                       layer};
+  ScopedMilliseconds timer(cp_time());
+  in_flight.k_pending = group_->start_all_gather(k.raw_data(), static_cast<std::size_t>(k.numel()),
+                                                 in_flight.k_staging.raw_data(), k.dtype());
+  in_flight.v_pending = group_->start_all_gather(v.raw_data(), static_cast<std::size_t>(v.numel()),
+                                                 in_flight.v_staging.raw_data(), v.dtype());
+  return in_flight;
+}
+
+CpAttentionContext::GatheredKv CpAttentionContext::finish_kv_gather(KvInFlight& in_flight) {
+  const std::int32_t* order = sequence_to_rank_row_.data<std::int32_t>();
+  {
+    ScopedMilliseconds timer(cp_time());
+    group_->order_compute_after(in_flight.k_pending);
+  }
+  gather_rows(in_flight.k_staging, in_flight.k, order);  // while V may still travel
+  {
+    ScopedMilliseconds timer(cp_time());
+    group_->order_compute_after(in_flight.v_pending);
+  }
+  // V into sequence order in K's freed staging; V's staging is free afterwards.
+  gather_rows(in_flight.v_staging, in_flight.k_staging, order);
+  return {in_flight.v_staging, in_flight.k, in_flight.k_staging};
+}
+
+void CpAttentionContext::prepare_backward(const model::SeamContext& context, int layer,
+                                          const Tensor& k, const Tensor& v) {
+  if (!distributed()) return;
+  prefetched_ = start_kv_gather(*context.scratch, k, v, layer);
 }
 
 void CpAttentionContext::forward(const model::SeamContext& context, int layer, const Tensor& q,
@@ -98,7 +118,8 @@ void CpAttentionContext::forward(const model::SeamContext& context, int layer, c
   }
   core::Arena& scratch = *context.scratch;
   core::ArenaScope scope(scratch);
-  const GatheredKv gathered = gather_kv(scratch, k, v);
+  KvInFlight in_flight = start_kv_gather(scratch, k, v, layer);
+  const GatheredKv gathered = finish_kv_gather(in_flight);
   ops::attention_forward(context.ops, q, gathered.k, gathered.v, layout_, scale, out, saved);
 }
 
@@ -113,8 +134,16 @@ void CpAttentionContext::backward(const model::SeamContext& context, int layer, 
   ops::OpContext ops_context = context.ops;
   ops_context.scratch = context.scratch;
   core::Arena& scratch = *context.scratch;
+  // Started in prepare_backward (its buffers sit below this scope), or now.
+  std::optional<KvInFlight> in_flight = std::exchange(prefetched_, std::nullopt);
+  if (in_flight && in_flight->layer != layer) {
+    core::throw_runtime_error("CP attention: layer " + std::to_string(layer) +
+                              "'s backward after layer " + std::to_string(in_flight->layer) +
+                              "'s prepare_backward");
+  }
   core::ArenaScope scope(scratch);
-  const GatheredKv gathered = gather_kv(scratch, k, v);
+  if (!in_flight) in_flight = start_kv_gather(scratch, k, v, layer);
+  const GatheredKv gathered = finish_kv_gather(*in_flight);
   const Tensor& rank_order = gathered.rank_order;
   const Tensor& gathered_k = gathered.k;
   const Tensor& gathered_v = gathered.v;

@@ -15,8 +15,17 @@
 // forward and backward), compute dQ locally and dK / dV for the gathered rows, reorder back
 // into rank order and reduce-scatter, so rank k receives the sum over the group of the
 // gradients of its own rows.
+// The K and V all-gathers are started transfers (Comm::start_all_gather), both posted as soon
+// as their inputs exist: on the GPU on the communicator's stream behind an event, with the
+// compute stream ordered after each by an event (no host wait); K is reordered while V still
+// travels. The backward's gathers start in prepare_backward, before the layer's MLP backward,
+// and travel beside it. Three c x local buffers hold them (K's rank-order staging, V's, which
+// is reused as the staging of dK / dV, and K in sequence order; V in sequence order takes K's
+// freed staging), as many as one gather at a time would.
 // A group of one rank is model::LocalAttentionContext. Every rank of a group must
 // hold the same bin (the schedule guarantees it); a mismatch in row counts is a runtime error.
+
+#include <optional>
 
 #include "dist/comm.hpp"
 #include "model/local_seams.hpp"
@@ -31,6 +40,8 @@ class CpAttentionContext final : public GroupAttentionContext {
   explicit CpAttentionContext(SeamCounters* counters = nullptr) : GroupAttentionContext(counters) {}
 
   void begin_bin(const model::SeamContext& context, const model::LocalBinLayout& layout) override;
+  void prepare_backward(const model::SeamContext& context, int layer, const core::Tensor& k,
+                        const core::Tensor& v) override;
   void forward(const model::SeamContext& context, int layer, const core::Tensor& q,
                const core::Tensor& k, const core::Tensor& v, double scale, const core::Tensor& out,
                ops::AttentionSaved& saved) override;
@@ -40,18 +51,27 @@ class CpAttentionContext final : public GroupAttentionContext {
                 const core::Tensor& dq, const core::Tensor& dk, const core::Tensor& dv) override;
 
  private:
-  // The group's K and V in sequence order (and the rank-order staging buffer), from scratch.
+  // The group's K and V in sequence order and a free rank-order buffer, from scratch.
   struct GatheredKv {
     core::Tensor rank_order, k, v;
   };
-  GatheredKv gather_kv(core::Arena& scratch, const core::Tensor& k, const core::Tensor& v);
+  // K and V gathers started into rank-order buffers (`k_staging`, `v_staging`), and the buffer
+  // K is reordered into.
+  struct KvInFlight {
+    core::Tensor k_staging, v_staging, k;
+    dist::Comm::Pending k_pending, v_pending;
+    int layer = -1;
+  };
+  KvInFlight start_kv_gather(core::Arena& scratch, const core::Tensor& k, const core::Tensor& v,
+                             int layer);
+  // Orders the reordering after each transfer and puts K and V into sequence order.
+  GatheredKv finish_kv_gather(KvInFlight& in_flight);
   // gathered (rank order) -> sequence order, and the inverse, row by row.
-  void gather_sequence_order(const core::Tensor& local, const core::Tensor& rank_order,
-                             const core::Tensor& sequence_order);
   void scatter_rank_order(const core::Tensor& sequence_order, const core::Tensor& rank_order);
 
   ops::VarlenAttentionLayout layout_;
-  core::Tensor sequence_to_rank_row_;  // i32 [c * local_rows]: gathered row of each key
+  core::Tensor sequence_to_rank_row_;     // i32 [c * local_rows]: gathered row of each key
+  std::optional<KvInFlight> prefetched_;  // prepare_backward's gathers, for that layer
 };
 
 }  // namespace dyncp::parallel

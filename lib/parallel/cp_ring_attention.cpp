@@ -114,8 +114,10 @@ void CpRingAttentionContext::start_pass(const Tensor& k, const Tensor& v, const 
 
 void CpRingAttentionContext::wait_pass(dist::Comm::PendingSendRecv pending[2]) {
   ScopedMilliseconds timer(cp_time());
-  group_->wait(pending[0]);
-  group_->wait(pending[1]);
+  // The compute stream waits for the blocks by events (the host goes on enqueueing); on the
+  // host the transfers are waited for.
+  group_->order_compute_after(pending[0]);
+  group_->order_compute_after(pending[1]);
 }
 
 void CpRingAttentionContext::forward(const model::SeamContext& context, int layer, const Tensor& q,
@@ -215,8 +217,8 @@ void CpRingAttentionContext::backward(const model::SeamContext& context, int lay
       if (gradients_pending) {
         {
           ScopedMilliseconds timer(cp_time());
-          group.wait(gradients[0]);
-          group.wait(gradients[1]);
+          group.order_compute_after(gradients[0]);
+          group.order_compute_after(gradients[1]);
         }
         ops::add(context.ops, block_dk, incoming_dk, block_dk);
         ops::add(context.ops, block_dv, incoming_dv, block_dv);
@@ -235,8 +237,8 @@ void CpRingAttentionContext::backward(const model::SeamContext& context, int lay
   DYNCP_CHECK(gradients_pending, "a ring of two or more ranks sends dK/dV at least once");
   {
     ScopedMilliseconds timer(cp_time());
-    group.wait(gradients[0]);
-    group.wait(gradients[1]);
+    group.order_compute_after(gradients[0]);
+    group.order_compute_after(gradients[1]);
   }
   ops::add(context.ops, dk, incoming_dk, dk);
   ops::add(context.ops, dv, incoming_dv, dv);

@@ -104,9 +104,18 @@ void EpExpertDispatcher::regroup(const ops::OpContext& ctx, const Tensor& receiv
 void EpExpertDispatcher::forward(const model::SeamContext& context, int layer, const Tensor& x_perm,
                                  const Tensor& expert_offsets, const model::ExpertWeights& weights,
                                  const Tensor& y_perm, model::ExpertSaved& saved) {
+  forward_beside(context, layer, x_perm, expert_offsets, weights, y_perm, saved, {});
+}
+
+void EpExpertDispatcher::forward_beside(const model::SeamContext& context, int layer,
+                                        const Tensor& x_perm, const Tensor& expert_offsets,
+                                        const model::ExpertWeights& weights, const Tensor& y_perm,
+                                        model::ExpertSaved& saved,
+                                        const std::function<void()>& beside) {
   check_local(weights);
   const model::ExpertWeights& local = weights;
   if (group_.size() == 1) {
+    if (beside) beside();
     if (counters_ != nullptr) counters_->expert_rows += x_perm.size(0);
     run_local_forward(context, layer, x_perm, expert_offsets,
                       expert_offsets.device() == core::Device::cpu ? expert_offsets : Tensor{},
@@ -173,7 +182,19 @@ void EpExpertDispatcher::forward(const model::SeamContext& context, int layer, c
   }
   core::ArenaScope scope(scratch);
   const Tensor arrived = scratch.allocate({received_rows, hidden}, x_perm.dtype());
-  {
+  if (beside) {
+    // The rows travel while `beside` runs (its allocations sit above `arrived` in scratch).
+    dist::Comm::Pending travelling;
+    {
+      ScopedMilliseconds timer(ep_time());
+      travelling = group_.start_all_to_all_v(x_perm.raw_data(), send_counts_, arrived.raw_data(),
+                                             recv_counts_, x_perm.dtype());
+    }
+    beside();
+    if (counters_ != nullptr) ++counters_->exchanges_with_work_beside;
+    ScopedMilliseconds timer(ep_time());
+    group_.order_compute_after(travelling);
+  } else {
     ScopedMilliseconds timer(ep_time());
     group_.all_to_all_v(x_perm.raw_data(), send_counts_, arrived.raw_data(), recv_counts_,
                         x_perm.dtype());

@@ -13,6 +13,8 @@
 // Backward mirrors it: dY goes to the experts' owners, dX comes back; expert weight gradients
 // stay on the owning rank and are later summed over the expert-data-parallel group. The model
 // holds only the owned experts (parallel::local_expert_range).
+// With model.moe_shared_expert_overlap the layer hands its shared expert to forward_beside,
+// which runs it while step 2's rows travel (the same numbers: it reads none of them).
 // A one-rank EP group runs the experts locally without communication. Expert offsets in device
 // memory (model.moe_grouped_gemm) come down to the host once per layer's forward, the one
 // synchronisation of an EP MoE layer: the all-to-all sizes its messages from them.
@@ -41,6 +43,12 @@ class EpExpertDispatcher final : public model::ExpertDispatcher {
   void forward(const model::SeamContext& context, int layer, const core::Tensor& x_perm,
                const core::Tensor& expert_offsets, const model::ExpertWeights& weights,
                const core::Tensor& y_perm, model::ExpertSaved& saved) override;
+  // Step 2's all_to_all_v is started, `beside` runs (the shared expert on the compute
+  // stream), then the regrouping waits for the rows (device: by an event; host: MPI's wait).
+  void forward_beside(const model::SeamContext& context, int layer, const core::Tensor& x_perm,
+                      const core::Tensor& expert_offsets, const model::ExpertWeights& weights,
+                      const core::Tensor& y_perm, model::ExpertSaved& saved,
+                      const std::function<void()>& beside) override;
   void backward(const model::SeamContext& context, int layer, const core::Tensor& dy_perm,
                 const core::Tensor& expert_offsets, const model::ExpertWeights& weights,
                 const model::ExpertSaved& saved, const core::Tensor& dx_perm) override;

@@ -1,5 +1,6 @@
 #include "parallel/optimizer_shards.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -33,6 +34,31 @@ KindShards::KindShards(std::vector<ParameterRange> ranges, int shards, int index
     ranges_.push_back(range);
     starts_.push_back(starts_.back() + range.count);
   }
+}
+
+int KindShards::owner_of(std::int64_t logical) const {
+  DYNCP_CHECK(logical >= 0 && logical < total(),
+              "logical position " + std::to_string(logical) + " of " + std::to_string(total()));
+  // Pieces 0..longer-1 hold base + 1 elements, the rest base (shard_piece).
+  const std::int64_t base = total() / shards_;
+  const std::int64_t longer = total() % shards_;
+  const std::int64_t in_longer = longer * (base + 1);
+  if (logical < in_longer) return static_cast<int>(logical / (base + 1));
+  return static_cast<int>(longer + (logical - in_longer) / base);
+}
+
+std::int64_t KindShards::logical_of(std::int64_t offset) const {
+  // The last range starting at or before `offset`.
+  const auto after = std::upper_bound(
+      ranges_.begin(), ranges_.end(), offset,
+      [](std::int64_t value, const ParameterRange& range) { return value < range.offset; });
+  DYNCP_CHECK(after != ranges_.begin(),
+              "flat offset " + std::to_string(offset) + " precedes this kind's ranges");
+  const auto at = static_cast<std::size_t>(after - ranges_.begin() - 1);
+  const ParameterRange& range = ranges_[at];
+  DYNCP_CHECK(offset < range.offset + range.count,
+              "flat offset " + std::to_string(offset) + " lies in none of this kind's ranges");
+  return starts_[at] + (offset - range.offset);
 }
 
 namespace {

@@ -61,6 +61,23 @@ class KindShards {
       logical += count;
     }
   }
+  // The shard whose piece holds logical position `logical` (0 <= logical < total()).
+  int owner_of(std::int64_t logical) const;
+  // fn(flat_offset, count, owner) for each run of the flat span [offset, offset + count) that
+  // lies in one shard's piece, in order. The span lies in this kind's ranges and is contiguous
+  // in the flat buffer (adjacent ranges are adjacent in the logical vector too), as the
+  // overlapped reductions' bucket spans are (parallel/overlapped_gradient_reduce.hpp).
+  template <typename Fn>
+  void for_each_owner_run(std::int64_t offset, std::int64_t count, Fn&& fn) const {
+    std::int64_t logical = logical_of(offset);
+    for (const std::int64_t end = offset + count; offset < end;) {
+      const int owner = owner_of(logical);
+      const std::int64_t run = std::min(piece(owner).end - logical, end - offset);
+      fn(offset, run, owner);
+      offset += run;
+      logical += run;
+    }
+  }
   // Logical [begin, end) of a flat buffer into `out` (end - begin elements), and back. Both
   // buffers on `device` (cuda: one device copy per segment).
   void read(const float* flat, std::int64_t begin, std::int64_t end, float* out,
@@ -69,6 +86,9 @@ class KindShards {
              core::Device device = core::Device::cpu) const;
 
  private:
+  // The logical position of flat element `offset`, which lies in one of the ranges.
+  std::int64_t logical_of(std::int64_t offset) const;
+
   std::vector<ParameterRange> ranges_;
   std::vector<std::int64_t> starts_{0};  // logical start of each range, then the total
   int shards_ = 1;

@@ -42,7 +42,8 @@ std::int64_t ready_after(const std::string& name, std::int64_t layers) {
 }  // namespace
 
 std::vector<GradientBucket> plan_gradient_buckets(const model::Qwen3MoeParameters& parameters,
-                                                  std::int64_t bucket_elements) {
+                                                  std::int64_t bucket_elements,
+                                                  const OptimizerShards* owners) {
   DYNCP_CHECK(bucket_elements > 0, "a gradient bucket holds at least one element");
   const auto* base = static_cast<const float*>(parameters.all_grads().raw_data());
   const std::int64_t layers = parameters.architecture().num_hidden_layers;
@@ -93,42 +94,59 @@ std::vector<GradientBucket> plan_gradient_buckets(const model::Qwen3MoeParameter
                    [](const GradientBucket& a, const GradientBucket& b) {
                      return a.ready_after_layer > b.ready_after_layer;
                    });
+  if (owners != nullptr) {
+    for (GradientBucket& bucket : buckets) {
+      const KindShards& kind = bucket.is_expert ? owners->expert : owners->dense;
+      std::vector<GradientSpan> cut;
+      for (const GradientSpan& span : bucket.spans) {
+        kind.for_each_owner_run(span.offset, span.count,
+                                [&](std::int64_t offset, std::int64_t count, int owner) {
+                                  cut.push_back({offset, count, owner});
+                                });
+      }
+      bucket.spans = std::move(cut);
+    }
+  }
   return buckets;
 }
 
 OverlappedGradientReduce::OverlappedGradientReduce(const model::Qwen3MoeParameters& parameters,
                                                    dist::Comm& pool,
                                                    dist::Comm& expert_data_parallel,
-                                                   std::int64_t bucket_elements)
-    : buckets_(plan_gradient_buckets(parameters, bucket_elements)),
+                                                   std::int64_t bucket_elements,
+                                                   const OptimizerShards* owners)
+    : buckets_(plan_gradient_buckets(parameters, bucket_elements, owners)),
+      to_owners_(owners != nullptr),
       gradients_(parameters.all_grads().data<float>()),
       device_(parameters.device()),
       pool_(pool.split(0, pool.rank(), pool.name() + ".grad_overlap")),
       expert_data_parallel_(expert_data_parallel.split(
           0, expert_data_parallel.rank(), expert_data_parallel.name() + ".grad_overlap")) {
+  if (owners != nullptr) {
+    DYNCP_CHECK(owners->dense.shards() == pool.size() &&
+                    owners->expert.shards() == expert_data_parallel.size(),
+                "the optimizer's shards are planned for the pool and the expert-DP group");
+  }
   if (device_ == core::Device::cpu) {
     std::int64_t largest = 0;
     for (const GradientBucket& bucket : buckets_) largest = std::max(largest, bucket.elements);
-    staging_.resize(static_cast<std::size_t>(largest));
-    thread_ = std::thread([this] { communication_thread(); });
+    if (!to_owners_) staging_.resize(static_cast<std::size_t>(largest));
+    thread_.emplace();
   }
 }
 
-OverlappedGradientReduce::~OverlappedGradientReduce() {
-  if (thread_.joinable()) {
-    {
-      const std::lock_guard lock(mutex_);
-      stop_ = true;
-    }
-    wake_.notify_all();
-    thread_.join();
-  }
+OverlappedGradientReduce::~OverlappedGradientReduce() = default;
+
+dist::CommCounters OverlappedGradientReduce::counters() const {
+  dist::CommCounters sum = pool_->counters();
+  sum += expert_data_parallel_->counters();
+  return sum;
 }
 
 void OverlappedGradientReduce::begin() {
   next_ = 0;
   started_during_backward_ = 0;
-  finishing_ = false;
+  if (tensor_parallel_sum_) tensor_parallel_sum_->begin_step();
 }
 
 void OverlappedGradientReduce::layer_done(std::int64_t layer) {
@@ -150,26 +168,34 @@ void OverlappedGradientReduce::start(std::size_t index) {
   const GradientBucket& bucket = buckets_[index];
   if (tensor_parallel_sum_) {
     for (const GradientSpan& span : bucket.spans)
-      tensor_parallel_sum_->sum(all_grads_, span.offset, span.offset + span.count);
+      tensor_parallel_sum_->sum_touching(all_grads_, span.offset, span.offset + span.count);
   }
-  dist::Comm& comm = bucket.is_expert ? *expert_data_parallel_ : *pool_;
+  dist::Comm& comm = comm_of(bucket);
   if (comm.size() == 1) return;
-  if (device_ != core::Device::cpu) {
-    for (const GradientSpan& span : bucket.spans)
-      comm.start_all_reduce(gradients_ + span.offset, static_cast<std::size_t>(span.count),
-                            core::DType::f32, dist::ReduceOp::sum);
+  if (device_ == core::Device::cpu) {
+    thread_->post([this, &bucket] { reduce_on_host(bucket); });
     return;
   }
-  {
-    const std::lock_guard lock(mutex_);
-    queue_.push_back(index);
-    ++queued_total_;
+  for (const GradientSpan& span : bucket.spans) {
+    const auto count = static_cast<std::size_t>(span.count);
+    if (to_owners_) {
+      started_.push_back(
+          {&comm, comm.start_reduce(gradients_ + span.offset, count, core::DType::f32,
+                                    dist::ReduceOp::sum, span.owner)});
+    } else {
+      comm.start_all_reduce(gradients_ + span.offset, count, core::DType::f32, dist::ReduceOp::sum);
+    }
   }
-  wake_.notify_all();
 }
 
 void OverlappedGradientReduce::reduce_on_host(const GradientBucket& bucket) {
-  dist::Comm& comm = bucket.is_expert ? *expert_data_parallel_ : *pool_;
+  dist::Comm& comm = comm_of(bucket);
+  if (to_owners_) {
+    for (const GradientSpan& span : bucket.spans)
+      comm.reduce(gradients_ + span.offset, static_cast<std::size_t>(span.count), core::DType::f32,
+                  dist::ReduceOp::sum, span.owner);
+    return;
+  }
   if (bucket.spans.size() == 1) {
     const GradientSpan& span = bucket.spans.front();
     comm.all_reduce(gradients_ + span.offset, gradients_ + span.offset,
@@ -193,41 +219,17 @@ void OverlappedGradientReduce::reduce_on_host(const GradientBucket& bucket) {
   }
 }
 
-void OverlappedGradientReduce::communication_thread() {
-  std::unique_lock lock(mutex_);
-  while (true) {
-    wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stop_
-    const std::size_t index = queue_.front();
-    queue_.erase(queue_.begin());
-    lock.unlock();
-    try {
-      if (!failure_) reduce_on_host(buckets_[index]);
-    } catch (...) {
-      failure_ = std::current_exception();
-    }
-    lock.lock();
-    ++queued_done_;
-    wake_.notify_all();
-  }
-}
-
 void OverlappedGradientReduce::finish() {
-  finishing_ = true;
   while (next_ < buckets_.size()) start(next_++);
-  if (device_ != core::Device::cpu) {
-    // The consumers (norm, clip, optimizer) run on the compute stream: it waits, the host not.
-    pool_->order_compute_after_started();
-    expert_data_parallel_->order_compute_after_started();
+  if (device_ == core::Device::cpu) {
+    thread_->wait_all();
     return;
   }
-  std::unique_lock lock(mutex_);
-  wake_.wait(lock, [&] { return queued_done_ == queued_total_; });
-  if (failure_) {
-    const std::exception_ptr failure = failure_;
-    failure_ = nullptr;
-    std::rethrow_exception(failure);
-  }
+  // The consumers (norm, clip, optimizer) run on the compute stream: it waits, the host not.
+  for (auto& [comm, pending] : started_) comm->order_compute_after(pending);
+  started_.clear();
+  pool_->order_compute_after_started();
+  expert_data_parallel_->order_compute_after_started();
 }
 
 }  // namespace dyncp::parallel

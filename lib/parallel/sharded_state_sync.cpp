@@ -188,8 +188,25 @@ double ShardedStateSync::global_sum_of_squares(const core::Tensor& gradients) {
   return sums[0] + sums[1];
 }
 
+void ShardedStateSync::overlap_parameter_gather(std::unique_ptr<OverlappedParameterGather> gather) {
+  complete_parameter_gather();
+  parameter_gather_ = std::move(gather);
+}
+
+void ShardedStateSync::gather_parameters(const core::Tensor& values) {
+  if (!parameter_gather_) return all_gather(values);
+  require_flat(values, "gather_parameters' buffer");
+  complete_parameter_gather();
+  parameter_gather_->start();
+}
+
+void ShardedStateSync::complete_parameter_gather() {
+  if (parameter_gather_) parameter_gather_->wait_all();
+}
+
 void ShardedStateSync::all_gather(const core::Tensor& flat, const core::Tensor& owned_values) {
   require_flat(flat, "all_gather's buffer");
+  complete_parameter_gather();
   const float* owned = nullptr;
   if (owned_values.defined()) {
     DYNCP_CHECK(owned_values.dtype() == core::DType::f32 &&

@@ -30,6 +30,7 @@
 #include "dist/comm.hpp"
 #include "parallel/optimizer_shards.hpp"
 #include "parallel/tensor_parallel_gradients.hpp"
+#include "parallel/overlapped_parameter_gather.hpp"
 
 namespace dyncp::parallel {
 
@@ -61,8 +62,22 @@ class ShardedStateSync {
   // Writes every rank's pieces into `flat` (f32, laid out like all_values()), over each kind's
   // group. The local piece comes from `flat` itself at the owned positions, or, when
   // `owned_values` is given (on flat's device), from a packed buffer of owned_elements values
-  // in owned_ranges order (the optimizer's moments).
+  // in owned_ranges order (the optimizer's moments). Completes a pending parameter gather
+  // first.
   void all_gather(const core::Tensor& flat, const core::Tensor& owned_values = {});
+
+  // ddp.overlap_param_gather: the parameters' all-gather after each optimizer step runs in
+  // buckets beside the next forward (parallel/overlapped_parameter_gather.hpp), built by the
+  // step engine for the model's parameters.
+  void overlap_parameter_gather(std::unique_ptr<OverlappedParameterGather> gather);
+  OverlappedParameterGather* overlapped_parameter_gather() { return parameter_gather_.get(); }
+  // The optimizer's updated pieces to every rank's parameter buffer `values` (all_values()):
+  // started in buckets when overlapped (the forward and complete_parameter_gather wait), else
+  // all_gather(values).
+  void gather_parameters(const core::Tensor& values);
+  // Waits for a started parameter gather (a no-op when none is pending): every reader of the
+  // parameters other than the forward calls it first.
+  void complete_parameter_gather();
 
  private:
   // Staging buckets on one device: `many` holds shards blocks (reduce-scatter send, all-gather
@@ -88,6 +103,7 @@ class ShardedStateSync {
   std::unique_ptr<core::Arena> device_scratch_;  // ops::sum_of_squares on the device
   dist::Comm* tensor_parallel_ = nullptr;
   std::unique_ptr<TensorParallelGradientSum> tensor_parallel_sum_;
+  std::unique_ptr<OverlappedParameterGather> parameter_gather_;
 };
 
 }  // namespace dyncp::parallel

@@ -15,29 +15,33 @@ TensorParallelGradientSum::TensorParallelGradientSum(const ParameterPartition& p
     total += range.count;
   }
   if (total > 0) staging_ = core::Tensor::zeros({total}, core::DType::f32, device);
+  summed_.assign(ranges_.size(), 0);
 }
 
-void TensorParallelGradientSum::sum(const core::Tensor& gradients, std::int64_t begin,
-                                    std::int64_t end) {
+void TensorParallelGradientSum::sum_touching(const core::Tensor& gradients, std::int64_t begin,
+                                             std::int64_t end) {
   if (empty()) return;
-  if (end < 0) end = gradients.numel();
   const auto pieces = [&](auto&& fn) {
     std::int64_t at = 0;
-    for (const ParameterRange& range : ranges_) {
-      if (range.offset < begin || range.offset + range.count > end) continue;
-      fn(gradients.slice(range.offset, range.offset + range.count),
+    for (std::size_t i = 0; i < ranges_.size(); ++i) {
+      const ParameterRange& range = ranges_[i];
+      if (summed_[i] != 0 || range.offset >= end || range.offset + range.count <= begin) continue;
+      fn(i, gradients.slice(range.offset, range.offset + range.count),
          staging_.slice(at, at + range.count));
       at += range.count;
     }
     return at;
   };
-  const std::int64_t packed =
-      pieces([](const core::Tensor& grad, const core::Tensor& staged) { staged.copy_from(grad); });
+  const std::int64_t packed = pieces([](std::size_t, const core::Tensor& grad,
+                                        const core::Tensor& staged) { staged.copy_from(grad); });
   if (packed == 0) return;
   tensor_parallel_.all_reduce(staging_.raw_data(), staging_.raw_data(),
                               static_cast<std::size_t>(packed), core::DType::f32,
                               dist::ReduceOp::sum);
-  pieces([](const core::Tensor& grad, const core::Tensor& staged) { grad.copy_from(staged); });
+  pieces([&](std::size_t i, const core::Tensor& grad, const core::Tensor& staged) {
+    grad.copy_from(staged);
+    summed_[i] = 1;
+  });
 }
 
 }  // namespace dyncp::parallel

@@ -5,6 +5,7 @@
 // and the gradient norm read them. The ranges are packed into one staging buffer on the
 // gradients' device, summed with one all-reduce and unpacked.
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -20,12 +21,21 @@ class TensorParallelGradientSum {
                             core::Device device);
 
   bool empty() const { return ranges_.empty() || tensor_parallel_.size() == 1; }
-  // Sums the partial ranges of `gradients` (laid out like all_grads()) lying in flat
-  // [begin, end) (default: all of them) over the TP group, in place.
-  void sum(const core::Tensor& gradients, std::int64_t begin = 0, std::int64_t end = -1);
+  // Sums every partial range of `gradients` (laid out like all_grads()) over the TP group, in
+  // place.
+  void sum(const core::Tensor& gradients) {
+    begin_step();
+    sum_touching(gradients, 0, gradients.numel());
+  }
+  // Sums, whole, the partial ranges that overlap flat [begin, end) and were not summed since
+  // the last begin_step() (a bucket's spans may cut a tensor where the optimizer's pieces
+  // change owner; the tensor is summed once, with its first span).
+  void sum_touching(const core::Tensor& gradients, std::int64_t begin, std::int64_t end);
+  void begin_step() { std::fill(summed_.begin(), summed_.end(), 0); }
 
  private:
   std::vector<ParameterRange> ranges_;
+  std::vector<char> summed_;  // per range, since begin_step()
   dist::Comm& tensor_parallel_;
   core::Tensor staging_;
 };

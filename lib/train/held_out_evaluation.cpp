@@ -14,7 +14,8 @@ HeldOutEvaluation::HeldOutEvaluation(const config::ConfigContainer& config,
                             plan.largest_group_multiple(),
                             "the largest CP group's capacity (validation data)");
   StepEngineOptions options = training_options;
-  options.overlap_grad_reduce = false;  // forward only: no gradients to reduce
+  options.overlap_grad_reduce = false;    // forward only: no gradients to reduce
+  options.overlap_param_gather = false;   // the training engine's gather (set_pending_writes)
   options.distributed_optimizer = false;  // forward only: no gradients to shard
   engine_ = std::make_unique<StepEngine>(model, parallel_state, *data_.source, options);
 }
@@ -25,6 +26,7 @@ bool HeldOutEvaluation::due(std::int64_t iteration) const {
 }
 
 double HeldOutEvaluation::loss() {
+  if (complete_) complete_();
   data::SamplerOptions options = sampler_options(config_);
   options.type = data::SamplerType::single;
   data::Sampler held_out(options, data_.source->size());

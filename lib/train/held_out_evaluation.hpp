@@ -4,6 +4,7 @@
 // the training layout and schedule rules.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "config/config_container.hpp"
@@ -24,13 +25,18 @@ class HeldOutEvaluation {
 
   // After `iteration` steps: every eval_interval steps and after the last one.
   bool due(std::int64_t iteration) const;
-  // The token-mean loss over eval_iters held-out batches. Collective over the world.
+  // The token-mean loss over eval_iters held-out batches, after the parameters' pending writes.
+  // Collective over the world.
   double loss();
+  // What must finish before the parameters may be read (ddp.overlap_param_gather: the training
+  // engine's StepEngine::complete_parameter_gather).
+  void set_pending_writes(std::function<void()> complete) { complete_ = std::move(complete); }
 
  private:
   const config::ConfigContainer& config_;
   TrainingData data_;
   std::unique_ptr<StepEngine> engine_;
+  std::function<void()> complete_;
 };
 
 // A HeldOutEvaluation when the recipe evaluates (eval_interval set and eval_iters > 0; eval_iters

@@ -121,11 +121,15 @@ void AdamWOptimizer::step(double lr, std::int64_t step, double grad_scale) {
   params.grad_scale = grad_scale;
   ops::OpContext context;
   context.device = device_;
+  // A gather still reading the pieces must finish before they change (the forward has
+  // normally waited for every bucket).
+  if (sync_ != nullptr) sync_->complete_parameter_gather();
   for (const RangeViews& range : ranges_) {
     ops::adamw_step(context, range.param, range.grad, range.exp_avg, range.exp_avg_sq, params,
                     range.weight_decay);
   }
-  if (sync_ != nullptr) sync_->all_gather(values_);
+  // Overlapped (ddp.overlap_param_gather): started here, waited for by the next forward.
+  if (sync_ != nullptr) sync_->gather_parameters(values_);
 }
 
 AdamWOptimizer::FullSizeMoments AdamWOptimizer::full_size_moments() const {

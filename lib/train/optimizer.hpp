@@ -51,7 +51,8 @@ class AdamWOptimizer {
                  const AdamWSettings& settings);
 
   // One update with learning rate `lr`; `step` counts from 1 (bias correction). Distributed:
-  // collective (the parameter all-gather).
+  // collective (the parameter all-gather; with ddp.overlap_param_gather only started, and the
+  // next forward or StepEngine::complete_parameter_gather waits for it).
   void step(double lr, std::int64_t step, double grad_scale);
 
   bool distributed() const { return sync_ != nullptr; }

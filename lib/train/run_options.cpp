@@ -40,6 +40,7 @@ model::ModelOptions model_options_for(const config::ConfigContainer& config,
   // The GPU path's grouped expert products and fused dispatch (the CPU ops ignore both).
   options.moe_grouped_gemm = model.moe_grouped_gemm;
   options.moe_permute_fusion = model.moe_permute_fusion;
+  options.moe_shared_expert_overlap = model.moe_shared_expert_overlap;
   options.moe_router_force_load_balancing = model.moe_router_force_load_balancing;
   options.precision = config.mixed_precision == config::MixedPrecision::bf16_mixed
                           ? ops::ComputePrecision::bf16
@@ -65,6 +66,7 @@ StepEngineOptions step_engine_options_for(const config::ConfigContainer& config,
   options.cost_model = packing::cost_model_parameters(config.packing, model);
   options.distributed_optimizer = config.ddp.use_distributed_optimizer;
   options.overlap_grad_reduce = config.ddp.overlap_grad_reduce;
+  options.overlap_param_gather = config.ddp.overlap_param_gather;
   // Megatron's default bucket: max(40M, 1M x data-parallel size) elements.
   options.bucket_elements = config.ddp.bucket_size.value_or(
       std::max<std::int64_t>(40'000'000, std::int64_t{1'000'000} * plan.layout.pool_size()));

@@ -145,14 +145,17 @@ BuiltRun build_run(const config::ConfigContainer& config, OpenedRun& run) {
 
   const StepEngineOptions engine_options =
       step_engine_options_for(config, run.plan, run.training_data.pad_token_id);
-  if (config.ddp.overlap_grad_reduce && config.ddp.use_distributed_optimizer && run.plan.rank == 0)
-    spdlog::warn(
-        "ddp.overlap_grad_reduce: with ddp.use_distributed_optimizer the gradients are "
-        "reduce-scattered after the backward, not overlapped with it (docs/dist.md)");
   built.engine = std::make_unique<StepEngine>(*built.model, *run.parallel_state,
                                               *run.training_data.source, engine_options);
+  // ddp.overlap_param_gather: whatever reads the parameters between steps waits for the gather
+  // the last optimizer step started (the next forward waits bucket by bucket).
+  const auto complete_gather = [engine = built.engine.get()] {
+    engine->complete_parameter_gather();
+  };
+  built.host_parameters->set_pending_writes(complete_gather);
   built.evaluation =
       make_held_out_evaluation(config, run.plan, *built.model, *run.parallel_state, engine_options);
+  if (built.evaluation) built.evaluation->set_pending_writes(complete_gather);
   built.optimizer = make_optimizer(config, *built.model, *built.engine);
   built.lr_schedule = lr_schedule_for(config);
   built.checkpoints = std::make_unique<CheckpointSaver>(config, *run.world, *run.parallel_state,

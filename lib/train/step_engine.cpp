@@ -69,6 +69,8 @@ StepEngine::StepEngine(model::Qwen3MoeModel& model, dist::ParallelState& paralle
                               "): build it with ModelOptions::tensor_parallel of the plan");
   const bool tensor_parallel = tp.active();
   const core::Tensor& all_grads = model.parameters().all_grads();
+  DYNCP_CHECK(!options.overlap_param_gather || options.distributed_optimizer,
+              "overlap_param_gather gathers the distributed optimizer's pieces");
   if (options.distributed_optimizer) {
     dist::Comm& pool = parallel_state.pool();
     dist::Comm& expert_data_parallel = parallel_state.expert_data_parallel();
@@ -79,6 +81,19 @@ StepEngine::StepEngine(model::Qwen3MoeModel& model, dist::ParallelState& paralle
     if (tensor_parallel)
       sharded_state_sync_->set_tensor_parallel(parallel_state.tensor_parallel(), partition_,
                                                all_grads.device());
+    const parallel::OptimizerShards& shards = sharded_state_sync_->shards();
+    if (options.overlap_grad_reduce) {
+      overlapped_reduce_ = std::make_unique<parallel::OverlappedGradientReduce>(
+          model.parameters(), pool, expert_data_parallel, options.bucket_elements, &shards);
+      if (tensor_parallel)
+        overlapped_reduce_->set_tensor_parallel(parallel_state.tensor_parallel(), partition_,
+                                                all_grads);
+    }
+    if (options.overlap_param_gather) {
+      sharded_state_sync_->overlap_parameter_gather(
+          std::make_unique<parallel::OverlappedParameterGather>(
+              model.parameters(), shards, pool, expert_data_parallel, options.bucket_elements));
+    }
   } else {
     gradient_sync_.emplace(partition_, model.parameters().all_grads().data<float>(),
                            parallel_state.pool(), parallel_state.expert_data_parallel(),
@@ -141,12 +156,51 @@ dist::Comm* StepEngine::runtime_group(std::int64_t size) {
 }
 
 void StepEngine::synchronise_gradients(bool overlapped) {
-  if (sharded_state_sync_) sharded_state_sync_->reduce_scatter(model_.parameters().all_grads());
   if (overlapped) {
     overlapped_reduce_->finish();  // the buckets the backward left, then the wait
-  } else if (gradient_sync_) {
+  } else if (sharded_state_sync_) {
+    sharded_state_sync_->reduce_scatter(model_.parameters().all_grads());
+  } else {
     gradient_sync_->reduce_gradients();
   }
+}
+
+void StepEngine::complete_parameter_gather() {
+  if (sharded_state_sync_) sharded_state_sync_->complete_parameter_gather();
+}
+
+dist::CommCounters StepEngine::communication_counters() const {
+  dist::CommCounters counters = parallel_state_.total_counters();
+  counters += exchange_.subgroup_counters();
+  if (overlapped_reduce_) counters += overlapped_reduce_->counters();
+  if (const parallel::OverlappedParameterGather* gather = overlapped_parameter_gather())
+    counters += gather->counters();
+  return counters;
+}
+
+model::BinOptions StepEngine::bin_options_for(bool compute_gradients, double inverse_tokens,
+                                              std::int64_t batch_size, bool last_overlapped_bin) {
+  model::BinOptions bin_options;
+  bin_options.compute_gradients = compute_gradients;
+  bin_options.loss_grad_scale = inverse_tokens;
+  bin_options.aux_num_sequences_global = batch_size;
+  bin_options.aux_loss_grad_scale = 1.0;
+  // The first microbatch's forward waits for each layer's gathered parameters before using
+  // them (later ones find every bucket waited for).
+  parallel::OverlappedParameterGather* gather =
+      sharded_state_sync_ ? sharded_state_sync_->overlapped_parameter_gather() : nullptr;
+  if (gather != nullptr && gather->pending()) {
+    bin_options.before_layer_forward = [gather](std::int64_t layer) {
+      gather->wait_for_layer(layer);
+    };
+  }
+  // The last microbatch's backward finishes each layer's gradient: its buckets start then.
+  if (last_overlapped_bin) {
+    bin_options.after_layer_backward = [this](std::int64_t layer) {
+      overlapped_reduce_->layer_done(layer);
+    };
+  }
+  return bin_options;
 }
 
 StepOutcome StepEngine::forward_backward(std::span<const std::int64_t> sample_ids) {
@@ -164,11 +218,11 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
   // the same bins.
   const std::int64_t rank = parallel_state_.pool().rank();
   counters_.reset();
-  // Bytes over the parallel state's communicators and the exchange's own subgroups.
-  const auto bytes_so_far = [&] {
-    return parallel_state_.total_counters().total().bytes_sent +
-           exchange_.subgroup_counters().total().bytes_sent;
-  };
+  // Bytes over every communicator of the engine.
+  const auto bytes_so_far = [&] { return communication_counters().total().bytes_sent; };
+  // Forward only (evaluation): a started parameter gather is waited for whole before any read;
+  // training steps wait bucket by bucket in the forward (bin_options_for).
+  if (!compute_gradients) complete_parameter_gather();
   const std::uint64_t bytes_before = bytes_so_far();
   const auto& traffic = core::device_traffic();
   const std::uint64_t device_bytes_before =
@@ -259,17 +313,8 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
     dist::Comm* group = runtime_group(p.group_size);
     exchange_.set_group(group);
     statistics_.set_group(group);
-    model::BinOptions bin_options;
-    bin_options.compute_gradients = compute_gradients;
-    bin_options.loss_grad_scale = inverse_tokens;
-    bin_options.aux_num_sequences_global = batch_size;
-    bin_options.aux_loss_grad_scale = 1.0;
-    // The last microbatch's backward finishes each layer's gradient: its buckets start then.
-    if (overlap && m + 1 == microbatches) {
-      bin_options.after_layer_backward = [this](std::int64_t layer) {
-        overlapped_reduce_->layer_done(layer);
-      };
-    }
+    const model::BinOptions bin_options = bin_options_for(
+        compute_gradients, inverse_tokens, batch_size, overlap && m + 1 == microbatches);
     const model::BinResult result =
         model_.run_bin(bin,
                        {exchange_.attention.get(), &experts_, &statistics_,

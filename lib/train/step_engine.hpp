@@ -56,10 +56,14 @@ struct StepEngineOptions {
   // Reduce-scatter gradients for a sharded optimizer (train::AdamWOptimizer built on
   // sharded_state_sync()) instead of all-reducing them.
   bool distributed_optimizer = false;
-  // ddp.overlap_grad_reduce: replicated gradients summed in buckets of bucket_elements while the
-  // last microbatch's backward runs (parallel/overlapped_gradient_reduce.hpp). Not with the
-  // distributed optimizer, whose reduce-scatter runs after the backward.
+  // ddp.overlap_grad_reduce: gradients summed in buckets of bucket_elements while the last
+  // microbatch's backward runs (parallel/overlapped_gradient_reduce.hpp): all-reduced, or with
+  // the distributed optimizer reduced to the ranks owning their pieces.
   bool overlap_grad_reduce = false;
+  // ddp.overlap_param_gather (distributed optimizer only): the optimizer's parameter
+  // all-gather in the same buckets, beside the next forward
+  // (parallel/overlapped_parameter_gather.hpp).
+  bool overlap_param_gather = false;
   std::int64_t bucket_elements = 40'000'000;
 };
 
@@ -98,10 +102,22 @@ class StepEngine {
   const parallel::ParameterPartition& partition() const { return partition_; }
   // The distributed optimizer's shards and collectives; nullptr unless the options ask for it.
   parallel::ShardedStateSync* sharded_state_sync() { return sharded_state_sync_.get(); }
-  // The overlapped bucket reduction; nullptr unless overlap_grad_reduce is on (and replicated).
+  // The overlapped bucket reduction; nullptr unless overlap_grad_reduce is on.
   const parallel::OverlappedGradientReduce* overlapped_reduce() const {
     return overlapped_reduce_.get();
   }
+  // The overlapped parameter gather; nullptr unless overlap_param_gather is on.
+  const parallel::OverlappedParameterGather* overlapped_parameter_gather() const {
+    return sharded_state_sync_ ? sharded_state_sync_->overlapped_parameter_gather() : nullptr;
+  }
+  // Waits for a parameter gather the optimizer started (overlap_param_gather); a no-op
+  // otherwise. Every reader of the parameters between steps calls it (evaluation, checkpoints,
+  // the export: train::HostParameters, train::HeldOutEvaluation), the next step's forward waits
+  // bucket by bucket instead.
+  void complete_parameter_gather();
+  // Everything this engine's communicators moved: the parallel state's, the CP exchange's
+  // subgroups' and the overlapped reductions' and gather's own.
+  dist::CommCounters communication_counters() const;
   const parallel::SeamCounters& seam_counters() const { return counters_; }
   const parallel::CpExchangeSeams& cp_exchange() const { return exchange_; }
   const packing::Schedule& last_schedule() const { return schedule_; }
@@ -131,6 +147,10 @@ class StepEngine {
   const model::PackedBin& upload_bin(const model::PackedBin& host_bin);
   // After the last microbatch: the sharded, overlapped or plain gradient reduction.
   void synchronise_gradients(bool overlapped);
+  // A microbatch's options, with the overlap hooks: the gathered parameters' waits while a
+  // gather is pending, the bucket starts in the last microbatch's backward.
+  model::BinOptions bin_options_for(bool compute_gradients, double inverse_tokens,
+                                    std::int64_t batch_size, bool last_overlapped_bin);
   std::unique_ptr<core::Arena> device_bin_arena_;
   model::PackedBin device_bin_;
   packing::Schedule schedule_;

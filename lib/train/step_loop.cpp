@@ -37,11 +37,12 @@ std::int64_t update_parameters(const config::ConfigContainer& config, OpenedRun&
     return 0;
   }
   const double clip = ops::clip_coefficient(metrics.grad_norm, config.optimizer.clip_grad);
-  const std::uint64_t bytes_before = run.parallel_state->total_counters().total().bytes_sent;
+  const auto bytes_sent = [&] { return built.engine->communication_counters().total().bytes_sent; };
+  const std::uint64_t bytes_before = bytes_sent();
   built.optimizer->step(metrics.lr, state.iteration + 1, clip);
   if (!built.optimizer->distributed()) return 0;
-  auto gathered = static_cast<std::int64_t>(
-      run.parallel_state->total_counters().total().bytes_sent - bytes_before);
+  // Counted when started: an overlapped gather's bytes belong to this step too.
+  auto gathered = static_cast<std::int64_t>(bytes_sent() - bytes_before);
   run.parallel_state->pool().all_reduce(&gathered, &gathered, 1, core::DType::i64,
                                         dist::ReduceOp::sum);
   return gathered;

@@ -30,6 +30,8 @@ packing::StepModelInput base_input(const config::ConfigContainer& config) {
   input.distributed_optimizer = memory.distributed_optimizer;
   input.moment_bytes = memory.exp_avg_bytes + memory.exp_avg_sq_bytes;
   input.overlap_grad_reduce = config.ddp.overlap_grad_reduce;
+  input.overlap_param_gather = config.ddp.overlap_param_gather;
+  input.moe_shared_expert_overlap = config.model.moe_shared_expert_overlap;
   return input;
 }
 

@@ -62,6 +62,7 @@ const model::Qwen3MoeParameters& HostParameters::staging() {
 }
 
 const model::Qwen3MoeParameters& HostParameters::download() {
+  if (complete_) complete_();
   const model::Qwen3MoeParameters& host = staging();
   if (&host != &parameters_) host.copy_values_from(parameters_);
   return host;

@@ -3,6 +3,7 @@
 // allocated, and the host copy of the parameters that checkpoints, exports and loads go
 // through when the parameters live on the GPU.
 
+#include <functional>
 #include <memory>
 
 #include "config/config_container.hpp"
@@ -22,7 +23,11 @@ core::Device resolve_training_device(const config::ConfigContainer& config, int 
 class HostParameters {
  public:
   explicit HostParameters(const model::Qwen3MoeParameters& parameters);
-  // The current values on the host (one device-to-host copy on the GPU).
+  // What must finish before the values may be read (ddp.overlap_param_gather: the parameter
+  // gather the last optimizer step started, StepEngine::complete_parameter_gather).
+  void set_pending_writes(std::function<void()> complete) { complete_ = std::move(complete); }
+  // The current values on the host (one device-to-host copy on the GPU), after the pending
+  // writes.
   const model::Qwen3MoeParameters& download();
   // The host copy to fill (loads); upload() then sends it to the device.
   const model::Qwen3MoeParameters& staging();
@@ -31,6 +36,7 @@ class HostParameters {
  private:
   const model::Qwen3MoeParameters& parameters_;
   std::unique_ptr<model::Qwen3MoeParameters> host_;
+  std::function<void()> complete_;
 };
 
 }  // namespace dyncp::train

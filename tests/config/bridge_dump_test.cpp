@@ -216,6 +216,11 @@ TEST_CASE("inert Bridge settings away from the defaults give one summary warning
     }
   }
   CHECK(summaries == 1);
+  // The overlap keys are honoured now: neither is in the summary, whatever its value.
+  for (const auto& setting : config.bridge_inert_settings) {
+    CHECK(setting.find("ddp.overlap_param_gather") == std::string::npos);
+    CHECK(setting.find("moe_shared_expert_overlap") == std::string::npos);
+  }
   // At Bridge's defaults an inert field adds nothing.
   const auto text = read_text(fixture_path("qwen3_30b_a3b_pretrain_dynamic_cp.yaml"));
   const auto count = load_text(text).bridge_inert_settings.size();
@@ -284,6 +289,10 @@ TEST_CASE("honoured Bridge fields change what they map to", "[config][bridge]") 
   CHECK_FALSE(base.ddp.bucket_size.has_value());
   const auto no_overlap = load_text(edit(text, "ddp", "overlap_grad_reduce", "true", "false"));
   CHECK_FALSE(no_overlap.ddp.overlap_grad_reduce);
+  // ddp.overlap_param_gather is honoured too (the fixture sets it with the distributed optimizer).
+  CHECK(base.ddp.overlap_param_gather);
+  const auto no_gather = load_text(edit(text, "ddp", "overlap_param_gather", "true", "false"));
+  CHECK_FALSE(no_gather.ddp.overlap_param_gather);
   const auto buckets = load_text(edit(text, "ddp", "bucket_size", "null", "1000000"));
   CHECK(buckets.ddp.bucket_size == std::int64_t{1000000});
   const auto adam = load_text(edit(text, "optimizer", "lr", "0.0003", "0.001"));
@@ -307,6 +316,16 @@ TEST_CASE("honoured Bridge fields change what they map to", "[config][bridge]") 
   CHECK(with_wandb.logger.wandb_entity == "team");
   CHECK(with_wandb.logger.wandb_save_dir == "/tmp/wb");
   CHECK(with_wandb.logger.tensorboard_dir == "tb");
+}
+
+TEST_CASE("the hybrid's Bridge dump honours model.moe_shared_expert_overlap", "[config][bridge]") {
+  const auto text = read_text(fixture_path("qwen35_35b_a3b_pretrain_dynamic_cp.yaml"));
+  CHECK_FALSE(load_text(text).model.moe_shared_expert_overlap);
+  const auto overlapped =
+      load_text(edit(text, "model", "moe_shared_expert_overlap", "false", "true"));
+  CHECK(overlapped.model.moe_shared_expert_overlap);
+  for (const auto& setting : overlapped.bridge_inert_settings)
+    CHECK(setting.find("moe_shared_expert_overlap") == std::string::npos);
 }
 
 TEST_CASE("a Bridge dump with tensor parallelism loads its TP sizes", "[config][bridge]") {

@@ -136,6 +136,32 @@ TEST_CASE("rule: micro batch size 1, per-token loss, no averaging in the collect
                       Contains("ddp.average_in_collective: true: must be false"));
 }
 
+TEST_CASE(
+    "rule: the parameter gather overlaps only the distributed optimizer's gather, in the "
+    "reduction's buckets",
+    "[config]") {
+  const auto both = resolved({"ddp.use_distributed_optimizer=true", "ddp.overlap_grad_reduce=true",
+                              "ddp.overlap_param_gather=true"});
+  CHECK(both.ddp.overlap_param_gather);
+  REQUIRE_THROWS_WITH(
+      resolved({"ddp.overlap_grad_reduce=true", "ddp.overlap_param_gather=true"}),
+      Contains("ddp.overlap_param_gather: true: needs ddp.use_distributed_optimizer=true"));
+  REQUIRE_THROWS_WITH(
+      resolved({"ddp.use_distributed_optimizer=true", "ddp.overlap_param_gather=true"}),
+      Contains("ddp.overlap_param_gather: true: needs ddp.overlap_grad_reduce=true"));
+}
+
+TEST_CASE("rule: the shared-expert overlap needs a shared expert", "[config]") {
+  REQUIRE_THROWS_WITH(resolved({"model.moe_shared_expert_overlap=true"}),
+                      Contains("model.moe_shared_expert_overlap: true: the model has no shared "
+                               "expert"));
+  const auto hybrid =
+      resolved({"model.model_type=qwen3_5_moe_text", "model.full_attention_interval=2",
+                "model.partial_rotary_factor=0.25", "model.shared_expert_intermediate_size=24",
+                "model.moe_shared_expert_overlap=true"});
+  CHECK(hybrid.model.moe_shared_expert_overlap);
+}
+
 TEST_CASE("rule: dataloader single or cyclic", "[config]") {
   REQUIRE_NOTHROW(resolved({"dataset.dataloader_type=cyclic"}));
   REQUIRE_THROWS_WITH(resolved({"dataset.dataloader_type=batch"}),

@@ -247,10 +247,78 @@ TEST_CASE("comm: non-blocking send_recv passes blocks round a ring and counts it
   CHECK(copy == held);
   CHECK(world.counters()[CommOp::send_recv].bytes_sent ==
         before[CommOp::send_recv].bytes_sent + moved.bytes_sent);
-  REQUIRE_THROWS_WITH(world.wait(self), Catch::Contains("no exchange is pending"));
+  REQUIRE_THROWS_WITH(world.wait(self), Catch::Contains("no transfer is pending"));
   REQUIRE_THROWS_WITH(world.start_send_recv(held.data(), 1, size, copy.data(), 1, previous,
                                             dyncp::core::DType::f32),
                       Catch::Contains("destination rank"));
+}
+
+TEST_CASE("comm: reduce adds in rank order on the root and leaves the others' buffers",
+          "[dist][mpi][comm]") {
+  Comm& world = test_world();
+  const int size = world.size();
+  for (const int root : {0, size - 1}) {
+    for (const std::size_t count : {std::size_t{1}, std::size_t{4099}}) {
+      std::vector<double> data = data_of<double>(world.rank(), count);
+      const CommCounters before = world.counters();
+      world.reduce(data.data(), count, dyncp::core::DType::f64, ReduceOp::sum, root);
+      if (world.rank() == root) {
+        REQUIRE(data == reference<double>(size, count, ReduceOp::sum));
+      } else {
+        REQUIRE(data == data_of<double>(world.rank(), count));
+      }
+      const OpCounter moved = counters_difference(world.counters(), before)[CommOp::reduce];
+      CHECK(moved.calls == 1);
+      CHECK(moved.bytes_sent == (world.rank() == root ? 0 : count * 8));
+      CHECK(moved.bytes_received ==
+            (world.rank() == root ? count * 8 * static_cast<std::size_t>(size - 1) : 0));
+    }
+  }
+}
+
+TEST_CASE("comm: started collectives give the blocking ones' results once finished",
+          "[dist][mpi][comm]") {
+  Comm& world = test_world();
+  const int size = world.size();
+  const int me = world.rank();
+  const auto f32 = dyncp::core::DType::f32;
+  // all_gather, waited for on the host.
+  const std::vector<float> mine = data_of<float>(me, 33);
+  std::vector<float> gathered(33 * static_cast<std::size_t>(size)), expected(gathered.size());
+  world.all_gather(mine.data(), 33, expected.data(), f32);
+  Comm::Pending gather = world.start_all_gather(mine.data(), 33, gathered.data(), f32);
+  CHECK(gather.slot != -1);
+  world.wait(gather);
+  CHECK(gather.slot == -1);
+  REQUIRE(gathered == expected);
+  // all_to_all_v with uneven (some empty) blocks, finished by order_compute_after (on a host
+  // communicator: a wait).
+  std::vector<std::size_t> send_counts(static_cast<std::size_t>(size)), recv_counts(send_counts);
+  for (int j = 0; j < size; ++j) {
+    send_counts[static_cast<std::size_t>(j)] = static_cast<std::size_t>((me + j) % 3);
+    recv_counts[static_cast<std::size_t>(j)] = static_cast<std::size_t>((j + me) % 3);
+  }
+  const std::size_t sent = std::accumulate(send_counts.begin(), send_counts.end(), std::size_t{0});
+  const std::size_t received =
+      std::accumulate(recv_counts.begin(), recv_counts.end(), std::size_t{0});
+  const std::vector<float> outgoing = data_of<float>(me, sent);
+  std::vector<float> incoming(received + 1), blocking(received + 1);
+  world.all_to_all_v(outgoing.data(), send_counts, blocking.data(), recv_counts, f32);
+  Comm::Pending exchange =
+      world.start_all_to_all_v(outgoing.data(), send_counts, incoming.data(), recv_counts, f32);
+  world.order_compute_after(exchange);
+  REQUIRE(incoming == blocking);
+  // broadcast and reduce in place, several in flight at once.
+  std::vector<float> broadcast = data_of<float>(me, 20);
+  std::vector<double> summed = data_of<double>(me, 50);
+  Comm::Pending first = world.start_broadcast(broadcast.data(), 20, f32, size - 1);
+  Comm::Pending second =
+      world.start_reduce(summed.data(), 50, dyncp::core::DType::f64, ReduceOp::sum, 0);
+  world.wait(second);
+  world.wait(first);
+  REQUIRE(broadcast == data_of<float>(size - 1, 20));
+  if (me == 0) REQUIRE(summed == reference<double>(size, 50, ReduceOp::sum));
+  REQUIRE_THROWS_WITH(world.order_compute_after(first), Catch::Contains("no transfer is pending"));
 }
 
 TEST_CASE("comm: bf16 moves but does not reduce", "[dist][mpi][comm]") {

@@ -11,6 +11,7 @@
 #include "device_buffer.hpp"
 #include "dist/nccl_comm.hpp"
 #include "dist/routed_comm.hpp"
+#include "emulation_counters.h"
 #include "mpi_test_world.hpp"
 #include "ops/cuda/cuda_backend.hpp"
 
@@ -109,6 +110,62 @@ TEST_CASE("moves over the emulated NCCL equal MpiComm's") {
   nccl.broadcast(device_root.get(), 16, DType::f32, p - 1);
   CHECK(same_bits(device_root.download(), values_for(p - 1, 16, 6)));
   nccl.barrier();
+}
+
+// The compute stream (the default stream) runs ahead of the communicator's stream for the
+// whole test case (eager:0), then the order in force is put back.
+struct ComputeRunsAhead {
+  unsigned long long parameter = 0;
+  emulation::StreamOrder kind = emulation::stream_order(&parameter);
+  ComputeRunsAhead() { emulation::set_stream_order(emulation::StreamOrder::eager_one, 0); }
+  ~ComputeRunsAhead() { emulation::set_stream_order(kind, parameter); }
+};
+
+TEST_CASE(
+    "started transfers over the emulated NCCL equal MpiComm's once the compute stream "
+    "waits for them, and not before") {
+  const ComputeRunsAhead order;
+  dist::Comm& mpi = test_world();
+  dist::NcclComm& nccl = nccl_world();
+  const int p = mpi.size();
+  const int rank = mpi.rank();
+  // reduce to the last rank, blocking and started, in place.
+  std::vector<float> host = values_for(rank, 777, 10);
+  DeviceBuffer<float> blocking(host), started(host);
+  mpi.reduce(host.data(), host.size(), DType::f32, dist::ReduceOp::sum, p - 1);
+  nccl.reduce(blocking.get(), host.size(), DType::f32, dist::ReduceOp::sum, p - 1);
+  auto reduce =
+      nccl.start_reduce(started.get(), host.size(), DType::f32, dist::ReduceOp::sum, p - 1);
+  nccl.order_compute_after(reduce);
+  CHECK(same_bits(blocking.download(), host));
+  CHECK(same_bits(started.download(), host));
+
+  // all_gather and all_to_all_v started together, then ordered.
+  const std::vector<float> mine = values_for(rank, 40, 11);
+  std::vector<float> gathered(40 * static_cast<std::size_t>(p));
+  mpi.all_gather(mine.data(), 40, gathered.data(), DType::f32);
+  DeviceBuffer<float> device_mine(mine), device_gathered(gathered.size());
+  std::vector<std::size_t> counts(static_cast<std::size_t>(p), 5);
+  const std::vector<float> outgoing = values_for(rank, 5 * static_cast<std::size_t>(p), 12);
+  std::vector<float> incoming(outgoing.size());
+  mpi.all_to_all_v(outgoing.data(), counts, incoming.data(), counts, DType::f32);
+  DeviceBuffer<float> device_out(outgoing), device_in(incoming.size());
+  auto gather = nccl.start_all_gather(device_mine.get(), 40, device_gathered.get(), DType::f32);
+  auto exchange =
+      nccl.start_all_to_all_v(device_out.get(), counts, device_in.get(), counts, DType::f32);
+  nccl.order_compute_after(exchange);
+  nccl.order_compute_after(gather);
+  CHECK(same_bits(device_gathered.download(), gathered));
+  CHECK(same_bits(device_in.download(), incoming));
+
+  // A broadcast the compute stream is not ordered after: it reads the buffer before the
+  // transfer landed (the root's own buffer is its source and never changes), and after wait().
+  const std::vector<float> before = values_for(rank, 16, 13);
+  DeviceBuffer<float> device_root(before);
+  auto broadcast = nccl.start_broadcast(device_root.get(), 16, DType::f32, 0);
+  CHECK(same_bits(device_root.download(), before));
+  nccl.wait(broadcast);
+  CHECK(same_bits(device_root.download(), values_for(0, 16, 13)));
 }
 
 TEST_CASE("ncclCommSplit groups reduce over their own ranks") {

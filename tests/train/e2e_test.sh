@@ -4,7 +4,7 @@
 # CASE: smoke | resume | relayout | relayout_distopt | relayout_ep | sigterm | sigusr1 | enospc |
 # nan | learns | learns_hybrid | ring | hybrid | bf16_moments | auto_resume | lr_resume |
 # sigusr1_nosave | sigterm_early | selective | save_lock | sharded | async_save | resume_chain |
-# tensor_parallel | tensor_parallel_hybrid.
+# tensor_parallel | tensor_parallel_hybrid | overlap.
 # Each prints what it compares and exits non-zero on any mismatch.
 set -euo pipefail
 train=$1
@@ -481,6 +481,44 @@ assert held_out, "no evaluation ran"
 print(f"{sys.argv[3]}: held-out loss {held_out[-1]:.4f} vs unigram entropy {entropy:.4f} nats "
       f"(first training loss {rows[0]['loss']:.4f})")
 assert held_out[-1] < entropy, "the model did not beat the unigram entropy"
+PY
+    ;;
+  overlap)
+    # ddp.overlap_grad_reduce and ddp.overlap_param_gather with the distributed optimizer on 4
+    # ranks (dynamic CP, EP 2): the parameter gather the optimizer starts runs beside the next
+    # forward, and every other reader must wait for it: evaluation (every 2 steps), the checkpoint
+    # at step 3 (no evaluation before it), the final one and the HF export. Losses, grad norms,
+    # validation losses, every checkpoint and export tensor file: bitwise the run without.
+    for keys in off on; do
+      extra=(ddp.use_distributed_optimizer=true)
+      [[ $keys == on ]] && extra+=(ddp.overlap_grad_reduce=true ddp.overlap_param_gather=true ddp.bucket_size=4096)
+      run "${extra[@]}" train.train_iters=5 scheduler.lr_decay_iters=5 validation.eval_interval=2 \
+        validation.eval_iters=1 checkpoint.save="$work/$keys" checkpoint.save_interval=3 \
+        checkpoint.export_hf="$work/hf_$keys" logger.metrics_path="$work/$keys.jsonl" \
+        >"$work/$keys.log" 2>&1
+    done
+    python3 - "$work" <<'PY'
+import json, pathlib, sys
+work = pathlib.Path(sys.argv[1])
+off, on = ([json.loads(l) for l in open(work / f"{k}.jsonl")] for k in ("off", "on"))
+assert [r["iteration"] for r in on] == [1, 2, 3, 4, 5], on
+for a, b in zip(off, on):
+    for key in ("loss", "grad_norm", "validation_loss"):
+        assert (key in a) == (key in b) and a.get(key) == b.get(key), (key, a, b)
+assert sum("validation_loss" in r for r in on) == 3, on
+files = 0
+for off_root, on_root in ((work / "off", work / "on"), (work / "hf_off", work / "hf_on")):
+    # The checkpoints' rank shards (shards/rank_*.bin) and the export's tensor files.
+    tensor_files = lambda root: sorted(p.relative_to(root) for pattern in ("*.bin", "*.safetensors")
+                                       for p in root.rglob(pattern))
+    names = tensor_files(off_root)
+    assert names == tensor_files(on_root), names
+    for name in names:
+        assert (off_root / name).read_bytes() == (on_root / name).read_bytes(), name
+        files += 1
+assert files == 2 * 4 + 1, files  # two checkpoints of 4 rank shards, one export file
+print(f"overlap: 5 steps, 3 evaluations, {files} checkpoint and export files bitwise equal "
+      f"with the overlap keys on and off (last loss {on[-1]['loss']!r})")
 PY
     ;;
   ring)

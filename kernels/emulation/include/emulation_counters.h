@@ -24,14 +24,17 @@ unsigned long long launches_named(std::string_view prefix);
 // immediate: work runs when enqueued (the default). random: queued work runs at
 // synchronisation points, the next stream to advance drawn from a generator seeded with the
 // parameter. delay_one: the stream with creation index `parameter` (0: the default stream)
-// advances only when no other stream can. The environment sets it at start-up:
-// DYNCP_EMULATED_STREAM_ORDER=immediate | random:SEED | delay:INDEX. Switching runs all
-// queued work first.
-enum class StreamOrder { immediate, random, delay_one };
+// advances only when no other stream can. eager_one: the reverse, that stream advances
+// whenever it can and the others only when it cannot (eager:0 runs the compute stream ahead of
+// every communication stream, so a consumer that does not wait for a transfer's event reads
+// its buffer before the transfer landed). The environment sets it at start-up:
+// DYNCP_EMULATED_STREAM_ORDER=immediate | random:SEED | delay:INDEX | eager:INDEX. Switching
+// runs all queued work first.
+enum class StreamOrder { immediate, random, delay_one, eager_one };
 void set_stream_order(StreamOrder order, unsigned long long parameter);
 // The order in force and its parameter (tests restore it after changing it).
 StreamOrder stream_order(unsigned long long* parameter = nullptr);
-// A stream's creation index (0: the default stream), for delay_one.
+// A stream's creation index (0: the default stream), for delay_one and eager_one.
 int stream_index(CUstream_st* stream);
 
 }  // namespace dyncp::emulation

@@ -73,6 +73,8 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, std::size_t recv_co
                                cudaStream_t stream);
 ncclResult_t ncclBroadcast(const void* send, void* recv, std::size_t count, ncclDataType_t type,
                            int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclReduce(const void* send, void* recv, std::size_t count, ncclDataType_t type,
+                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclSend(const void* send, std::size_t count, ncclDataType_t type, int peer,
                       ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclRecv(void* recv, std::size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
