@@ -129,7 +129,9 @@ class Comm {
   // sends send_count elements to dest_rank and receives recv_count elements from source_rank
   // into recv, and returns at once. Neither buffer may be touched until wait() on the handle;
   // every started exchange must be waited for. Messages between two ranks match in the order
-  // their exchanges were started (NCCL ignores `tag`). A peer equal to this rank is a copy.
+  // their exchanges were started (NCCL ignores `tag`). A peer equal to this rank is a copy;
+  // a half of no elements addressed to this rank is not posted at all, so an exchange may be
+  // one-sided (send only: recv_count 0, source_rank = rank(); receive only likewise).
   struct PendingSendRecv {
     int slot = -1;  // the backend's request slot; -1: nothing pending
   };

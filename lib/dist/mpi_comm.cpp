@@ -224,11 +224,18 @@ class MpiComm final : public Comm {
     pair.recv_count = recv_count;
     pair.dtype = dtype;
     pair.source_rank = source_rank;
+    // A half of no elements addressed to this rank is not posted: a one-sided exchange.
+    pair.receives = recv_count > 0 || source_rank != rank();
+    pair.requests[0] = pair.requests[1] = MPI_REQUEST_NULL;
     // The receive is posted first so a self-exchange or an eager peer finds it waiting.
-    DYNCP_MPI_CHECK(MPI_Irecv(recv, as_mpi_count(recv_count, context()), mpi_type(dtype),
-                              source_rank, tag, comm_, &pair.requests[0]));
-    DYNCP_MPI_CHECK(MPI_Isend(send, as_mpi_count(send_count, context()), mpi_type(dtype), dest_rank,
-                              tag, comm_, &pair.requests[1]));
+    if (pair.receives) {
+      DYNCP_MPI_CHECK(MPI_Irecv(recv, as_mpi_count(recv_count, context()), mpi_type(dtype),
+                                source_rank, tag, comm_, &pair.requests[0]));
+    }
+    if (send_count > 0 || dest_rank != rank()) {
+      DYNCP_MPI_CHECK(MPI_Isend(send, as_mpi_count(send_count, context()), mpi_type(dtype),
+                                dest_rank, tag, comm_, &pair.requests[1]));
+    }
     return slot;
   }
 
@@ -237,6 +244,7 @@ class MpiComm final : public Comm {
     free_slots_.push_back(slot);
     MPI_Status statuses[2];
     DYNCP_MPI_CHECK(MPI_Waitall(2, pair.requests, statuses));
+    if (!pair.receives) return;
     int received = 0;
     MPI_Get_count(&statuses[0], mpi_type(pair.dtype), &received);
     if (static_cast<std::size_t>(received) != pair.recv_count) {
@@ -308,6 +316,7 @@ class MpiComm final : public Comm {
     std::size_t recv_count = 0;
     core::DType dtype = core::DType::u8;
     int source_rank = 0;
+    bool receives = true;  // false: a one-sided exchange that only sends
   };
 
   MPI_Comm comm_;
