@@ -47,6 +47,29 @@ std::int64_t expert_index_of(const std::string& name) {
   return expert;
 }
 
+// A tensor of the whole model that another pipeline stage holds: a layer outside this part,
+// the embedding on a part without it (and without a tied head's copy), the final norm and
+// head on a part without the head. `text_prefix`: "model." or Qwen3.5's
+// "model.language_model.".
+bool held_by_another_stage(const std::string& name, const std::string& text_prefix,
+                           const Qwen3MoeParameters& parameters) {
+  const ModelPart& part = parameters.part();
+  const std::string layers = text_prefix + "layers.";
+  if (name.starts_with(layers)) {
+    std::size_t i = layers.size();
+    std::int64_t layer = 0;
+    if (i >= name.size() || name[i] < '0' || name[i] > '9') return false;
+    for (; i < name.size() && name[i] >= '0' && name[i] <= '9'; ++i)
+      layer = layer * 10 + (name[i] - '0');
+    return layer < parameters.architecture().num_hidden_layers &&
+           parameters.position_of_layer(layer) < 0;
+  }
+  if (name == text_prefix + "embed_tokens.weight")
+    return !part.embedding && !parameters.holds_tied_head_copy();
+  if (name == text_prefix + "norm.weight" || name == "lm_head.weight") return !part.head;
+  return false;
+}
+
 // How the text model's tensors are stored on disk (qwen-moe.md §4.3-4.4): under `model.` or,
 // in Qwen3.5's multimodal checkpoints, `model.language_model.`; experts one tensor per expert
 // or fused per layer (`mlp.experts.gate_up_proj` [E, 2I, h], `mlp.experts.down_proj` [E, h, I]).
@@ -157,7 +180,9 @@ void load_hf_weights(const std::string& folder, const Qwen3MoeParameters& parame
   }
   const bool tied = architecture.tie_word_embeddings;
   for (const auto& name : checkpoint.tensor_names()) {
-    if (expected_names.count(name) != 0 || belongs_to_other_model_parts(name)) continue;
+    if (expected_names.count(name) != 0 || belongs_to_other_model_parts(name) ||
+        held_by_another_stage(name, layout.text_prefix, parameters))
+      continue;
     if (tied && name == "lm_head.weight") continue;
     // Experts held by other ranks of the expert-parallel group.
     const std::int64_t expert = expert_index_of(name);

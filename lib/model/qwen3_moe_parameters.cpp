@@ -91,11 +91,47 @@ struct ParameterSlots {
   Param& lm_head;
 };
 
-// Where every parameter lives in the flat buffers, for an architecture and the experts a rank
-// holds: the one plan behind both the allocation and parameter_count(), so the memory
-// estimate counts exactly what is allocated.
+// The whole-model layers a part holds, ascending.
+std::vector<std::int64_t> held_layer_ids(const config::ModelArchitecture& a,
+                                         const ModelPart& part) {
+  std::vector<std::int64_t> ids;
+  if (part.layers.empty()) {
+    for (std::int64_t i = 0; i < a.num_hidden_layers; ++i) ids.push_back(i);
+    return ids;
+  }
+  for (const ModelPart::LayerRun& run : part.layers) {
+    if (run.first < 0 || run.count < 0 || run.first + run.count > a.num_hidden_layers ||
+        (!ids.empty() && run.first <= ids.back()))
+      core::throw_runtime_error(
+          "model part: layer runs must be ascending, disjoint and inside the "
+          "model's " +
+          std::to_string(a.num_hidden_layers) + " layers");
+    for (std::int64_t i = run.first; i < run.first + run.count; ++i) ids.push_back(i);
+  }
+  return ids;
+}
+
+// HF tensors of whole-model layer i (every expert): what a part skips over when it does not
+// hold the layer, so its own tensors keep their whole-model indices.
+std::size_t hf_tensors_of_layer(const config::ModelArchitecture& a, std::int64_t i) {
+  std::size_t count = 2;  // input and post-attention norms
+  if (a.mixer_of_layer(i) == config::LayerMixer::full_attention)
+    count += 6;  // q, k, v, o projections, q and k norms
+  else
+    count += (a.model_type == "qwen3_next" ? 2 : 4) + 5;  // projections, conv, A, dt, norm, out
+  if (a.is_moe_layer(i))
+    count += 1 + (a.is_hybrid() ? 4 : 0) + 3 * static_cast<std::size_t>(a.num_experts);
+  else
+    count += 3;
+  return count;
+}
+
+// Where every parameter lives in the flat buffers, for an architecture, the experts a rank
+// holds and the layers (embedding, head) of its part: the one plan behind both the allocation
+// and parameter_count(), so the memory estimate counts exactly what is allocated.
 Layout plan_layout(const config::ModelArchitecture& a, const ExpertRange& experts,
-                   ParameterSlots slots) {
+                   ParameterSlots slots, const std::vector<std::int64_t>& layer_ids,
+                   bool embedding = true, bool head = true) {
   const std::int64_t local_experts = experts.count;
   const std::int64_t h = a.hidden_size, d = a.head_dim, hq = a.num_attention_heads,
                      hkv = a.num_key_value_heads, e = a.num_experts,
@@ -108,10 +144,13 @@ Layout plan_layout(const config::ModelArchitecture& a, const ExpertRange& expert
                      shared_i = a.shared_expert_intermediate_size;
 
   Layout layout;
-  layout.add(slots.embed_tokens, {a.vocab_size, h});
-  slots.layers.resize(static_cast<std::size_t>(a.num_hidden_layers));
-  for (std::int64_t i = 0; i < a.num_hidden_layers; ++i) {
-    auto& layer = slots.layers[static_cast<std::size_t>(i)];
+  // A last stage's tied head is a copy of the embedding.
+  if (embedding || (head && a.tie_word_embeddings))
+    layout.add(slots.embed_tokens, {a.vocab_size, h});
+  slots.layers.resize(layer_ids.size());
+  for (std::size_t position = 0; position < layer_ids.size(); ++position) {
+    const std::int64_t i = layer_ids[position];
+    auto& layer = slots.layers[position];
     layer.is_moe = a.is_moe_layer(i);
     layer.mixer = a.mixer_of_layer(i);
     layout.add(layer.input_norm, {h});
@@ -152,8 +191,10 @@ Layout plan_layout(const config::ModelArchitecture& a, const ExpertRange& expert
       layout.add(layer.dense.down, {h, dense_i});
     }
   }
-  layout.add(slots.final_norm, {h});
-  if (!a.tie_word_embeddings) layout.add(slots.lm_head, {a.vocab_size, h});
+  if (head) {
+    layout.add(slots.final_norm, {h});
+    if (!a.tie_word_embeddings) layout.add(slots.lm_head, {a.vocab_size, h});
+  }
   // Expert weights after every dense one: each group is one contiguous range, so gradient
   // reductions over the pool (dense) and over the expert-data-parallel group are one call each.
   layout.dense_total = layout.total;
@@ -274,8 +315,9 @@ void validate_qwen3_moe_architecture(const config::ModelArchitecture& a) {
 }
 
 Qwen3MoeParameters::Qwen3MoeParameters(const config::ModelArchitecture& architecture,
-                                       ExpertRange experts, core::DType dtype, core::Device device)
-    : architecture_(architecture), expert_range_(experts) {
+                                       ExpertRange experts, core::DType dtype, core::Device device,
+                                       ModelPart part)
+    : architecture_(architecture), expert_range_(experts), part_(std::move(part)) {
   if (dtype != DType::f32 && dtype != DType::f64)
     core::throw_config_error("model.dtype", "parameters are f32 or f64");
   architecture_.resolve();
@@ -288,7 +330,17 @@ Qwen3MoeParameters::Qwen3MoeParameters(const config::ModelArchitecture& architec
                              "expert range [" + std::to_string(expert_range_.first) + ", " +
                                  std::to_string(expert_range_.first + expert_range_.count) +
                                  ") does not fit in " + std::to_string(a.num_experts) + " experts");
-  Layout layout = plan_layout(a, expert_range_, {embed_tokens, layers, final_norm, lm_head});
+  layer_ids_ = held_layer_ids(a, part_);
+  part_.layers.clear();
+  for (const std::int64_t i : layer_ids_) {
+    if (!part_.layers.empty() && part_.layers.back().first + part_.layers.back().count == i)
+      ++part_.layers.back().count;
+    else
+      part_.layers.push_back({i, 1});
+  }
+  if (layer_ids_.empty()) part_.layers.push_back({0, 0});  // no layer (not "every layer")
+  Layout layout = plan_layout(a, expert_range_, {embed_tokens, layers, final_norm, lm_head},
+                              layer_ids_, part_.embedding, part_.head);
   dense_numel_ = layout.dense_total;
   const std::int64_t local_experts = expert_range_.count;
   const std::int64_t h = a.hidden_size, d = a.head_dim, hq = a.num_attention_heads,
@@ -305,11 +357,14 @@ Qwen3MoeParameters::Qwen3MoeParameters(const config::ModelArchitecture& architec
     entry.param->value = all_values_.slice(entry.offset, end).reshape(entry.shape);
     entry.param->grad = all_grads_.slice(entry.offset, end).reshape(entry.shape);
   }
-  if (a.tie_word_embeddings) lm_head = embed_tokens;
+  if (a.tie_word_embeddings && part_.head) lm_head = embed_tokens;
 
-  // HF names (qwen-moe.md §4.2), in checkpoint order.
-  const auto add_hf = [this](std::string name, const Param& param, bool is_expert = false) {
+  // HF names (qwen-moe.md §4.2), in checkpoint order, each with its whole-model index.
+  std::size_t whole_index = 0;
+  const auto add_hf = [this, &whole_index](std::string name, const Param& param,
+                                           bool is_expert = false) {
     hf_tensors_.push_back({std::move(name), param.value, param.grad, is_expert});
+    whole_model_index_.push_back(whole_index++);
   };
   const auto rows_of = [](const Param& param, std::int64_t begin, std::int64_t end) {
     return Param{param.value.slice(begin, end), param.grad.slice(begin, end)};
@@ -324,13 +379,21 @@ Qwen3MoeParameters::Qwen3MoeParameters(const config::ModelArchitecture& architec
     };
     return Param{view(first.value), view(first.grad)};
   };
-  const auto add_hf_rows = [this](std::string name, const Param& param,
-                                  std::vector<std::int64_t> rows) {
+  const auto add_hf_rows = [this, &whole_index](std::string name, const Param& param,
+                                                std::vector<std::int64_t> rows) {
     hf_tensors_.push_back({std::move(name), param.value, param.grad, false, std::move(rows)});
+    whole_model_index_.push_back(whole_index++);
   };
-  add_hf("model.embed_tokens.weight", embed_tokens);
-  for (std::int64_t i = 0; i < a.num_hidden_layers; ++i) {
-    const auto& layer = layers[static_cast<std::size_t>(i)];
+  if (embed_tokens.value.defined()) add_hf("model.embed_tokens.weight", embed_tokens);
+  // Each held layer's tensors start after every earlier layer's, held or not.
+  std::vector<std::size_t> layer_start(static_cast<std::size_t>(a.num_hidden_layers) + 1, 1);
+  for (std::int64_t i = 0; i < a.num_hidden_layers; ++i)
+    layer_start[static_cast<std::size_t>(i) + 1] =
+        layer_start[static_cast<std::size_t>(i)] + hf_tensors_of_layer(a, i);
+  for (std::size_t position = 0; position < layers.size(); ++position) {
+    const std::int64_t i = layer_ids_[position];
+    whole_index = layer_start[static_cast<std::size_t>(i)];
+    const auto& layer = layers[position];
     const std::string prefix = "model.layers." + std::to_string(i) + ".";
     add_hf(prefix + "input_layernorm.weight", layer.input_norm);
     if (layer.mixer == config::LayerMixer::full_attention) {
@@ -376,6 +439,7 @@ Qwen3MoeParameters::Qwen3MoeParameters(const config::ModelArchitecture& architec
         add_hf(prefix + "mlp.shared_expert.down_proj.weight", shared.down);
         add_hf(prefix + "mlp.shared_expert_gate.weight", layer.moe.shared_expert_gate);
       }
+      whole_index += 3 * static_cast<std::size_t>(expert_range_.first);
       for (std::int64_t local = 0; local < local_experts; ++local) {
         const std::int64_t expert = expert_range_.first + local;
         const std::string expert_prefix = prefix + "mlp.experts." + std::to_string(expert) + ".";
@@ -390,8 +454,18 @@ Qwen3MoeParameters::Qwen3MoeParameters(const config::ModelArchitecture& architec
       add_hf(prefix + "mlp.down_proj.weight", layer.dense.down);
     }
   }
-  add_hf("model.norm.weight", final_norm);
-  if (!a.tie_word_embeddings) add_hf("lm_head.weight", lm_head);
+  whole_index = layer_start.back();
+  if (part_.head) {
+    add_hf("model.norm.weight", final_norm);
+    if (!a.tie_word_embeddings) add_hf("lm_head.weight", lm_head);
+  }
+  // A tied copy draws the embedding's values.
+  if (holds_tied_head_copy()) whole_model_index_.front() = 0;
+}
+
+std::int64_t Qwen3MoeParameters::position_of_layer(std::int64_t layer) const {
+  const auto at = std::lower_bound(layer_ids_.begin(), layer_ids_.end(), layer);
+  return at != layer_ids_.end() && *at == layer ? at - layer_ids_.begin() : -1;
 }
 
 std::int64_t Qwen3MoeParameters::count(const config::ModelArchitecture& architecture,
@@ -401,7 +475,8 @@ std::int64_t Qwen3MoeParameters::count(const config::ModelArchitecture& architec
   if (experts.count == 0) experts.count = a.num_experts;
   Param embed_tokens, final_norm, lm_head;
   std::vector<DecoderLayerParams> layers;
-  const Layout layout = plan_layout(a, experts, {embed_tokens, layers, final_norm, lm_head});
+  const Layout layout =
+      plan_layout(a, experts, {embed_tokens, layers, final_norm, lm_head}, held_layer_ids(a, {}));
   if (dense != nullptr) *dense = layout.dense_total;
   return layout.total;
 }
@@ -414,7 +489,8 @@ std::int64_t Qwen3MoeParameters::count_stage(const config::ModelArchitecture& ar
   if (experts.count == 0) experts.count = a.num_experts;
   Param embed_tokens, final_norm, lm_head;
   std::vector<DecoderLayerParams> layers;
-  const Layout layout = plan_layout(a, experts, {embed_tokens, layers, final_norm, lm_head});
+  const Layout layout =
+      plan_layout(a, experts, {embed_tokens, layers, final_norm, lm_head}, held_layer_ids(a, {}));
   const auto* layer_begin = reinterpret_cast<const char*>(layers.data());
   const auto* layer_end = reinterpret_cast<const char*>(layers.data() + layers.size());
   std::int64_t total = 0, routed = 0;
@@ -448,7 +524,8 @@ void Qwen3MoeParameters::copy_values_from(const Qwen3MoeParameters& other) const
   if (other.all_values_.shape() != all_values_.shape() ||
       other.all_values_.dtype() != all_values_.dtype() ||
       other.expert_range_.first != expert_range_.first ||
-      other.expert_range_.count != expert_range_.count)
+      other.expert_range_.count != expert_range_.count || other.layer_ids_ != layer_ids_ ||
+      other.part_.embedding != part_.embedding || other.part_.head != part_.head)
     core::throw_runtime_error("Qwen3MoeParameters::copy_values_from: the models differ (" +
                               other.all_values_.describe() + " into " + all_values_.describe() +
                               ")");
@@ -458,29 +535,20 @@ void Qwen3MoeParameters::copy_values_from(const Qwen3MoeParameters& other) const
 void Qwen3MoeParameters::init_random(std::uint64_t seed, double init_std) const {
   if (device() != core::Device::cpu) {
     // The random streams are host code: draw on a host copy and upload it once.
-    const Qwen3MoeParameters host(architecture_, expert_range_, all_values_.dtype());
+    const Qwen3MoeParameters host(architecture_, expert_range_, all_values_.dtype(),
+                                  core::Device::cpu, part_);
     host.init_random(seed, init_std);
     copy_values_from(host);
     return;
   }
   // Each tensor's random stream is keyed on its index in the whole model's list, so a rank
-  // holding an expert slice draws exactly the values the whole model has there. A MoE layer's
-  // experts close its block (3 tensors each: gate, up, down): a slice skips 3 x first of them
-  // before its own and the rest after.
-  constexpr std::size_t tensors_per_expert = 3;
-  const auto first = static_cast<std::size_t>(expert_range_.first);
-  const auto after = static_cast<std::size_t>(architecture_.num_experts - expert_range_.first -
-                                              expert_range_.count);
+  // holding an expert slice or a stage's layers draws exactly the values the whole model has
+  // there (a MoE layer's experts close its block, 3 tensors each: gate, up, down).
   std::vector<float> values;
-  std::size_t global_index = 0;
-  bool in_experts = false;
-  for (const auto& tensor : hf_tensors_) {
-    if (tensor.is_expert != in_experts) {
-      global_index += tensors_per_expert * (tensor.is_expert ? first : after);
-      in_experts = tensor.is_expert;
-    }
+  for (std::size_t i = 0; i < hf_tensors_.size(); ++i) {
+    const HfTensor& tensor = hf_tensors_[i];
     values.resize(static_cast<std::size_t>(tensor.value.numel()));
-    fill_initial_values(tensor.name, global_index++, seed, init_std, values);
+    fill_initial_values(tensor.name, whole_model_index_[i], seed, init_std, values);
     tensor.write_hf_order(values.data(), tensor.value);
   }
 }
