@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "config/config_container.hpp"
+#include "config/pipeline_split.hpp"
 #include "data/sample.hpp"
 #include "dist/parallel_state.hpp"
 #include "model/qwen3_moe_model.hpp"
@@ -36,6 +37,7 @@
 #include "parallel/parameter_partition.hpp"
 #include "parallel/sharded_state_sync.hpp"
 #include "train/bin_builder.hpp"
+#include "train/pipeline_executor.hpp"
 #include "train/step_metrics.hpp"
 
 namespace dyncp::train {
@@ -60,6 +62,10 @@ struct StepEngineOptions {
   // distributed optimizer, whose reduce-scatter runs after the backward.
   bool overlap_grad_reduce = false;
   std::int64_t bucket_elements = 40'000'000;
+  // Pipeline stages: with pipeline_size > 1 the model holds this rank's stage
+  // (parallel::stage_model_part) and the microbatches run the pipeline schedule
+  // (train/pipeline_executor.hpp); losses and the gradient norm are then summed over stages.
+  config::PipelineSplit pipeline;
 };
 
 // What one step's forward/backward produced, reduced over the pool.
@@ -79,6 +85,8 @@ struct StepOutcome {
   // losses, norms and id checks down, and the expert offsets under EP or per-expert products.
   std::int64_t host_device_bytes = 0;
   StepTimeBreakdown time;
+  // Pipeline stages: the measured bubble (1 - time in passes / (stages x step time)).
+  double pipeline_bubble_fraction = 0;
 };
 
 class StepEngine {
@@ -129,6 +137,14 @@ class StepEngine {
   const model::PackedBin& upload_bin(const model::PackedBin& host_bin);
   // After the last microbatch: the sharded, overlapped or plain gradient reduction.
   void synchronise_gradients(bool overlapped);
+  // The step's microbatches one after another (one stage), or through this rank's pipeline
+  // stage: this rank's CE sum and aux loss (once per group) added to local_sums.
+  void run_microbatches(std::int64_t microbatches, const model::BinOptions& options, bool overlap,
+                        double local_sums[2], StepOutcome& outcome);
+  void run_pipeline(std::int64_t microbatches, const model::BinOptions& options,
+                    double local_sums[2], StepOutcome& outcome);
+  std::unique_ptr<PipelineExecutor> pipeline_;  // pipeline stages (pipeline.pipeline_size > 1)
+  std::vector<PipelineExecutor::Microbatch> pipeline_microbatches_;
   std::unique_ptr<core::Arena> device_bin_arena_;
   model::PackedBin device_bin_;
   packing::Schedule schedule_;
