@@ -81,7 +81,8 @@ OptimizerShards plan_optimizer_shards(const ParameterPartition& partition, int d
     kind->for_each_segment(
         owned.begin, owned.end,
         [&](const ParameterRange& range, std::int64_t offset, std::int64_t, std::int64_t count) {
-          shards.owned_ranges.push_back({offset, count, range.is_expert, range.weight_decay});
+          shards.owned_ranges.push_back(
+              {offset, count, range.is_expert, range.weight_decay, range.in_gradient_norm});
         });
     shards.owned_elements += owned.count();
   }

@@ -7,7 +7,8 @@
 //                  over the expert-data-parallel group (ranks with the same EP index).
 // Adjacent tensors of the same kind and weight-decay class are merged into one range, so a
 // reduction or an optimizer update touches a few large contiguous ranges. A tied LM head
-// aliases the embedding and is listed once.
+// aliases the embedding and is listed once (on a last pipeline stage it is a copy of the
+// first stage's embedding, left out of the gradient norm).
 
 #include <cstdint>
 #include <string>
@@ -22,6 +23,10 @@ struct ParameterRange {
   std::int64_t count = 0;
   bool is_expert = false;
   bool weight_decay = true;  // false for norm weights
+  // False for a tied LM head's copy on the last pipeline stage: the embedding's gradient (which
+  // the copy's equals once summed over the embedding group) counts once in the norm, on the
+  // first stage.
+  bool in_gradient_norm = true;
 };
 
 struct ParameterPartition {

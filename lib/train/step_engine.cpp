@@ -74,6 +74,8 @@ StepEngine::StepEngine(model::Qwen3MoeModel& model, dist::ParallelState& paralle
     if (options.overlap_grad_reduce)
       core::throw_runtime_error(
           "ddp.overlap_grad_reduce with pipeline stages is not built (validation refuses it)");
+    if (model.architecture().tie_word_embeddings)
+      tied_embedding_group_ = parallel_state.embedding_group();
     pipeline_ = std::make_unique<PipelineExecutor>(
         model, parallel_state, options.pipeline,
         PipelineExecutor::Options{options.cp_comm_type, options.hierarchical_inner_size, &counters_,
@@ -113,6 +115,15 @@ dist::Comm* StepEngine::runtime_group(std::int64_t size) {
 }
 
 void StepEngine::synchronise_gradients(bool overlapped) {
+  // A tied LM head: the last stage's copy and the first stage's embedding are one tensor, so
+  // their local gradients are summed over the embedding group before the pool sums them
+  // (Megatron's embedding group); both stages then take the same update.
+  if (tied_embedding_group_ != nullptr) {
+    const core::Tensor& grad = model_.parameters().embed_tokens.grad;
+    tied_embedding_group_->all_reduce(grad.raw_data(), grad.raw_data(),
+                                      static_cast<std::size_t>(grad.numel()), grad.dtype(),
+                                      dist::ReduceOp::sum);
+  }
   if (sharded_state_sync_) sharded_state_sync_->reduce_scatter(model_.parameters().all_grads());
   if (overlapped) {
     overlapped_reduce_->finish();  // the buckets the backward left, then the wait

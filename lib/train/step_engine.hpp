@@ -144,6 +144,8 @@ class StepEngine {
   void run_pipeline(std::int64_t microbatches, const model::BinOptions& options,
                     double local_sums[2], StepOutcome& outcome);
   std::unique_ptr<PipelineExecutor> pipeline_;  // pipeline stages (pipeline.pipeline_size > 1)
+  // A tied head under pipeline stages, on the first and last stage: the embedding group.
+  dist::Comm* tied_embedding_group_ = nullptr;
   std::vector<PipelineExecutor::Microbatch> pipeline_microbatches_;
   std::unique_ptr<core::Arena> device_bin_arena_;
   model::PackedBin device_bin_;

@@ -199,6 +199,7 @@ struct Options {
   int vpp = 1;                            // --vpp: virtual chunks per stage (interleaved 1F1B)
   std::int64_t layers = 0;                // --layers N: decoder layers (0: the tiny model's 2)
   double step_tolerance = 0;              // --step-tolerance T: loss and gradient every step
+  bool tie = false;  // --tie 1: tied embeddings (the LM head is the embedding table)
 };
 
 Options parse(int argc, char** argv) {
@@ -232,6 +233,8 @@ Options parse(int argc, char** argv) {
       options.layers = std::stoi(value);
     else if (key == "--step-tolerance")
       options.step_tolerance = std::stod(value);
+    else if (key == "--tie")
+      options.tie = value == "1";
     else if (key == "--optimizer-steps")
       options.optimizer_steps = std::stoi(value);
     else if (key == "--overlap-steps")
@@ -501,6 +504,7 @@ int main(int argc, char** argv) {
       }
       architecture.resolve();
     }
+    architecture.tie_word_embeddings = options.tie;
     if (options.layers > 0) {
       // More layers of the same kinds: the hybrid alternates DeltaNet and attention layers.
       architecture.num_hidden_layers = options.layers;
@@ -641,8 +645,12 @@ int main(int argc, char** argv) {
       const model::Qwen3MoeParameters full(architecture, {}, core::DType::f32, core::Device::cpu,
                                            part);
       std::int64_t stage_tensors[2] = {static_cast<std::int64_t>(full.hf_tensors().size()), 0};
-      for (const auto& tensor : full.hf_tensors())
+      for (const auto& tensor : full.hf_tensors()) {
+        // A tied head's copy on the last stage is the first stage's embedding.
+        if (full.holds_tied_head_copy() && tensor.name == "model.embed_tokens.weight")
+          --stage_tensors[0];
         stage_tensors[1] += reference.parameters().find(tensor.name) != nullptr ? 0 : 1;
+      }
       parallel_state.pipeline().all_reduce(stage_tensors, stage_tensors, 2, core::DType::i64,
                                            dist::ReduceOp::sum);
       check(stage_tensors[0] ==
