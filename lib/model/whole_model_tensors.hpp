@@ -57,14 +57,21 @@ class WholeExpertLayer {
 struct WholeModelTensor {
   std::string name;
   std::vector<std::int64_t> shape;
-  const HfTensor* held = nullptr;  // non-expert tensors: this rank's own
-  std::int64_t layer = -1;         // experts: their layer, expert index and
+  // Non-expert tensors: this rank's own, or nullptr when another pipeline stage holds it.
+  const HfTensor* held = nullptr;
+  std::int64_t layer = -1;  // experts: their (whole-model) layer, expert index and
   std::int64_t expert = -1;
   int part = 0;  // 0 gate_proj, 1 up_proj, 2 down_proj
+  // Stored with its rows reordered (HfTensor::rows: the gated q_proj, Qwen3-Next's fused
+  // projections), which only the whole tensor can be read back from.
+  bool reordered = false;
 };
 
-// Identical on every rank whatever expert slice it holds.
+// Identical on every rank whatever expert slice and pipeline stage it holds: every tensor of
+// the whole model (from its architecture), `held` set where this rank holds it.
 std::vector<WholeModelTensor> whole_model_tensors(const Qwen3MoeParameters& parameters);
+// Whether this rank holds `tensor` (an expert tensor: its layer and expert).
+bool holds(const Qwen3MoeParameters& parameters, const WholeModelTensor& tensor);
 
 // An entry writing `tensor` as `stored_name`, its values read (in HF order) from `flat`, laid
 // out like parameters.all_values(); experts come through `experts`, which reads `flat` too.

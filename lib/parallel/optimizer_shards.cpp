@@ -82,7 +82,7 @@ OptimizerShards plan_optimizer_shards(const ParameterPartition& partition, int d
         owned.begin, owned.end,
         [&](const ParameterRange& range, std::int64_t offset, std::int64_t, std::int64_t count) {
           shards.owned_ranges.push_back(
-              {offset, count, range.is_expert, range.weight_decay, range.in_gradient_norm});
+              {offset, count, range.is_expert, range.weight_decay, range.tied_copy});
         });
     shards.owned_elements += owned.count();
   }

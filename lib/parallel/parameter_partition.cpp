@@ -34,7 +34,7 @@ ParameterPartition partition_parameters(const model::Qwen3MoeParameters& paramet
     const bool tied_copy =
         parameters.holds_tied_head_copy() && tensor.name == "model.embed_tokens.weight";
     pieces.push_back(
-        {offset, tensor.value.numel(), expert >= 0, !is_norm_weight(tensor.name), !tied_copy});
+        {offset, tensor.value.numel(), expert >= 0, !is_norm_weight(tensor.name), tied_copy});
   }
   std::sort(pieces.begin(), pieces.end(),
             [](const ParameterRange& a, const ParameterRange& b) { return a.offset < b.offset; });
@@ -46,8 +46,7 @@ ParameterPartition partition_parameters(const model::Qwen3MoeParameters& paramet
       if (piece.offset == last.offset) continue;  // tied LM head: the same storage
       DYNCP_CHECK(piece.offset >= last.offset + last.count, "parameter views do not overlap");
       if (piece.offset == last.offset + last.count && piece.is_expert == last.is_expert &&
-          piece.weight_decay == last.weight_decay &&
-          piece.in_gradient_norm == last.in_gradient_norm) {
+          piece.weight_decay == last.weight_decay && piece.tied_copy == last.tied_copy) {
         last.count += piece.count;
         continue;
       }

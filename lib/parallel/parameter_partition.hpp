@@ -23,10 +23,10 @@ struct ParameterRange {
   std::int64_t count = 0;
   bool is_expert = false;
   bool weight_decay = true;  // false for norm weights
-  // False for a tied LM head's copy on the last pipeline stage: the embedding's gradient (which
-  // the copy's equals once summed over the embedding group) counts once in the norm, on the
-  // first stage.
-  bool in_gradient_norm = true;
+  // A tied LM head's copy on the last pipeline stage: the first stage's embedding, whose
+  // gradient (which the copy's equals once summed over the embedding group) counts once in the
+  // norm and which that stage writes to checkpoints.
+  bool tied_copy = false;
 };
 
 struct ParameterPartition {

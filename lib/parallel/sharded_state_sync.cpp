@@ -162,7 +162,7 @@ double ShardedStateSync::global_sum_of_squares(const core::Tensor& gradients) {
   double sum = 0.0;
   float* base = gradients.data<float>();
   for (const ParameterRange& range : shards_.owned_ranges) {
-    if (!range.in_gradient_norm) continue;
+    if (range.tied_copy) continue;
     sum += ops::sum_of_squares(context, core::Tensor::view_of(base + range.offset, {range.count},
                                                               core::DType::f32, device));
   }

@@ -20,9 +20,10 @@
 //            model.safetensors.index.json (more than one file) and config.json; otherwise the
 //            partial files are removed and every rank throws a runtime error naming the rank
 //            and the file that failed.
-// A dense tensor is held whole by every rank (data and context parallelism replicate it); when
-// tensor or pipeline parallelism cut dense tensors too, their pieces take the holders' slices
-// the way experts do.
+// A dense tensor is held whole by every rank of the pipeline stage that holds it (data and
+// context parallelism replicate it); a piece goes to a rank of that stage (and of the EP
+// slice holding its expert). When tensor parallelism cuts dense tensors too, their pieces take
+// the holders' slices the way experts do.
 
 #include <cstdint>
 #include <filesystem>

@@ -164,8 +164,14 @@ RankShard plan_rank_shard(const model::Qwen3MoeParameters& parameters,
   const std::vector<LocalTensor> tensors =
       local_tensors(parameters, model::whole_model_tensors(parameters));
   RankShard shard;
-  const auto add_segment = [&](const parallel::ParameterRange&, std::int64_t flat, std::int64_t,
-                               std::int64_t count) {
+  std::int64_t packed = 0;  // where the segment sits in the owned pieces packed in order
+  const auto add_segment = [&](const parallel::ParameterRange& range, std::int64_t flat,
+                               std::int64_t, std::int64_t count) {
+    // A tied head's copy (last stage) is the first stage's embedding, which that stage writes.
+    if (range.tied_copy) {
+      packed += count;
+      return;
+    }
     while (count > 0) {
       // The tensor holding `flat`: the last one starting at or before it.
       const auto holder = std::upper_bound(tensors.begin(), tensors.end(), flat,
@@ -177,8 +183,10 @@ RankShard plan_rank_shard(const model::Qwen3MoeParameters& parameters,
                   "every owned element belongs to a tensor");
       const std::int64_t begin = flat - holder->flat_offset;
       const std::int64_t take = std::min(count, holder->numel - begin);
-      shard.pieces.push_back({holder->whole_index, begin, begin + take, flat, shard.elements});
+      shard.pieces.push_back(
+          {holder->whole_index, begin, begin + take, flat, packed, shard.elements});
       shard.elements += take;
+      packed += take;
       flat += take;
       count -= take;
     }
@@ -187,7 +195,7 @@ RankShard plan_rank_shard(const model::Qwen3MoeParameters& parameters,
     const parallel::ShardPiece owned = kind->owned();
     kind->for_each_segment(owned.begin, owned.end, add_segment);
   }
-  DYNCP_CHECK(shard.elements == shards.owned_elements, "the pieces add up to the owned elements");
+  DYNCP_CHECK(packed == shards.owned_elements, "the segments add up to the owned elements");
   return shard;
 }
 
@@ -205,9 +213,9 @@ std::vector<float> snapshot_rank_shard(const RankShard& shard, const ShardSource
 ShardSources snapshot_sources(const RankShard& shard, const std::vector<float>& snapshot) {
   const auto elements = static_cast<std::size_t>(shard.elements);
   DYNCP_CHECK(snapshot.size() == elements * 3, "a snapshot holds three parts");
-  return ShardSources{{ShardPart{snapshot.data(), true},
-                       ShardPart{snapshot.data() + elements, true},
-                       ShardPart{snapshot.data() + 2 * elements, true}}};
+  return ShardSources{{ShardPart{snapshot.data(), false, true},
+                       ShardPart{snapshot.data() + elements, false, true},
+                       ShardPart{snapshot.data() + 2 * elements, false, true}}};
 }
 
 std::string rank_shard_path(int rank) {

@@ -57,6 +57,9 @@ struct RankPiece {
   std::int64_t end = 0;
   std::int64_t flat_offset = 0;    // where element `begin` sits in all_values()
   std::int64_t packed_offset = 0;  // ... and in the owned pieces packed in order
+  // ... and in this rank's file (its pieces in order; the owned pieces less a tied head's copy,
+  // which the first stage writes as the embedding).
+  std::int64_t file_offset = 0;
   std::int64_t count() const { return end - begin; }
 };
 
@@ -70,13 +73,16 @@ struct RankShard {
 RankShard plan_rank_shard(const model::Qwen3MoeParameters& parameters,
                           const parallel::OptimizerShards& shards);
 
-// Where the three parts of the state are in host memory (fp32). A flat part is laid out like
-// all_values() (read at a piece's flat_offset); a packed one holds the owned pieces in order
-// (read at packed_offset): the distributed optimizer's moments, or a snapshot.
+// Where the three parts of the state are in host memory (fp32): laid out like all_values()
+// (read at a piece's flat_offset), holding the owned pieces packed in order (`packed`, read at
+// packed_offset: the distributed optimizer's moments), or holding the file's pieces in order
+// (`file_order`, read at file_offset: a snapshot).
 struct ShardPart {
   const float* data = nullptr;
   bool packed = false;
+  bool file_order = false;
   const float* at(const RankPiece& piece) const {
+    if (file_order) return data + piece.file_offset;
     return data + (packed ? piece.packed_offset : piece.flat_offset);
   }
 };

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "model/microbatch_state.hpp"
+#include "model/whole_model_tensors.hpp"
 #include "model_test_support.hpp"
 
 namespace dyncp::model {
@@ -84,6 +85,54 @@ TEST_CASE("a stage's part holds only its layers, seeded with the whole model's v
   REQUIRE_THROWS_WITH(Qwen3MoeParameters(architecture, {}, core::DType::f32, core::Device::cpu,
                                          part_of({{1, 1}, {0, 1}}, true, true)),
                       Catch::Contains("ascending"));
+}
+
+TEST_CASE("the whole model's tensor list is the same from every stage, held where it is held",
+          "[model][pipeline]") {
+  const std::string fixture = GENERATE(as<std::string>{}, "qwen3_moe_a", "qwen3_5_moe_b",
+                                       "qwen3_moe_b_tied_unnormalized", "qwen3_next");
+  INFO("fixture " << fixture);
+  config::ModelArchitecture architecture =
+      fixture_architecture(fixture == "qwen3_next" ? "qwen3_5_moe_b" : fixture);
+  if (fixture == "qwen3_next") {
+    architecture.model_type = "qwen3_next";  // the fused in_proj_qkvz / in_proj_ba names
+    architecture.resolve();
+  }
+  const Qwen3MoeParameters whole(architecture);
+  const std::vector<WholeModelTensor> listed = whole_model_tensors(whole);
+  // The whole model lists exactly its own tensors, in its order, with their shapes.
+  REQUIRE(listed.size() == whole.hf_tensors().size());
+  for (std::size_t i = 0; i < listed.size(); ++i) {
+    const HfTensor& own = whole.hf_tensors()[i];
+    INFO(own.name);
+    CHECK(listed[i].name == own.name);
+    std::vector<std::int64_t> shape;
+    for (int d = 0; d < own.value.rank(); ++d) shape.push_back(own.value.size(d));
+    CHECK(listed[i].shape == shape);
+    CHECK((listed[i].layer >= 0) == own.is_expert);
+    if (!own.is_expert) {
+      CHECK(listed[i].held == &own);
+      CHECK(listed[i].reordered == !own.rows.empty());
+    }
+  }
+  // A stage lists the same tensors and holds its own.
+  const std::int64_t layers = architecture.num_hidden_layers;
+  const Qwen3MoeParameters stage(architecture, {0, architecture.num_experts / 2}, core::DType::f32,
+                                 core::Device::cpu, part_of({{layers - 1, 1}}, false, true));
+  const std::vector<WholeModelTensor> from_stage = whole_model_tensors(stage);
+  REQUIRE(from_stage.size() == listed.size());
+  std::size_t held = 0;
+  for (std::size_t i = 0; i < listed.size(); ++i) {
+    INFO(listed[i].name);
+    CHECK(from_stage[i].name == listed[i].name);
+    CHECK(from_stage[i].shape == listed[i].shape);
+    const bool in_stage = listed[i].layer >= 0 ? listed[i].layer == layers - 1 &&
+                                                     listed[i].expert < architecture.num_experts / 2
+                                               : stage.find(listed[i].name) != nullptr;
+    CHECK(holds(stage, from_stage[i]) == in_stage);
+    held += in_stage ? 1 : 0;
+  }
+  CHECK(held == stage.hf_tensors().size());
 }
 
 TEST_CASE("stages passing activations and gradients give run_bin's loss and gradients",
