@@ -27,11 +27,10 @@ void append_parallel_keys(std::vector<KeySpec>& keys) {
                          "memory estimate): training refuses it until the TP model is built"}));
   keys.push_back(make_key(
       "model.pipeline_model_parallel_size", DYNCP_FIELD(model.pipeline_model_parallel_size),
-      "Pipeline-parallel size (pp): the layers are split over pp stages, world = pp x dp x cp",
-      {.rules = ">= 1, divides the world; training runs pp = 1 only (a dry run lays out and "
-                "estimates pp > 1)",
-       .feature =
-           "pipeline-parallel training (built: pp 1; a dry run lays out and estimates pp > 1)"}));
+      "Pipeline-parallel size (pp): the layers are split over pp stages, world = pp x dp x cp; "
+      "1F1B, or interleaved 1F1B with virtual_pipeline_model_parallel_size",
+      {.rules = ">= 1, divides the world; with pp > 1 training refuses ddp.overlap_grad_reduce "
+                "(unless the distributed optimizer makes it inert) and checkpoint.sharded=false"}));
   keys.push_back(make_key(
       "model.virtual_pipeline_model_parallel_size",
       DYNCP_FIELD(model.virtual_pipeline_model_parallel_size),

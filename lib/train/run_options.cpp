@@ -5,6 +5,7 @@
 #include "config/recompute_modules.hpp"
 #include "core/error.hpp"
 #include "packing/cost_model.hpp"
+#include "parallel/pipeline_stage.hpp"
 
 namespace dyncp::train {
 
@@ -29,8 +30,12 @@ model::ModelOptions model_options_for(const config::ConfigContainer& config,
   options.aux_loss = model.moe_router_load_balancing_type == config::LoadBalancingType::none
                          ? ops::MoeAuxLossType::none
                          : ops::MoeAuxLossType::seq_aux_loss;
-  // Under EP this rank holds only its experts' weights, gradients and moments.
+  // Under EP this rank holds only its experts' weights, gradients and moments; under pipeline
+  // parallelism only its stage's layers (and the embedding or the head).
   options.experts = plan.experts;
+  if (plan.pipeline.pipeline_size > 1)
+    options.part =
+        parallel::stage_model_part(plan.pipeline, plan.coordinates.pipeline_parallel_index);
   options.device = device;
   // The GPU path's grouped expert products and fused dispatch (the CPU ops ignore both).
   options.moe_grouped_gemm = model.moe_grouped_gemm;
@@ -60,6 +65,7 @@ StepEngineOptions step_engine_options_for(const config::ConfigContainer& config,
   options.cost_model = packing::cost_model_parameters(config.packing, model);
   options.distributed_optimizer = config.ddp.use_distributed_optimizer;
   options.overlap_grad_reduce = config.ddp.overlap_grad_reduce;
+  options.pipeline = plan.pipeline;
   // Megatron's default bucket: max(40M, 1M x data-parallel size) elements.
   options.bucket_elements = config.ddp.bucket_size.value_or(
       std::max<std::int64_t>(40'000'000, std::int64_t{1'000'000} * plan.layout.pool_size()));

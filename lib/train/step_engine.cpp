@@ -71,7 +71,7 @@ StepEngine::StepEngine(model::Qwen3MoeModel& model, dist::ParallelState& paralle
     }
   }
   if (options.pipeline.pipeline_size > 1) {
-    if (options.overlap_grad_reduce)
+    if (options.overlap_grad_reduce && !options.distributed_optimizer)
       core::throw_runtime_error(
           "ddp.overlap_grad_reduce with pipeline stages is not built (validation refuses it)");
     if (model.architecture().tie_word_embeddings)

@@ -640,14 +640,28 @@ TEST_CASE("rule: uneven first and last stages", "[config]") {
                                "combined with an uneven first / last stage"));
 }
 
-TEST_CASE("pp > 1 validates but is an unbuilt feature for training", "[config]") {
-  const auto config = resolved({"model.pipeline_model_parallel_size=2"}, 8);
-  const auto missing = unbuilt_features(config);
-  REQUIRE(missing.size() == 1);
-  CHECK_THAT(missing.front(), Contains("pipeline-parallel training") &&
-                                  Contains("model.pipeline_model_parallel_size=2") &&
-                                  Contains("built: pp 1"));
-  CHECK(unbuilt_features(resolved()).empty());
+TEST_CASE("pp > 1 trains; overlapped reduction and single-writer saves with it are refused",
+          "[config]") {
+  CHECK(unbuilt_features(resolved({"model.pipeline_model_parallel_size=2"}, 8)).empty());
+  const auto overlapped = unbuilt_features(
+      resolved({"model.pipeline_model_parallel_size=2", "ddp.overlap_grad_reduce=true"}, 8));
+  REQUIRE(overlapped.size() == 1);
+  CHECK_THAT(overlapped.front(), Contains("ddp.overlap_grad_reduce=true") &&
+                                     Contains("model.pipeline_model_parallel_size=2"));
+  // The distributed optimizer reduces after the backward anyway: nothing to refuse.
+  CHECK(unbuilt_features(
+            resolved({"model.pipeline_model_parallel_size=2", "ddp.overlap_grad_reduce=true",
+                      "ddp.use_distributed_optimizer=true"},
+                     8))
+            .empty());
+  const auto single_writer =
+      unbuilt_features(resolved({"model.pipeline_model_parallel_size=2", "checkpoint.sharded=false",
+                                 "checkpoint.save=/tmp/ckpt"},
+                                8));
+  REQUIRE(single_writer.size() == 1);
+  CHECK_THAT(single_writer.front(), Contains("checkpoint.sharded=false"));
+  CHECK(unbuilt_features(resolved({"checkpoint.sharded=false", "checkpoint.save=/tmp/ckpt"}))
+            .empty());
 }
 
 TEST_CASE("the layout description names the stages and the layer split", "[config]") {

@@ -3,7 +3,8 @@
 #   e2e_test.sh DYNCP_TRAIN SOURCE_DIR CASE
 # CASE: smoke | resume | relayout | relayout_distopt | relayout_ep | sigterm | sigusr1 | enospc |
 # nan | learns | learns_hybrid | ring | hybrid | bf16_moments | auto_resume | lr_resume |
-# sigusr1_nosave | sigterm_early | selective | save_lock | sharded | async_save | resume_chain.
+# sigusr1_nosave | sigterm_early | selective | save_lock | sharded | async_save | resume_chain |
+# pipeline.
 # Each prints what it compares and exits non-zero on any mismatch.
 set -euo pipefail
 train=$1
@@ -723,6 +724,87 @@ PY
       cmp "$work/hf8/$f" "$work/hfx/$f" || { echo "the 8-rank export and dyncp-export's differ in $f"; exit 1; }
     done
     echo "resume_chain: the HF exports of iter 6 by 8 ranks (EP 4), 1 rank and dyncp-export are byte-identical"
+    ;;
+  pipeline)
+    # Pipeline stages through the trainer, on 4 layers. pp 2 x cp 2 (dynamic CP, EP 2) runs the
+    # schedule of the 2-rank pool that pp 1 x cp 2 runs: the same losses bit for bit, and so does
+    # interleaved 1F1B (vpp 2). Saved at pp 2 step 2, resumed at pp 2 (bitwise), then pp 1 on 2
+    # ranks, then pp 4 on 4 ranks (a one-rank pool, static), each resuming the last one's
+    # shards with the uninterrupted losses to fp32 round-off. The HF exports of the last
+    # checkpoint at pp 4, 2 and 1 and dyncp-export's are byte-identical.
+    common=(model.num_hidden_layers=4 scheduler.lr_decay_iters=6)
+    pp2=(model.pipeline_model_parallel_size=2)
+    pp4=(model.pipeline_model_parallel_size=4 model.dynamic_context_parallel=false
+         model.sequence_packing_scheduler=dp_balanced model.context_parallel_size=1
+         model.expert_model_parallel_size=1 model.max_seqlen_per_dp_cp_rank=256)
+    runs() { local n=$1; shift; mpirun -np "$n" "$train" --config "$recipe" "${common[@]}" "$@"; }
+    runs 4 "${pp2[@]}" train.train_iters=6 logger.metrics_path="$work/full.jsonl" >"$work/full.log" 2>&1
+    runs 2 train.train_iters=6 logger.metrics_path="$work/flat.jsonl" >"$work/flat.log" 2>&1
+    runs 4 "${pp2[@]}" model.virtual_pipeline_model_parallel_size=2 train.train_iters=3 \
+      logger.metrics_path="$work/vpp.jsonl" >"$work/vpp.log" 2>&1
+    runs 4 "${pp2[@]}" train.train_iters=2 checkpoint.save="$work/c2" \
+      logger.metrics_path="$work/s2.jsonl" >"$work/s2.log" 2>&1
+    runs 4 "${pp2[@]}" train.train_iters=3 checkpoint.load="$work/c2" checkpoint.save="$work/c2b" \
+      logger.metrics_path="$work/s2b.jsonl" >"$work/s2b.log" 2>&1
+    runs 2 train.train_iters=4 checkpoint.load="$work/c2b" checkpoint.save="$work/c1" \
+      logger.metrics_path="$work/s1.jsonl" >"$work/s1.log" 2>&1
+    runs 4 "${pp4[@]}" train.train_iters=6 checkpoint.load="$work/c1" checkpoint.save="$work/c4" \
+      logger.metrics_path="$work/s4.jsonl" >"$work/s4.log" 2>&1
+    for log in s2b s1 s4; do
+      grep -q "resumed from .*/iter_000000" "$work/$log.log" || { echo "$log did not resume"; exit 1; }
+    done
+    grep -q "layout: world 4 = pp 2" "$work/full.log" || { echo "not 2 stages"; head "$work/full.log"; exit 1; }
+    python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+def rows(name):
+    return {r["iteration"]: r for r in map(json.loads, open(f"{work}/{name}.jsonl"))}
+full, flat, vpp = rows("full"), rows("flat"), rows("vpp")
+assert sorted(full) == list(range(1, 7)), full
+for i in full:
+    assert full[i]["loss"] == flat[i]["loss"], (i, full[i]["loss"], flat[i]["loss"])
+    assert abs(full[i]["grad_norm"] - flat[i]["grad_norm"]) <= 1e-12 * flat[i]["grad_norm"], i
+for i in vpp:
+    assert vpp[i]["loss"] == full[i]["loss"], (i, vpp[i]["loss"], full[i]["loss"])
+saved = {**rows("s2"), **rows("s2b")}
+assert sorted(saved) == [1, 2, 3] and all(saved[i]["loss"] == full[i]["loss"] for i in saved), saved
+for name, steps, what in (("s1", [4], "pp 1, 2 ranks"), ("s4", [5, 6], "pp 4, 4 ranks")):
+    run = rows(name)
+    assert sorted(run) == steps, (name, run)
+    for step in steps:
+        error = abs(run[step]["loss"] - full[step]["loss"]) / abs(full[step]["loss"])
+        assert error <= 1e-6, (name, step, run[step]["loss"], full[step]["loss"])
+        print(f"pipeline: step {step} at {what}: {run[step]['loss']!r} against "
+              f"{full[step]['loss']!r} ({error:.2g})")
+print("pipeline: pp 2 (1F1B and interleaved) gives pp 1's losses on the same pool bit for bit; "
+      "saved at pp 2 and resumed at pp 2 bitwise")
+PY
+    runs 4 "${pp4[@]}" train.train_iters=6 checkpoint.load="$work/c4" checkpoint.export_hf="$work/hf4" \
+      >"$work/e4.log" 2>&1
+    runs 4 "${pp2[@]}" train.train_iters=6 checkpoint.load="$work/c4" checkpoint.export_hf="$work/hf2" \
+      >"$work/e2.log" 2>&1
+    runs 2 train.train_iters=6 checkpoint.load="$work/c4" checkpoint.export_hf="$work/hf1" \
+      >"$work/e1.log" 2>&1
+    export_tool=${train%/dyncp-train/dyncp-train}/dyncp-export/dyncp-export
+    "$export_tool" --checkpoint "$work/c4" --out "$work/hfx" --no-tokenizer >"$work/ex.log" 2>&1
+    for f in model.safetensors config.json; do
+      for other in hf2 hf1 hfx; do
+        cmp "$work/hf4/$f" "$work/$other/$f" || { echo "the pp 4 export and $other differ in $f"; exit 1; }
+      done
+    done
+    echo "pipeline: the HF exports at pp 4, 2, 1 and dyncp-export's are byte-identical"
+    # What pipeline stages do not run with is refused before any work, naming the key.
+    for refused in "ddp.overlap_grad_reduce=true" "checkpoint.sharded=false checkpoint.save=$work/no"; do
+      set +e
+      # shellcheck disable=SC2086
+      runs 4 "${pp2[@]}" train.train_iters=1 $refused >"$work/refused.log" 2>&1
+      code=$?
+      set -e
+      [[ $code -eq 2 ]] && grep -q "not built yet:" "$work/refused.log" &&
+        grep -q "${refused%%=*}=" "$work/refused.log" ||
+        { echo "pp 2 with $refused was not refused (exit $code) naming the key"; exit 1; }
+    done
+    echo "pipeline: overlapped reduction and single-writer saves with stages exit 2 naming the key"
     ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
