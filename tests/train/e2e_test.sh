@@ -4,7 +4,7 @@
 # CASE: smoke | resume | relayout | relayout_distopt | relayout_ep | sigterm | sigusr1 | enospc |
 # nan | learns | learns_hybrid | ring | hybrid | bf16_moments | auto_resume | lr_resume |
 # sigusr1_nosave | sigterm_early | selective | save_lock | sharded | async_save | resume_chain |
-# pipeline.
+# pipeline | pipeline_held_out.
 # Each prints what it compares and exits non-zero on any mismatch.
 set -euo pipefail
 train=$1
@@ -805,6 +805,35 @@ PY
         { echo "pp 2 with $refused was not refused (exit $code) naming the key"; exit 1; }
     done
     echo "pipeline: overlapped reduction and single-writer saves with stages exit 2 naming the key"
+    ;;
+  pipeline_held_out)
+    # Held-out evaluation runs the forward-only schedule through the stages: the demo recipe's 3
+    # layers with the embedding counted in the split (stage 0: embedding + 1 layer, stage 1: 2
+    # layers + head) at pp 2 gives pp 1's training and held-out losses on the same pool, bit
+    # for bit.
+    python3 "$source_dir/tools/make_demo_data.py" --out "$work/demo" --num-samples 300 >/dev/null
+    python3 "$source_dir/tools/make_demo_data.py" --out "$work/demo/heldout" --seed 2 \
+      --num-samples 60 >/dev/null
+    demo=("$source_dir/configs/demo/tiny_moe.yaml" dataset.data_path="$work/demo/train.jsonl"
+          tokenizer.tokenizer_model="$work/demo/tokenizer" dataset.cache_dir="$work/cache"
+          dataset.validation_data_path="$work/demo/heldout/train.jsonl"
+          validation.eval_interval=2 validation.eval_iters=2 train.train_iters=4
+          scheduler.lr_warmup_iters=1 checkpoint.save= checkpoint.export_hf=
+          model.account_for_embedding_in_pipeline_split=true model.max_seqlen_per_dp_cp_rank=1024)
+    mpirun -np 4 "$train" --config "${demo[@]}" model.pipeline_model_parallel_size=2 \
+      logger.metrics_path="$work/staged.jsonl" >"$work/staged.log" 2>&1
+    mpirun -np 2 "$train" --config "${demo[@]}" logger.metrics_path="$work/flat.jsonl" \
+      >"$work/flat.log" 2>&1
+    python3 - "$work/staged.jsonl" "$work/flat.jsonl" <<'PY'
+import json, sys
+staged, flat = ([json.loads(l) for l in open(path)] for path in sys.argv[1:3])
+assert len(staged) == len(flat) == 4
+held_out = [(a["validation_loss"], b["validation_loss"]) for a, b in zip(staged, flat)
+            if "validation_loss" in a]
+assert len(held_out) == 2 and all(a == b for a, b in held_out), held_out
+assert all(a["loss"] == b["loss"] for a, b in zip(staged, flat))
+print(f"pipeline_held_out: held-out losses {[a for a, _ in held_out]} at pp 2 equal pp 1's")
+PY
     ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
