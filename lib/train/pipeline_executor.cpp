@@ -210,7 +210,9 @@ PipelineExecutor::Result PipelineExecutor::run(std::span<const Microbatch> micro
   for (const Slot* slot : in_flight_)
     DYNCP_CHECK(slot == nullptr, "every microbatch's slot is returned by the end of the step");
   result.rounds = plan.num_rounds();
-  double times[2] = {busy_ms_, milliseconds_since(start)};
+  result.busy_ms = busy_ms_;
+  result.wall_ms = milliseconds_since(start);
+  double times[2] = {result.busy_ms, result.wall_ms};
   dist::Comm& pipeline = parallel_state_.pipeline();
   pipeline.all_reduce(&times[0], &times[0], 1, core::DType::f64, dist::ReduceOp::sum);
   pipeline.all_reduce(&times[1], &times[1], 1, core::DType::f64, dist::ReduceOp::max);

@@ -63,6 +63,8 @@ class PipelineExecutor {
     // Measured over the pipeline group: 1 - (time in passes summed over the stages) /
     // (stages x the longest stage's time from its first round to its last).
     double bubble_fraction = 0.0;
+    double busy_ms = 0.0;  // this rank: time in passes
+    double wall_ms = 0.0;  // this rank: from its first round to its last
     std::int64_t rounds = 0;
   };
   // Runs every microbatch forward and, with options.compute_gradients, backward. Collective

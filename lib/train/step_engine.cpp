@@ -170,6 +170,8 @@ void StepEngine::run_pipeline(std::int64_t microbatches, const model::BinOptions
   local_sums[0] += result.loss_sum;
   local_sums[1] += result.aux_loss;
   outcome.pipeline_bubble_fraction = result.bubble_fraction;
+  outcome.pipeline_busy_ms = result.busy_ms;
+  outcome.pipeline_wall_ms = result.wall_ms;
 }
 
 StepOutcome StepEngine::forward_backward(std::span<const std::int64_t> sample_ids) {

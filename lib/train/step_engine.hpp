@@ -85,8 +85,11 @@ struct StepOutcome {
   // losses, norms and id checks down, and the expert offsets under EP or per-expert products.
   std::int64_t host_device_bytes = 0;
   StepTimeBreakdown time;
-  // Pipeline stages: the measured bubble (1 - time in passes / (stages x step time)).
+  // Pipeline stages: the measured bubble (1 - time in passes / (stages x step time)), and this
+  // rank's time in passes and from its first round to its last.
   double pipeline_bubble_fraction = 0;
+  double pipeline_busy_ms = 0;
+  double pipeline_wall_ms = 0;
 };
 
 class StepEngine {
