@@ -30,7 +30,7 @@ void append_parallel_keys(std::vector<KeySpec>& keys) {
       "Pipeline-parallel size (pp): the layers are split over pp stages, world = pp x dp x cp; "
       "1F1B, or interleaved 1F1B with virtual_pipeline_model_parallel_size",
       {.rules = ">= 1, divides the world; with pp > 1 training refuses ddp.overlap_grad_reduce "
-                "(unless the distributed optimizer makes it inert) and checkpoint.sharded=false"}));
+                "(unless the distributed optimizer makes it inert)"}));
   keys.push_back(make_key(
       "model.virtual_pipeline_model_parallel_size",
       DYNCP_FIELD(model.virtual_pipeline_model_parallel_size),

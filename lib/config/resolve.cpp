@@ -58,7 +58,7 @@ std::vector<std::string> unbuilt_features(const ConfigContainer& config) {
                   "memory estimate shown by --dry-run; supported in training: "
                   "model.tensor_model_parallel_size=1)");
   }
-  // Pipeline stages train, but two settings are not built with them.
+  // Pipeline stages train, but one setting is not built with them.
   const std::int64_t pp = config.model.pipeline_model_parallel_size;
   const std::string stages = "model.pipeline_model_parallel_size=" + std::to_string(pp);
   if (pp > 1 && config.ddp.overlap_grad_reduce && !config.ddp.use_distributed_optimizer)
@@ -68,10 +68,6 @@ std::vector<std::string> unbuilt_features(const ConfigContainer& config) {
         stages +
         "; built: ddp.overlap_grad_reduce with pp 1, or pp > 1 with it false or with "
         "ddp.use_distributed_optimizer=true, which reduces after the backward)");
-  if (pp > 1 && !config.checkpoint.sharded && !config.checkpoint.save.empty())
-    out.push_back("single-writer checkpoints of pipeline stages (checkpoint.sharded=false, " +
-                  stages +
-                  "; built: checkpoint.sharded=true, whose files any layout loads, pp included)");
   // Selective recomputation is built for some of Megatron's modules only.
   std::string unbuilt_modules;
   for (const auto& module : config.model.recompute_modules)

@@ -209,30 +209,39 @@ bool export_fuses_experts(const config::ModelArchitecture& architecture) {
 
 void save_hf_checkpoint(const std::string& folder, const Qwen3MoeParameters& parameters,
                         StoredDType dtype, std::uint64_t max_shard_bytes, ExpertGather* gather,
-                        bool write) {
+                        bool write, StageTensorRelay* relay) {
   const auto& architecture = parameters.architecture();
   const DiskLayout layout = export_layout(architecture);
   WholeExpertLayer experts(parameters, parameters.all_values(), gather);
   std::vector<TensorToWrite> tensors;
-  for (const WholeModelTensor& tensor : whole_model_tensors(parameters)) {
+  const std::vector<WholeModelTensor> whole = whole_model_tensors(parameters);
+  std::vector<const WholeModelTensor*> sources;  // what each entry writes
+  for (const WholeModelTensor& tensor : whole) {
     if (tensor.layer >= 0 && layout.fused_experts) {
       // One tensor per layer and part, every expert: gate_up_proj [E, 2I, h] (listed at
       // expert 0's gate) and down_proj [E, h, I] (at expert 0's down).
       if (tensor.expert != 0 || tensor.part == 1) continue;
       const bool down = tensor.part == 2;
       const std::int64_t rows = tensor.shape[0] * (down ? 1 : 2);
-      tensors.push_back({fused_slice_of(layout, tensor.name).fused_name,
-                         {architecture.num_experts, rows, tensor.shape[1]},
-                         {},
-                         [&experts, layer = tensor.layer, down](std::span<float> out) {
-                           const std::span<const float> whole = experts.part(layer, down ? 1 : 0);
-                           std::copy(whole.begin(), whole.end(), out.begin());
-                         }});
+      TensorToWrite entry{fused_slice_of(layout, tensor.name).fused_name,
+                          {architecture.num_experts, rows, tensor.shape[1]},
+                          {},
+                          {}};
+      if (stage_holds(parameters, tensor)) {  // else another stage's, routed to it
+        entry.fill = [&experts, layer = tensor.layer, down](std::span<float> out) {
+          const std::span<const float> fused = experts.part(layer, down ? 1 : 0);
+          std::copy(fused.begin(), fused.end(), out.begin());
+        };
+      }
+      tensors.push_back(std::move(entry));
+      sources.push_back(&tensor);
       continue;
     }
     tensors.push_back(tensor_to_write(tensor, disk_name(layout, tensor.name), parameters,
                                       parameters.all_values(), experts));
+    sources.push_back(&tensor);
   }
+  if (relay != nullptr) route_through_stages(tensors, sources, parameters, *relay);
   write_collectively(tensors, write, [&](std::span<const TensorToWrite> all) {
     write_safetensors_folder(folder, all, dtype, max_shard_bytes);
   });

@@ -173,9 +173,7 @@ TensorToWrite tensor_to_write(const WholeModelTensor& tensor, std::string stored
                               const Qwen3MoeParameters& parameters, const Tensor& flat,
                               WholeExpertLayer& experts) {
   TensorToWrite entry{std::move(stored_name), tensor.shape, {}, {}};
-  if (tensor.layer < 0 && tensor.held == nullptr)
-    core::throw_runtime_error("writing '" + tensor.name +
-                              "', which another pipeline stage holds, from this rank");
+  if (!stage_holds(parameters, tensor)) return entry;  // another stage's: routed to it
   if (tensor.held != nullptr) {
     const HfTensor* held = tensor.held;
     const Tensor source = counterpart(parameters, flat, held->value);
@@ -199,6 +197,51 @@ TensorToWrite tensor_to_write(const WholeModelTensor& tensor, std::string stored
     std::copy_n(whole.begin() + begin, count, out.begin());
   };
   return entry;
+}
+
+bool stage_holds(const Qwen3MoeParameters& parameters, const WholeModelTensor& tensor) {
+  return tensor.layer >= 0 ? parameters.position_of_layer(tensor.layer) >= 0
+                           : tensor.held != nullptr;
+}
+
+void route_through_stages(std::vector<TensorToWrite>& entries,
+                          const std::vector<const WholeModelTensor*>& sources,
+                          const Qwen3MoeParameters& parameters, StageTensorRelay& relay) {
+  DYNCP_CHECK(entries.size() == sources.size(), "one source tensor per entry");
+  const StageTensorRelay::Role role = relay.role();
+  if (role == StageTensorRelay::Role::writer_gathers) return;  // the writer's own stage
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    TensorToWrite& entry = entries[i];
+    const WholeModelTensor& source = *sources[i];
+    const bool held = stage_holds(parameters, source);
+    if (role == StageTensorRelay::Role::writer) {
+      if (held) continue;
+      entry.values = {};
+      entry.fill = [&relay, &source](std::span<float> out) { relay.receive(source, out); };
+      continue;
+    }
+    const bool sent = held && !relay.writer_holds(source);
+    if (role == StageTensorRelay::Role::relay_gathers) {
+      // Only the expert gathers of what the relay sends are collective.
+      if (!sent || source.layer < 0) entry.fill = {};
+      entry.values = {};
+      continue;
+    }
+    if (!sent) {
+      entry.values = {};
+      entry.fill = {};
+      continue;
+    }
+    entry.fill = [&relay, &source, values = entry.values,
+                  inner = std::move(entry.fill)](std::span<float> out) {
+      if (inner)
+        inner(out);
+      else
+        std::copy(values.begin(), values.end(), out.begin());
+      relay.send(source, out);
+    };
+    entry.values = {};
+  }
 }
 
 void write_collectively(std::vector<TensorToWrite>& tensors, bool writer,

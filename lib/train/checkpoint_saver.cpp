@@ -6,6 +6,7 @@
 #include "model/hf_checkpoint.hpp"
 #include "train/hf_export.hpp"
 #include "train/hf_export_writer.hpp"
+#include "train/stage_tensor_relay.hpp"
 #include "train/training_checkpoint.hpp"
 
 namespace dyncp::train {
@@ -39,10 +40,23 @@ CheckpointSaver::CheckpointSaver(const config::ConfigContainer& config, dist::Co
     store_ = std::make_unique<CheckpointStore>(config.checkpoint.save,
                                                static_cast<int>(config.checkpoint.most_recent_k));
   }
-  std::int32_t writer = world.rank() == 0 ? 1 : 0;
+  // Rank 0 writes; with pipeline stages the first rank of every other stage relays its stage's
+  // tensors to it (train/stage_tensor_relay.hpp). The EP groups of those ranks gather experts.
+  const dist::ParallelLayout& layout = parallel_state.layout();
+  const bool first_of_stage = world.rank() % layout.stage_size() == 0;
+  std::int32_t writer = first_of_stage ? 1 : 0;
   parallel_state.expert_parallel().all_reduce(&writer, &writer, 1, core::DType::i32,
                                               dist::ReduceOp::max);
   writer_group_ = writer != 0;
+  if (layout.pipeline_model_parallel_size > 1 && writer_group_) {
+    using Role = model::StageTensorRelay::Role;
+    const bool writer_stage = parallel_state.coordinates().pipeline_parallel_index == 0;
+    const Role role = first_of_stage ? (writer_stage ? Role::writer : Role::relay)
+                                     : (writer_stage ? Role::writer_gathers : Role::relay_gathers);
+    relay_ = std::make_unique<PipelineTensorRelay>(
+        role, parallel_state.pipeline(),
+        config::split_layers(config::pipeline_split_input(config.model)));
+  }
   if (store_ && (config.checkpoint.sharded || config.checkpoint.async_save)) {
     // The distributed optimizer's own division (the same plan its step engine made), so its
     // packed moments are written as they are.
@@ -78,7 +92,7 @@ bool CheckpointSaver::save(const LoopState& state) {
   const model::Qwen3MoeParameters& parameters = host_parameters_.download();
   if (writer_group_ && world_.rank() != 0) {
     write_training_checkpoint({}, parameters, moments.exp_avg, moments.exp_avg_sq, state,
-                              &expert_gather_, /*write=*/false);
+                              &expert_gather_, /*write=*/false, relay_.get());
   }
   std::int32_t failed = 0;
   if (world_.rank() == 0) {
@@ -92,7 +106,7 @@ bool CheckpointSaver::save(const LoopState& state) {
     try {
       // Even when begin() failed: the other ranks of the EP group are gathering.
       write_training_checkpoint(folder, parameters, moments.exp_avg, moments.exp_avg_sq, state,
-                                &expert_gather_, /*write=*/failure.empty());
+                                &expert_gather_, /*write=*/failure.empty(), relay_.get());
       if (failure.empty())
         spdlog::info("checkpoint saved: {}", store_->commit(state.iteration).string());
     } catch (const std::exception& error) {

@@ -2,8 +2,9 @@
 // Writes a run's training checkpoints (checkpoint.save, through train::CheckpointStore) and its
 // HF export (checkpoint.export_hf). Single-writer checkpoints (checkpoint.sharded false): rank 0
 // writes; the other ranks of its EP group send it their experts one MoE layer at a time
-// (parallel::EpExpertGather), and the distributed optimizer's pieces are gathered into
-// full-size moments first, so what is written does not depend on the layout. With
+// (parallel::EpExpertGather), with pipeline stages every other stage's first rank relays its
+// stage's tensors (train/stage_tensor_relay.hpp), and the distributed optimizer's pieces are
+// gathered into full-size moments first, so what is written does not depend on the layout. With
 // checkpoint.sharded (or checkpoint.async_save) every rank writes its own pieces instead
 // (train/sharded_checkpoint_saver.hpp), loadable under any layout too. The HF export is
 // always written by the ranks holding its tensors (train/hf_export_writer.hpp);
@@ -23,6 +24,7 @@
 #include "train/loop_state.hpp"
 #include "train/optimizer.hpp"
 #include "train/sharded_checkpoint_saver.hpp"
+#include "train/stage_tensor_relay.hpp"
 #include "train/training_device.hpp"
 
 namespace dyncp::train {
@@ -55,7 +57,9 @@ class CheckpointSaver {
   AdamWOptimizer& optimizer_;
   std::unique_ptr<CheckpointStore> store_;
   parallel::EpExpertGather expert_gather_;
-  bool writer_group_ = false;                        // this rank's EP group holds rank 0
+  // This rank's EP group holds rank 0 or, with pipeline stages, its stage's first rank.
+  bool writer_group_ = false;
+  std::unique_ptr<PipelineTensorRelay> relay_;       // pipeline stages: the writer's or a relay's
   std::unique_ptr<ShardedCheckpointSaver> sharded_;  // checkpoint.sharded / async_save
 };
 

@@ -39,12 +39,13 @@ core::Tensor moment_view(const model::Qwen3MoeParameters& parameters, const core
 
 void write_training_checkpoint(const fs::path& folder, const model::Qwen3MoeParameters& parameters,
                                const core::Tensor& exp_avg, const core::Tensor& exp_avg_sq,
-                               const LoopState& state, model::ExpertGather* gather, bool write) {
+                               const LoopState& state, model::ExpertGather* gather, bool write,
+                               model::StageTensorRelay* relay) {
   // A failed model write must not skip the moments' gathers the other ranks are making.
   std::exception_ptr failure;
   try {
     model::save_hf_checkpoint((folder / "model").string(), parameters, model::StoredDType::f32, 0,
-                              gather, write);
+                              gather, write, relay);
   } catch (...) {
     failure = std::current_exception();
   }
@@ -52,12 +53,16 @@ void write_training_checkpoint(const fs::path& folder, const model::Qwen3MoePara
   model::WholeExpertLayer avg_experts(parameters, exp_avg, gather);
   model::WholeExpertLayer avg_sq_experts(parameters, exp_avg_sq, gather);
   std::vector<model::TensorToWrite> moments;
-  for (const model::WholeModelTensor& tensor : model::whole_model_tensors(parameters)) {
+  const std::vector<model::WholeModelTensor> whole = model::whole_model_tensors(parameters);
+  std::vector<const model::WholeModelTensor*> sources;  // what each entry writes
+  for (const model::WholeModelTensor& tensor : whole) {
     moments.push_back(
         model::tensor_to_write(tensor, "exp_avg." + tensor.name, parameters, exp_avg, avg_experts));
     moments.push_back(model::tensor_to_write(tensor, "exp_avg_sq." + tensor.name, parameters,
                                              exp_avg_sq, avg_sq_experts));
+    sources.insert(sources.end(), {&tensor, &tensor});
   }
+  if (relay != nullptr) model::route_through_stages(moments, sources, parameters, *relay);
   model::write_collectively(
       moments, write && !failure, [&](std::span<const model::TensorToWrite> all) {
         model::write_safetensors_file((folder / "optimizer.safetensors").string(), all,

@@ -731,7 +731,8 @@ PY
     # interleaved 1F1B (vpp 2). Saved at pp 2 step 2, resumed at pp 2 (bitwise), then pp 1 on 2
     # ranks, then pp 4 on 4 ranks (a one-rank pool, static), each resuming the last one's
     # shards with the uninterrupted losses to fp32 round-off. The HF exports of the last
-    # checkpoint at pp 4, 2 and 1 and dyncp-export's are byte-identical.
+    # checkpoint at pp 4, 2 and 1 and dyncp-export's are byte-identical, and so are the
+    # single-writer checkpoints the three layouts save from it.
     common=(model.num_hidden_layers=4 scheduler.lr_decay_iters=6)
     pp2=(model.pipeline_model_parallel_size=2)
     pp4=(model.pipeline_model_parallel_size=4 model.dynamic_context_parallel=false
@@ -793,18 +794,31 @@ PY
       done
     done
     echo "pipeline: the HF exports at pp 4, 2, 1 and dyncp-export's are byte-identical"
-    # What pipeline stages do not run with is refused before any work, naming the key.
-    for refused in "ddp.overlap_grad_reduce=true" "checkpoint.sharded=false checkpoint.save=$work/no"; do
-      set +e
-      # shellcheck disable=SC2086
-      runs 4 "${pp2[@]}" train.train_iters=1 $refused >"$work/refused.log" 2>&1
-      code=$?
-      set -e
-      [[ $code -eq 2 ]] && grep -q "not built yet:" "$work/refused.log" &&
-        grep -q "${refused%%=*}=" "$work/refused.log" ||
-        { echo "pp 2 with $refused was not refused (exit $code) naming the key"; exit 1; }
+    # Single-writer checkpoints: rank 0 receives every other stage's tensors from that stage's
+    # first rank (its EP group gathering the experts). Loading c4 and training nothing, each
+    # layout saves what it loaded: the files are byte for byte the same at pp 4, 2 and 1.
+    runs 4 "${pp4[@]}" train.train_iters=6 checkpoint.load="$work/c4" checkpoint.sharded=false \
+      checkpoint.save="$work/w4" >"$work/w4.log" 2>&1
+    runs 4 "${pp2[@]}" train.train_iters=6 checkpoint.load="$work/c4" checkpoint.sharded=false \
+      checkpoint.save="$work/w2" >"$work/w2.log" 2>&1
+    runs 2 train.train_iters=6 checkpoint.load="$work/c4" checkpoint.sharded=false \
+      checkpoint.save="$work/w1" >"$work/w1.log" 2>&1
+    for f in model/model.safetensors optimizer.safetensors state.json; do
+      for other in w4 w2; do
+        cmp "$work/w1/iter_0000006/$f" "$work/$other/iter_0000006/$f" ||
+          { echo "the single-writer $f of $other differs from pp 1's"; exit 1; }
+      done
     done
-    echo "pipeline: overlapped reduction and single-writer saves with stages exit 2 naming the key"
+    echo "pipeline: single-writer checkpoints saved at pp 4, 2 and 1 are byte-identical"
+    # What pipeline stages do not run with is refused before any work, naming the key.
+    set +e
+    runs 4 "${pp2[@]}" train.train_iters=1 ddp.overlap_grad_reduce=true >"$work/refused.log" 2>&1
+    code=$?
+    set -e
+    [[ $code -eq 2 ]] && grep -q "not built yet:" "$work/refused.log" &&
+      grep -q "ddp.overlap_grad_reduce=true" "$work/refused.log" ||
+      { echo "pp 2 with ddp.overlap_grad_reduce was not refused (exit $code) naming the key"; exit 1; }
+    echo "pipeline: overlapped reduction with stages exits 2 naming the key"
     ;;
   pipeline_held_out)
     # Held-out evaluation runs the forward-only schedule through the stages: the demo recipe's 3
