@@ -58,16 +58,6 @@ std::vector<std::string> unbuilt_features(const ConfigContainer& config) {
                   "memory estimate shown by --dry-run; supported in training: "
                   "model.tensor_model_parallel_size=1)");
   }
-  // Pipeline stages train, but one setting is not built with them.
-  const std::int64_t pp = config.model.pipeline_model_parallel_size;
-  const std::string stages = "model.pipeline_model_parallel_size=" + std::to_string(pp);
-  if (pp > 1 && config.ddp.overlap_grad_reduce && !config.ddp.use_distributed_optimizer)
-    out.push_back(
-        "gradient reduction overlapped with the backward of pipeline stages "
-        "(ddp.overlap_grad_reduce=true, " +
-        stages +
-        "; built: ddp.overlap_grad_reduce with pp 1, or pp > 1 with it false or with "
-        "ddp.use_distributed_optimizer=true, which reduces after the backward)");
   // Selective recomputation is built for some of Megatron's modules only.
   std::string unbuilt_modules;
   for (const auto& module : config.model.recompute_modules)

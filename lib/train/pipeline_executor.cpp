@@ -127,8 +127,11 @@ void PipelineExecutor::run_pass(const packing::PipelineAction& pass,
                                            microbatches[static_cast<std::size_t>(pass.microbatch)])
                                  : held(pass.microbatch, pass.chunk);
     if (!chunk.loss) slot.output = slot.buffers.allocate({slot.rows, hidden}, dtype);
-    const model::BinResult outcome = model_.forward_chunk(
-        slot.state, *slot.bin, slot.seams(), bin_options_, chunk, slot.input, slot.output);
+    // The options a forward hands on to its backward: the last microbatch's carry the hook.
+    const bool last = pass.microbatch + 1 == static_cast<std::int64_t>(microbatches.size());
+    const model::BinResult outcome = model_.forward_chunk(slot.state, *slot.bin, slot.seams(),
+                                                          last ? last_bin_options_ : bin_options_,
+                                                          chunk, slot.input, slot.output);
     result.loss_sum += outcome.loss_sum;
     if (slot.rank_in_group_zero) result.aux_loss += outcome.aux_loss;
   } else {
@@ -185,7 +188,8 @@ void PipelineExecutor::exchange(const packing::PipelineRound& round,
 }
 
 PipelineExecutor::Result PipelineExecutor::run(std::span<const Microbatch> microbatches,
-                                               const model::BinOptions& options) {
+                                               const model::BinOptions& options,
+                                               std::function<void(std::int64_t)> last_layer_done) {
   Result result;
   const auto count = static_cast<std::int64_t>(microbatches.size());
   const std::int64_t pp = split_.pipeline_size;
@@ -196,6 +200,8 @@ PipelineExecutor::Result PipelineExecutor::run(std::span<const Microbatch> micro
       packing::plan_pipeline_rounds(pp, v, scheduled_microbatches_, forward_only);
   in_flight_.assign(static_cast<std::size_t>(scheduled_microbatches_ * v), nullptr);
   bin_options_ = options;
+  last_bin_options_ = options;
+  last_bin_options_.after_layer_backward = std::move(last_layer_done);
   busy_ms_ = 0.0;
   const auto start = std::chrono::steady_clock::now();
   for (const packing::PipelineRound& round : plan.rounds[static_cast<std::size_t>(stage_)]) {

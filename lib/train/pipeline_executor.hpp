@@ -21,6 +21,7 @@
 // rank alike).
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -69,8 +70,11 @@ class PipelineExecutor {
   };
   // Runs every microbatch forward and, with options.compute_gradients, backward. Collective
   // over the world's pipeline and stage groups: every rank passes the same number of
-  // microbatches with the same schedule.
-  Result run(std::span<const Microbatch> microbatches, const model::BinOptions& options);
+  // microbatches with the same schedule. `last_layer_done`, when set, is called after each
+  // layer's backward in the last microbatch's pass of every chunk (with the whole-model layer
+  // index): that layer's gradients are then final (ddp.overlap_grad_reduce).
+  Result run(std::span<const Microbatch> microbatches, const model::BinOptions& options,
+             std::function<void(std::int64_t)> last_layer_done = {});
 
   // Slots made so far (the most microbatches this rank has held at once).
   std::size_t slots() const { return slots_.size(); }
@@ -95,6 +99,7 @@ class PipelineExecutor {
   std::vector<Slot*> in_flight_;  // by microbatch x virtual chunks + chunk
   std::int64_t scheduled_microbatches_ = 0;
   model::BinOptions bin_options_;
+  model::BinOptions last_bin_options_;  // the last microbatch's: with the layer hook
   double busy_ms_ = 0.0;
 };
 

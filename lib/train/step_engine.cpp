@@ -71,9 +71,6 @@ StepEngine::StepEngine(model::Qwen3MoeModel& model, dist::ParallelState& paralle
     }
   }
   if (options.pipeline.pipeline_size > 1) {
-    if (options.overlap_grad_reduce && !options.distributed_optimizer)
-      core::throw_runtime_error(
-          "ddp.overlap_grad_reduce with pipeline stages is not built (validation refuses it)");
     if (model.architecture().tie_word_embeddings)
       tied_embedding_group_ = parallel_state.embedding_group();
     pipeline_ = std::make_unique<PipelineExecutor>(
@@ -159,14 +156,18 @@ void StepEngine::run_microbatches(std::int64_t microbatches, const model::BinOpt
 }
 
 void StepEngine::run_pipeline(std::int64_t microbatches, const model::BinOptions& options,
-                              double local_sums[2], StepOutcome& outcome) {
+                              bool overlap, double local_sums[2], StepOutcome& outcome) {
   pipeline_microbatches_.clear();
   for (std::int64_t m = 0; m < microbatches; ++m) {
     const auto& p = microbatch_params_[static_cast<std::size_t>(m)];
     pipeline_microbatches_.push_back(
         {&p, microbatch_samples_[static_cast<std::size_t>(m)], runtime_group(p.group_size)});
   }
-  const PipelineExecutor::Result result = pipeline_->run(pipeline_microbatches_, options);
+  // Each chunk's last backward finishes its layers' gradients: their buckets start then.
+  std::function<void(std::int64_t)> layer_done;
+  if (overlap) layer_done = [this](std::int64_t layer) { overlapped_reduce_->layer_done(layer); };
+  const PipelineExecutor::Result result =
+      pipeline_->run(pipeline_microbatches_, options, std::move(layer_done));
   local_sums[0] += result.loss_sum;
   local_sums[1] += result.aux_loss;
   outcome.pipeline_bubble_fraction = result.bubble_fraction;
@@ -280,7 +281,7 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
   bin_options.aux_loss_grad_scale = 1.0;
   clock = std::chrono::steady_clock::now();
   if (pipeline_)
-    run_pipeline(microbatches, bin_options, local_sums, outcome);
+    run_pipeline(microbatches, bin_options, overlap, local_sums, outcome);
   else
     run_microbatches(microbatches, bin_options, overlap, local_sums, outcome);
   const double bins_ms = elapsed_ms(clock);

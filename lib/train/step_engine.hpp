@@ -58,8 +58,9 @@ struct StepEngineOptions {
   // sharded_state_sync()) instead of all-reducing them.
   bool distributed_optimizer = false;
   // ddp.overlap_grad_reduce: replicated gradients summed in buckets of bucket_elements while the
-  // last microbatch's backward runs (parallel/overlapped_gradient_reduce.hpp). Not with the
-  // distributed optimizer, whose reduce-scatter runs after the backward.
+  // last microbatch's backward runs (with pipeline stages: each chunk's last backward;
+  // parallel/overlapped_gradient_reduce.hpp). Not with the distributed optimizer, whose
+  // reduce-scatter runs after the backward.
   bool overlap_grad_reduce = false;
   std::int64_t bucket_elements = 40'000'000;
   // Pipeline stages: with pipeline_size > 1 the model holds this rank's stage
@@ -144,7 +145,7 @@ class StepEngine {
   // stage: this rank's CE sum and aux loss (once per group) added to local_sums.
   void run_microbatches(std::int64_t microbatches, const model::BinOptions& options, bool overlap,
                         double local_sums[2], StepOutcome& outcome);
-  void run_pipeline(std::int64_t microbatches, const model::BinOptions& options,
+  void run_pipeline(std::int64_t microbatches, const model::BinOptions& options, bool overlap,
                     double local_sums[2], StepOutcome& outcome);
   std::unique_ptr<PipelineExecutor> pipeline_;  // pipeline stages (pipeline.pipeline_size > 1)
   // A tied head under pipeline stages, on the first and last stage: the embedding group.
