@@ -814,6 +814,16 @@ PY
       done
     done
     echo "pipeline: single-writer checkpoints saved at pp 4, 2 and 1 are byte-identical"
+    # The embedding and the loss counted in the split: 2 layers + 2 over 4 stages leave stage 0
+    # the embedding alone and stage 3 the final norm, head and loss alone.
+    two=(model.num_hidden_layers=2 model.account_for_embedding_in_pipeline_split=true
+         model.account_for_loss_in_pipeline_split=true train.train_iters=2)
+    runs 4 "${pp4[@]}" "${two[@]}" logger.metrics_path="$work/bare4.jsonl" >"$work/bare4.log" 2>&1
+    runs 1 "${pp4[@]:1}" "${two[@]}" logger.metrics_path="$work/bare1.jsonl" >"$work/bare1.log" 2>&1
+    grep -q "stage 0: 0 layers .*+ embedding" "$work/bare4.log" ||
+      { echo "stage 0 does not hold the embedding alone"; exit 1; }
+    diff <(losses "$work/bare4.jsonl") <(losses "$work/bare1.jsonl")
+    echo "pipeline: stages holding only the embedding or only the loss give pp 1's losses bit for bit"
     ;;
   pipeline_held_out)
     # Held-out evaluation runs the forward-only schedule through the stages: the demo recipe's 3
