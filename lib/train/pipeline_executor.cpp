@@ -187,6 +187,15 @@ void PipelineExecutor::exchange(const packing::PipelineRound& round,
   if (backward.slot >= 0) pipeline.wait(backward);
 }
 
+const packing::PipelinePlan& PipelineExecutor::plan_for(std::int64_t microbatches,
+                                                        bool forward_only) {
+  for (const packing::PipelinePlan& plan : plans_)
+    if (plan.microbatches == microbatches && plan.forward_only == forward_only) return plan;
+  plans_.push_back(packing::plan_pipeline_rounds(split_.pipeline_size, split_.virtual_size,
+                                                 microbatches, forward_only));
+  return plans_.back();
+}
+
 PipelineExecutor::Result PipelineExecutor::run(std::span<const Microbatch> microbatches,
                                                const model::BinOptions& options,
                                                std::function<void(std::int64_t)> last_layer_done) {
@@ -196,8 +205,7 @@ PipelineExecutor::Result PipelineExecutor::run(std::span<const Microbatch> micro
   const std::int64_t v = split_.virtual_size;
   const bool forward_only = !options.compute_gradients;
   scheduled_microbatches_ = packing::scheduled_microbatches(pp, v, count);
-  const packing::PipelinePlan plan =
-      packing::plan_pipeline_rounds(pp, v, scheduled_microbatches_, forward_only);
+  const packing::PipelinePlan& plan = plan_for(scheduled_microbatches_, forward_only);
   in_flight_.assign(static_cast<std::size_t>(scheduled_microbatches_ * v), nullptr);
   bin_options_ = options;
   last_bin_options_ = options;

@@ -98,6 +98,10 @@ class PipelineExecutor {
   std::vector<Slot*> free_;
   std::vector<Slot*> in_flight_;  // by microbatch x virtual chunks + chunk
   std::int64_t scheduled_microbatches_ = 0;
+  // The rounds of each (microbatch count, forward only) met so far: planned once, so steady
+  // steps allocate nothing.
+  std::vector<packing::PipelinePlan> plans_;
+  const packing::PipelinePlan& plan_for(std::int64_t microbatches, bool forward_only);
   model::BinOptions bin_options_;
   model::BinOptions last_bin_options_;  // the last microbatch's: with the layer hook
   double busy_ms_ = 0.0;

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 
+#include "core/alloc_counter.hpp"
 #include "model/microbatch_state.hpp"
 #include "model/whole_model_tensors.hpp"
 #include "model_test_support.hpp"
@@ -233,6 +234,16 @@ TEST_CASE("stages passing activations and gradients give run_bin's loss and grad
     }
   }
   CHECK(compared == expected.size());
+  // Steady state: the same passes again allocate no heap memory (every state's arenas and the
+  // transfer buffers are in place).
+  {
+    core::AllocationCounter counter;
+    for (int m = 0; m < 2; ++m)
+      for (int k = 0; k < 4; ++k) forward(m, k);
+    for (int m = 0; m < 2; ++m)
+      for (int k = 3; k >= 0; --k) backward(m, k);
+    CHECK(counter.count() == 0);
+  }
   REQUIRE_THROWS_WITH(stages[0]->backward_chunk(state(0, 0), {}, {}),
                       Catch::Contains("no forward awaiting"));
   REQUIRE_THROWS_WITH(stages[0]->run_bin(bins[0].bin, seams.seams(), bin_options),
