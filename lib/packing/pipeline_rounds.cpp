@@ -79,6 +79,34 @@ std::vector<PipelineAction> forward_only_schedule(std::int64_t stages, std::int6
   return forwards;
 }
 
+namespace {
+
+// A stage's passes grouped into slots: one pass each, or (interleaved, not forward only) each
+// steady-state forward with the backward after it. The list is w warm-up forwards, N - w
+// (forward, backward) pairs and w cool-down backwards (pipeline_schedule.hpp): with pairs the
+// leading forwards are w + 1, without (w = N) they are all N.
+std::vector<std::vector<PipelineAction>> slot_units(const std::vector<PipelineAction>& list,
+                                                    bool pair_steady_state) {
+  std::size_t forwards = 0, leading = 0;
+  for (const PipelineAction& action : list) forwards += action.pass == PipelinePass::forward;
+  while (leading < list.size() && list[leading].pass == PipelinePass::forward) ++leading;
+  const bool paired = pair_steady_state && leading < forwards;
+  const std::size_t first_pair = leading - 1;
+  const std::size_t pairs = paired ? forwards - first_pair : 0;
+  std::vector<std::vector<PipelineAction>> units;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    if (paired && i >= first_pair && i < first_pair + 2 * pairs) {
+      units.push_back({list[i], list[i + 1]});
+      ++i;
+    } else {
+      units.push_back({list[i]});
+    }
+  }
+  return units;
+}
+
+}  // namespace
+
 PipelinePlan plan_pipeline_rounds(std::int64_t stages, std::int64_t virtual_chunks,
                                   std::int64_t microbatches, bool forward_only) {
   PipelinePlan plan;
@@ -88,12 +116,14 @@ PipelinePlan plan_pipeline_rounds(std::int64_t stages, std::int64_t virtual_chun
   plan.forward_only = forward_only;
   const std::int64_t pp = stages;
   const std::int64_t virtual_stages = pp * virtual_chunks;
-  std::vector<std::vector<PipelineAction>> lists;
+  std::vector<std::vector<std::vector<PipelineAction>>> units;  // [stage][slot unit][pass]
   std::size_t remaining = 0;
   for (std::int64_t s = 0; s < pp; ++s) {
-    lists.push_back(forward_only ? forward_only_schedule(pp, virtual_chunks, s, microbatches)
-                                 : pipeline_schedule(pp, virtual_chunks, s, microbatches));
-    remaining += lists.back().size();
+    units.push_back(slot_units(forward_only
+                                   ? forward_only_schedule(pp, virtual_chunks, s, microbatches)
+                                   : pipeline_schedule(pp, virtual_chunks, s, microbatches),
+                               virtual_chunks > 1 && !forward_only));
+    remaining += units.back().size();
   }
   // Unit slots, as early as the stage's order and the producers allow.
   PassSlots slots(microbatches, virtual_stages);
@@ -102,16 +132,30 @@ PipelinePlan plan_pipeline_rounds(std::int64_t stages, std::int64_t virtual_chun
   while (remaining > 0) {
     bool progressed = false;
     for (std::int64_t s = 0; s < pp; ++s) {
-      const auto& list = lists[static_cast<std::size_t>(s)];
+      const auto& stage_units = units[static_cast<std::size_t>(s)];
       auto& next = cursor[static_cast<std::size_t>(s)];
       auto& previous = last[static_cast<std::size_t>(s)];
-      for (; next < list.size(); ++next, --remaining, progressed = true) {
-        const PipelineAction& action = list[next];
-        const std::int64_t k = action.chunk * pp + s;
-        const std::int64_t producer = producer_slot(slots, action, k, virtual_stages);
-        if (producer == -1) break;
-        previous = std::max(previous + 1, producer == none ? 0 : producer + 1);
-        slots.at(action.pass, action.microbatch, k) = previous;
+      for (; next < stage_units.size(); ++next, --remaining, progressed = true) {
+        std::int64_t ready = previous + 1;
+        bool waiting = false;
+        for (const PipelineAction& action : stage_units[next]) {
+          const std::int64_t k = action.chunk * pp + s;
+          // A last virtual stage's backward paired with its own forward reads that forward's
+          // loss inside the slot.
+          const bool own_forward = action.pass == PipelinePass::backward &&
+                                   k + 1 == virtual_stages &&
+                                   stage_units[next].front().microbatch == action.microbatch &&
+                                   stage_units[next].front().pass == PipelinePass::forward &&
+                                   stage_units[next].front().chunk == action.chunk;
+          if (own_forward) continue;
+          const std::int64_t producer = producer_slot(slots, action, k, virtual_stages);
+          if (producer == -1) waiting = true;
+          if (producer >= 0) ready = std::max(ready, producer + 1);
+        }
+        if (waiting) break;
+        previous = ready;
+        for (const PipelineAction& action : stage_units[next])
+          slots.at(action.pass, action.microbatch, action.chunk * pp + s) = previous;
       }
     }
     if (!progressed) core::throw_runtime_error("pipeline rounds: the schedule deadlocks (a bug)");
@@ -120,13 +164,14 @@ PipelinePlan plan_pipeline_rounds(std::int64_t stages, std::int64_t virtual_chun
   plan.rounds.assign(static_cast<std::size_t>(pp),
                      std::vector<PipelineRound>(static_cast<std::size_t>(num_rounds)));
   for (std::int64_t s = 0; s < pp; ++s) {
-    for (const PipelineAction& action : lists[static_cast<std::size_t>(s)]) {
-      const std::int64_t round = slots.at(action.pass, action.microbatch, action.chunk * pp + s);
-      PipelineRound& here =
-          plan.rounds[static_cast<std::size_t>(s)][static_cast<std::size_t>(round)];
-      here.has_pass = true;
-      here.pass = action;
-      place_transfers(plan, s, round, action);
+    for (const auto& unit : units[static_cast<std::size_t>(s)]) {
+      for (const PipelineAction& action : unit) {
+        const std::int64_t round = slots.at(action.pass, action.microbatch, action.chunk * pp + s);
+        PipelineRound& here =
+            plan.rounds[static_cast<std::size_t>(s)][static_cast<std::size_t>(round)];
+        here.passes[here.num_passes++] = action;
+        place_transfers(plan, s, round, action);
+      }
     }
   }
   return plan;
@@ -185,8 +230,8 @@ std::string check_inputs(const PipelinePlan& plan) {
     std::vector<PipelineAction> passes;
     for (std::int64_t t = 0; t < plan.num_rounds(); ++t) {
       const PipelineRound& round = rounds[static_cast<std::size_t>(t)];
-      if (round.has_pass) {
-        const PipelineAction& a = round.pass;
+      for (int p = 0; p < round.num_passes; ++p) {
+        const PipelineAction& a = round.passes[p];
         passes.push_back(a);
         const std::int64_t k = a.chunk * pp + s;
         const bool forward = a.pass == PipelinePass::forward;
@@ -234,11 +279,12 @@ std::int64_t peak_live_passes(const PipelinePlan& plan, std::int64_t stage) {
   std::set<std::pair<std::int64_t, std::int64_t>> live;
   std::int64_t peak = 0;
   for (const PipelineRound& round : plan.rounds.at(static_cast<std::size_t>(stage))) {
-    if (round.has_pass) {
-      const std::pair key{round.pass.microbatch, round.pass.chunk};
-      if (round.pass.pass == PipelinePass::forward) live.insert(key);
+    for (int p = 0; p < round.num_passes; ++p) {
+      const PipelineAction& pass = round.passes[p];
+      const std::pair key{pass.microbatch, pass.chunk};
+      if (pass.pass == PipelinePass::forward) live.insert(key);
       peak = std::max(peak, static_cast<std::int64_t>(live.size()));
-      if (round.pass.pass == PipelinePass::backward || plan.forward_only) live.erase(key);
+      if (pass.pass == PipelinePass::backward || plan.forward_only) live.erase(key);
     }
     if (round.receive_activation.present()) {
       live.insert({round.receive_activation.microbatch, round.receive_activation.chunk});

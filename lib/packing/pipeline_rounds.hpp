@@ -8,7 +8,12 @@
 // messages) deadlock when two neighbours each send before they receive. So the transfers are
 // planned in lockstep rounds:
 //   - the passes are timed in unit slots: a pass runs one slot after the later of its stage's
-//     previous pass and the pass on the neighbouring virtual stage that produces its input;
+//     previous slot and the pass on the neighbouring virtual stage that produces its input.
+//     Interleaved 1F1B's steady state runs a forward and the next backward in one slot and
+//     exchanges what both produced together, as Megatron's schedule does (its warm-up is long
+//     enough for that): neighbours then meet once per forward + backward, whatever the two
+//     passes' lengths. 1F1B keeps one pass per slot (Megatron's send_forward_recv_backward after
+//     a forward, send_backward_recv_forward after a backward);
 //   - after slot t every stage takes round t: each transfer produced in slot t is posted in
 //     round t by its sender and its receiver (which keeps it until the pass that reads it);
 //   - inside a round a stage exchanges first in the forward direction (the activation it sends
@@ -41,8 +46,10 @@ struct PipelineTransfer {
 
 // One stage's slot and round.
 struct PipelineRound {
-  bool has_pass = false;
-  PipelineAction pass;  // when has_pass
+  // The passes of the slot, in order: none, one, or (interleaved steady state) a forward and a
+  // backward.
+  int num_passes = 0;
+  PipelineAction passes[2];
   // Forward direction: to the rank of stage + 1 (mod pp), from the rank of stage - 1.
   PipelineTransfer send_activation;     // the output of this slot's forward
   PipelineTransfer receive_activation;  // the input of a later forward here

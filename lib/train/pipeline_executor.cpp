@@ -213,13 +213,16 @@ PipelineExecutor::Result PipelineExecutor::run(std::span<const Microbatch> micro
   busy_ms_ = 0.0;
   const auto start = std::chrono::steady_clock::now();
   for (const packing::PipelineRound& round : plan.rounds[static_cast<std::size_t>(stage_)]) {
-    const bool runs = round.has_pass && round.pass.microbatch < count;
-    if (runs) run_pass(round.pass, microbatches, result);
+    const std::span<const packing::PipelineAction> passes(
+        round.passes, static_cast<std::size_t>(round.num_passes));
+    for (const packing::PipelineAction& pass : passes)
+      if (pass.microbatch < count) run_pass(pass, microbatches, result);
     exchange(round, microbatches);
     // A microbatch's chunk is done after its backward (or, forwards only, its forward) and the
     // round that sent what it produced.
-    if (runs && (forward_only || round.pass.pass == packing::PipelinePass::backward))
-      release(round.pass.microbatch, round.pass.chunk);
+    for (const packing::PipelineAction& pass : passes)
+      if (pass.microbatch < count && (forward_only || pass.pass == packing::PipelinePass::backward))
+        release(pass.microbatch, pass.chunk);
   }
   for (const Slot* slot : in_flight_)
     DYNCP_CHECK(slot == nullptr, "every microbatch's slot is returned by the end of the step");

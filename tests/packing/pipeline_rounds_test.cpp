@@ -206,6 +206,17 @@ TEST_CASE("pipeline rounds: interleaving passes activations round the ring of st
     chunk_one_received = true;
   }
   CHECK(chunk_one_received);
+  // The steady state runs a forward and the next backward in one slot: on stage 0 of pp 2, v 2,
+  // M 8, the N - w = 16 - 4 pairs after the warm-up.
+  const PipelinePlan longer = plan_pipeline_rounds(2, 2, 8);
+  std::int64_t paired = 0;
+  for (const PipelineRound& round : longer.rounds[0]) {
+    if (round.num_passes < 2) continue;
+    CHECK(round.passes[0].pass == PipelinePass::forward);
+    CHECK(round.passes[1].pass == PipelinePass::backward);
+    ++paired;
+  }
+  CHECK(paired == 12);
   // A broken plan is named: drop one receive.
   PipelinePlan broken = plan;
   for (PipelineRound& round : broken.rounds[1]) {
