@@ -27,11 +27,9 @@ void append_parallel_keys(std::vector<KeySpec>& keys) {
                          "(docs/dist.md, the tensor-parallel model)"}));
   keys.push_back(make_key(
       "model.pipeline_model_parallel_size", DYNCP_FIELD(model.pipeline_model_parallel_size),
-      "Pipeline-parallel size (pp): the layers are split over pp stages, world = pp x dp x cp",
-      {.rules = ">= 1, divides the world; training runs pp = 1 only (a dry run lays out and "
-                "estimates pp > 1)",
-       .feature =
-           "pipeline-parallel training (built: pp 1; a dry run lays out and estimates pp > 1)"}));
+      "Pipeline-parallel size (pp): the layers are split over pp stages, world = pp x dp x cp; "
+      "1F1B, or interleaved 1F1B with virtual_pipeline_model_parallel_size",
+      {.rules = ">= 1, divides the world"}));
   keys.push_back(make_key(
       "model.virtual_pipeline_model_parallel_size",
       DYNCP_FIELD(model.virtual_pipeline_model_parallel_size),
@@ -174,7 +172,8 @@ void append_packing_layout_keys(std::vector<KeySpec>& keys) {
   keys.push_back(make_key(
       "model.recompute_num_layers", DYNCP_FIELD(model.recompute_num_layers),
       "uniform: layers per recomputation unit (each layer is recomputed on its own, the same "
-      "work with no more memory); block: how many leading layers are recomputed",
+      "work with no more memory); block: how many leading layers are recomputed (of each "
+      "pipeline chunk, as Megatron)",
       {.rules = ">= 1; block: at most num_hidden_layers; only with recompute_granularity=full"}));
   keys.push_back(make_key(
       "model.recompute_modules", DYNCP_FIELD(model.recompute_modules),

@@ -1,6 +1,6 @@
 // Rules for the parallel layout and global-batch packing, after Megatron-Bridge's
 // ConfigContainer.validate and MCore's dynamic-CP checks, plus this program's own limits
-// (training runs TP = PP = 1, train/pipeline_support.hpp; tensor parallelism's own rules are in
+// (training runs TP = 1; tensor parallelism's own rules are in
 // tensor_parallel_rules.cpp). Every rule names the key, the value, the rule and the fix.
 
 #include <algorithm>

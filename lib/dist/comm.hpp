@@ -149,10 +149,12 @@ class Comm {
   };
   using PendingSendRecv = Pending;
 
-  // Non-blocking point-to-point pair (the CP ring): sends send_count elements to dest_rank and
-  // receives recv_count elements from source_rank into recv. Messages between two ranks match in
-  // the order their exchanges were started (NCCL ignores `tag`). A peer equal to this rank is a
-  // copy.
+  // Non-blocking point-to-point pair (the CP ring, pipeline stages): sends send_count elements
+  // to dest_rank and receives recv_count elements from source_rank into recv. Messages between
+  // two ranks match in the order their exchanges were started (NCCL ignores `tag`). A peer equal
+  // to this rank is a copy; a half of no elements addressed to this rank is not posted at all,
+  // so an exchange may be one-sided (send only: recv_count 0, source_rank = rank(); receive
+  // only likewise).
   Pending start_send_recv(const void* send, std::size_t send_count, int dest_rank, void* recv,
                           std::size_t recv_count, int source_rank, core::DType dtype, int tag = 0);
   // all_gather, all_to_all_v, broadcast and reduce, started (same arguments, same counters).

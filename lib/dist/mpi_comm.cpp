@@ -214,15 +214,21 @@ class MpiComm final : public Comm {
                          int tag) override {
     const int slot = acquire_slot();
     PendingRequests& pending = pending_[static_cast<std::size_t>(slot)];
-    pending.check_receive = true;
     pending.recv_count = recv_count;
     pending.dtype = dtype;
     pending.source_rank = source_rank;
+    // A half of no elements addressed to this rank is not posted: a one-sided exchange.
+    pending.check_receive = recv_count > 0 || source_rank != rank();
+    pending.requests[0] = pending.requests[1] = MPI_REQUEST_NULL;
     // The receive is posted first so a self-exchange or an eager peer finds it waiting.
-    DYNCP_MPI_CHECK(MPI_Irecv(recv, as_mpi_count(recv_count, context()), mpi_type(dtype),
-                              source_rank, tag, comm_, &pending.requests[0]));
-    DYNCP_MPI_CHECK(MPI_Isend(send, as_mpi_count(send_count, context()), mpi_type(dtype), dest_rank,
-                              tag, comm_, &pending.requests[1]));
+    if (pending.check_receive) {
+      DYNCP_MPI_CHECK(MPI_Irecv(recv, as_mpi_count(recv_count, context()), mpi_type(dtype),
+                                source_rank, tag, comm_, &pending.requests[0]));
+    }
+    if (send_count > 0 || dest_rank != rank()) {
+      DYNCP_MPI_CHECK(MPI_Isend(send, as_mpi_count(send_count, context()), mpi_type(dtype),
+                                dest_rank, tag, comm_, &pending.requests[1]));
+    }
     return slot;
   }
 

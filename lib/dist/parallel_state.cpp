@@ -52,10 +52,13 @@ ParallelState::ParallelState(Comm& world, const ParallelLayout& layout,
     : world_(world), layout_(layout), options_(options) {
   validate_layout(layout_);
   if (world_.size() != layout_.world_size()) {
-    const std::string tensor_factor =
+    std::string tensor_factor =
         layout_.tensor_model_parallel_size == 1
             ? std::string()
             : fmt::format("tensor_model_parallel_size ({}) x ", layout_.tensor_model_parallel_size);
+    if (layout_.pipeline_model_parallel_size > 1)
+      tensor_factor = fmt::format("pipeline_model_parallel_size ({}) x {}",
+                                  layout_.pipeline_model_parallel_size, tensor_factor);
     core::throw_config_error(
         "model.context_parallel_size",
         fmt::format("{}data_parallel_size ({}) x context_parallel_size ({}) = {} ranks, but the "
@@ -72,6 +75,16 @@ ParallelState::ParallelState(Comm& world, const ParallelLayout& layout,
         comm && comm->size() == members.size && comm->rank() == members.position_of(world_.rank()),
         "split produced a group that differs from the layout's");
     static_groups_[axis_slot(axis)] = std::move(comm);
+  }
+  const RankGroup stages = pipeline_group_of(layout_, world_.rank());
+  pipeline_ = world_.split(stages.index, stages.position_of(world_.rank()), "pp");
+  DYNCP_CHECK(pipeline_ && pipeline_->size() == stages.size,
+              "split produced a pipeline group that differs from the layout's");
+  if (stages.size > 1) {
+    const int stage = coordinates_.pipeline_parallel_index;
+    const bool holds_embedding_or_head = stage == 0 || stage == stages.size - 1;
+    embedding_group_ =
+        world_.split(holds_embedding_or_head ? stages.index : -1, stage, "embedding");
   }
   spdlog::debug("parallel state: rank {} = tp_index {}, dp_index {}, cp_index {}, ep_index {}",
                 world_.rank(), coordinates_.tensor_parallel_index, coordinates_.data_parallel_index,
@@ -174,6 +187,8 @@ void ParallelState::ensure_dynamic_groups(std::span<const int> sizes) {
 CommCounters ParallelState::total_counters() const {
   CommCounters total = world_.counters();
   for (const auto& comm : static_groups_) total += comm->counters();
+  total += pipeline_->counters();
+  if (embedding_group_) total += embedding_group_->counters();
   for (const auto& comm : owned_dynamic_) {
     if (comm) total += comm->counters();
   }
@@ -190,6 +205,8 @@ std::string ParallelState::format_counters() const {
   };
   line(world_);
   for (const auto& comm : static_groups_) line(*comm);
+  line(*pipeline_);
+  if (embedding_group_) line(*embedding_group_);
   for (const auto& comm : owned_dynamic_) {
     if (comm) line(*comm);
   }

@@ -3,10 +3,11 @@
 // group). Passed explicitly to whoever needs it; never a global.
 //
 // Static groups (context_parallel, data_parallel, pool, expert_parallel,
-// expert_data_parallel, tensor_parallel, expert_tensor_parallel) are split from the world
-// communicator in the constructor, which is therefore collective over the world. Under TP
-// every pool group (and every dynamic CP group) is one per TP rank: the pool communicator a
-// dynamic group is split from holds the ranks of this rank's TP index only.
+// expert_data_parallel, tensor_parallel, expert_tensor_parallel, and across the stages the
+// pipeline and embedding groups) are split from the world communicator in the constructor, which is
+// therefore collective over the world. Under TP every pool group (and every dynamic CP group) is
+// one per TP rank: the pool communicator a dynamic group is split from holds the ranks of this
+// rank's TP index only.
 //
 // Dynamic CP groups: a microbatch runs on the aligned block of c ranks the scheduler chose
 // (c a power of two in [min_dynamic_context_parallel_size, pool]). Every rank holds the same
@@ -37,7 +38,7 @@ struct ParallelStateOptions {
 
 class ParallelState {
  public:
-  // Collective over `world`, whose size must equal layout.world_size() (tp x dp x cp).
+  // Collective over `world`, whose size must equal layout.world_size() (pp x tp x dp x cp).
   // `world` must outlive this object.
   ParallelState(Comm& world, const ParallelLayout& layout,
                 const ParallelStateOptions& options = {});
@@ -58,6 +59,14 @@ class ParallelState {
   Comm& expert_data_parallel() { return group(GroupAxis::expert_data_parallel); }
   Comm& tensor_parallel() { return group(GroupAxis::tensor_parallel); }
   Comm& expert_tensor_parallel() { return group(GroupAxis::expert_tensor_parallel); }
+  // The ranks at this rank's stage position in every stage, in stage order
+  // (pipeline_group_of): a rank's position in it is its stage. One rank without pipeline
+  // parallelism.
+  Comm& pipeline() { return *pipeline_; }
+  // The first and the last stage's ranks at this stage position when pp > 1 (Megatron's
+  // embedding group: a tied LM head's copy on the last stage sums its gradient with the
+  // embedding's over it); nullptr on the middle stages and without pipeline parallelism.
+  Comm* embedding_group() { return embedding_group_.get(); }
 
   // Collective over the pool; see the header comment. Throws a runtime error for a size that
   // is not a dynamic CP size of this layout (or when dynamic CP is off).
@@ -90,6 +99,8 @@ class ParallelState {
   ParallelStateOptions options_;
   RankCoordinates coordinates_;
   std::array<std::unique_ptr<Comm>, std::size(all_group_axes)> static_groups_;
+  std::unique_ptr<Comm> pipeline_;
+  std::unique_ptr<Comm> embedding_group_;
   // Indexed by log2(size): owned when created by a split, else pointing at a static group.
   std::array<std::unique_ptr<Comm>, max_log2_pool + 1> owned_dynamic_;
   std::array<Comm*, max_log2_pool + 1> dynamic_{};

@@ -36,6 +36,29 @@ std::int64_t expert_index_of(const std::string& name) {
   return expert;
 }
 
+// A tensor of the whole model that another pipeline stage holds: a layer outside this part,
+// the embedding on a part without it (and without a tied head's copy), the final norm and
+// head on a part without the head. `text_prefix`: "model." or Qwen3.5's
+// "model.language_model.".
+bool held_by_another_stage(const std::string& name, const std::string& text_prefix,
+                           const Qwen3MoeParameters& parameters) {
+  const ModelPart& part = parameters.part();
+  const std::string layers = text_prefix + "layers.";
+  if (name.starts_with(layers)) {
+    std::size_t i = layers.size();
+    std::int64_t layer = 0;
+    if (i >= name.size() || name[i] < '0' || name[i] > '9') return false;
+    for (; i < name.size() && name[i] >= '0' && name[i] <= '9'; ++i)
+      layer = layer * 10 + (name[i] - '0');
+    return layer < parameters.architecture().num_hidden_layers &&
+           parameters.position_of_layer(layer) < 0;
+  }
+  if (name == text_prefix + "embed_tokens.weight")
+    return !part.embedding && !parameters.holds_tied_head_copy();
+  if (name == text_prefix + "norm.weight" || name == "lm_head.weight") return !part.head;
+  return false;
+}
+
 // How the text model's tensors are stored on disk (qwen-moe.md §4.3-4.4): under `model.` or,
 // in Qwen3.5's multimodal checkpoints, `model.language_model.`; experts one tensor per expert
 // or fused per layer (`mlp.experts.gate_up_proj` [E, 2I, h], `mlp.experts.down_proj` [E, h, I]).
@@ -146,7 +169,9 @@ void load_hf_weights(const std::string& folder, const Qwen3MoeParameters& parame
   }
   const bool tied = architecture.tie_word_embeddings;
   for (const auto& name : checkpoint.tensor_names()) {
-    if (expected_names.count(name) != 0 || belongs_to_other_model_parts(name)) continue;
+    if (expected_names.count(name) != 0 || belongs_to_other_model_parts(name) ||
+        held_by_another_stage(name, layout.text_prefix, parameters))
+      continue;
     if (tied && name == "lm_head.weight") continue;
     // Experts held by other ranks of the expert-parallel group.
     const std::int64_t expert = expert_index_of(name);
@@ -173,19 +198,21 @@ bool export_fuses_experts(const config::ModelArchitecture& architecture) {
 
 void save_hf_checkpoint(const std::string& folder, const Qwen3MoeParameters& parameters,
                         StoredDType dtype, std::uint64_t max_shard_bytes, ExpertGather* gather,
-                        bool write) {
+                        bool write, StageTensorRelay* relay) {
   save_hf_checkpoint(folder, parameters, dtype, max_shard_bytes,
-                     WholeModelGathers{nullptr, nullptr, gather}, write);
+                     WholeModelGathers{nullptr, nullptr, gather}, write, relay);
 }
 
 void save_hf_checkpoint(const std::string& folder, const Qwen3MoeParameters& parameters,
                         StoredDType dtype, std::uint64_t max_shard_bytes,
-                        const WholeModelGathers& gathers, bool write) {
+                        const WholeModelGathers& gathers, bool write, StageTensorRelay* relay) {
   const auto& architecture = parameters.architecture();
   const DiskLayout layout = export_layout(architecture);
   WholeExpertLayer experts(parameters, parameters.all_values(), gathers, write);
   std::vector<TensorToWrite> tensors;
-  for (const WholeModelTensor& tensor : whole_model_tensors(parameters)) {
+  const std::vector<WholeModelTensor> whole = whole_model_tensors(parameters);
+  std::vector<const WholeModelTensor*> sources;  // what each entry writes
+  for (const WholeModelTensor& tensor : whole) {
     const bool runs_fill = write || takes_part(tensor, gathers);
     if (tensor.layer >= 0 && layout.fused_experts) {
       // One tensor per layer and part, every expert: gate_up_proj [E, 2I, h] (listed at
@@ -197,20 +224,24 @@ void save_hf_checkpoint(const std::string& folder, const Qwen3MoeParameters& par
                           {architecture.num_experts, rows, tensor.shape[1]},
                           {},
                           {}};
-      if (runs_fill) {
+      // Another stage's experts are routed to it; a helping rank fills what it takes part in.
+      if (runs_fill && stage_holds(parameters, tensor)) {
         entry.fill = [&experts, layer = tensor.layer, down](std::span<float> out) {
-          const std::span<const float> whole = experts.part(layer, down ? 1 : 0);
-          if (experts.complete()) std::copy(whole.begin(), whole.end(), out.begin());
+          const std::span<const float> fused = experts.part(layer, down ? 1 : 0);
+          if (experts.complete()) std::copy(fused.begin(), fused.end(), out.begin());
         };
       }
       tensors.push_back(std::move(entry));
+      sources.push_back(&tensor);
       continue;
     }
     const std::string name = disk_name(layout, tensor.name);
     tensors.push_back(runs_fill ? tensor_to_write(tensor, name, parameters, parameters.all_values(),
                                                   experts, gathers.tensor_parallel)
                                 : TensorToWrite{name, tensor.shape, {}, {}});
+    sources.push_back(&tensor);
   }
+  if (relay != nullptr) route_through_stages(tensors, sources, parameters, *relay);
   write_collectively(tensors, write, [&](std::span<const TensorToWrite> all) {
     write_safetensors_folder(folder, all, dtype, max_shard_bytes);
   });

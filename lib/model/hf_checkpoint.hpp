@@ -8,6 +8,7 @@
 
 #include "model/qwen3_moe_model.hpp"
 #include "model/safetensors.hpp"
+#include "model/whole_model_tensors.hpp"
 
 namespace dyncp::model {
 
@@ -27,15 +28,19 @@ std::unique_ptr<Qwen3MoeModel> load_hf_model(const std::string& folder, ModelOpt
 // Writes config.json and the weights (stored as `dtype`: F32, BF16 or F16), sharded when they
 // exceed max_shard_bytes (0 = one file). Every expert is written. When `parameters` hold an
 // expert slice, every rank of the expert-parallel group calls this with its `gather`
-// (collective, model/whole_model_tensors.hpp) and only the one with `write` writes.
+// (collective, model/whole_model_tensors.hpp) and only the one with `write` writes. When
+// `parameters` hold one pipeline stage, the writer, the other stages' relays and their EP groups
+// call it with `relay` (route_through_stages).
 void save_hf_checkpoint(const std::string& folder, const Qwen3MoeParameters& parameters,
                         StoredDType dtype = StoredDType::bf16, std::uint64_t max_shard_bytes = 0,
-                        ExpertGather* gather = nullptr, bool write = true);
+                        ExpertGather* gather = nullptr, bool write = true,
+                        StageTensorRelay* relay = nullptr);
 // The same from a rank that may hold pieces of tensors (tensor parallelism): every rank taking
 // part in `gathers` calls this, and the one with `write` writes (model/whole_model_tensors.hpp).
 void save_hf_checkpoint(const std::string& folder, const Qwen3MoeParameters& parameters,
                         StoredDType dtype, std::uint64_t max_shard_bytes,
-                        const WholeModelGathers& gathers, bool write);
+                        const WholeModelGathers& gathers, bool write,
+                        StageTensorRelay* relay = nullptr);
 
 // Whether an export of `architecture` stores each MoE layer's experts fused
 // (`mlp.experts.gate_up_proj` [E, 2I, h], `mlp.experts.down_proj` [E, h, I]) rather than one

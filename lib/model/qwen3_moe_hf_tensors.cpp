@@ -87,9 +87,10 @@ Param spanning(const Param& first, std::int64_t rows, std::int64_t columns) {
 // HF tensor it holds.
 class HfTensorList {
  public:
-  HfTensorList(std::vector<HfTensor>& out, const config::ModelArchitecture& whole,
-               const TensorParallelShape& tp)
+  HfTensorList(std::vector<HfTensor>& out, std::vector<std::size_t>& whole_model_index,
+               const config::ModelArchitecture& whole, const TensorParallelShape& tp)
       : out_(out),
+        whole_model_index_(whole_model_index),
         a_(whole),
         split_(tp.active()),
         by_tp_(tp.active() ? TensorSplit::tensor_parallel : TensorSplit::whole),
@@ -112,6 +113,9 @@ class HfTensorList {
   void residual_norm(std::string name, const Param& norm) {
     add_whole(std::move(name), norm, sequence_parallel_);
   }
+  // The next tensor's index in the whole model's list (seeded initialisation keys on it).
+  void continue_at(std::size_t index) { index_ = index; }
+  void skip(std::size_t tensors) { index_ += tensors; }
   void attention(const std::string& prefix, const AttentionParams& attention);
   void gated_deltanet(const std::string& prefix, const GatedDeltaNetParams& gdn);
   void mlp(const std::string& prefix, const DecoderLayerParams& layer, ExpertRange experts);
@@ -123,7 +127,7 @@ class HfTensorList {
     for (int dim = 0; dim < param.value.rank(); ++dim)
       tensor.hf_shape.push_back(param.value.size(dim));
     tensor.tp_partial_grad = split_ && partial;
-    out_.push_back(std::move(tensor));
+    push(std::move(tensor));
   }
   // Rows of the whole tensor of shape `hf_shape` (column-parallel pieces, vocabulary rows and
   // the de-interleaved layouts); `over` says which group splits it.
@@ -133,7 +137,7 @@ class HfTensorList {
     tensor.hf_shape = std::move(hf_shape);
     tensor.row_runs = std::move(runs);
     tensor.split = over;
-    out_.push_back(std::move(tensor));
+    push(std::move(tensor));
   }
   // Columns [first, first + value columns) of a whole [rows, columns] tensor (row-parallel).
   void add_columns(std::string name, const Param& param, std::int64_t hf_columns,
@@ -142,7 +146,7 @@ class HfTensorList {
     tensor.hf_shape = {param.value.size(0), hf_columns};
     tensor.hf_column_first = first;
     tensor.split = over;
-    out_.push_back(std::move(tensor));
+    push(std::move(tensor));
   }
   // gate_proj rows [0, I) and up_proj rows [I, 2I) of a fused gate_up, down's columns.
   void swiglu(const std::string& prefix, const DenseMlpParams& params, Share rows,
@@ -155,7 +159,14 @@ class HfTensorList {
     add_columns(prefix + "down_proj.weight", params.down, whole_rows, rows.first, over, is_expert);
   }
 
+  void push(HfTensor tensor) {
+    out_.push_back(std::move(tensor));
+    whole_model_index_.push_back(index_++);
+  }
+
   std::vector<HfTensor>& out_;
+  std::vector<std::size_t>& whole_model_index_;
+  std::size_t index_ = 0;
   const config::ModelArchitecture& a_;
   bool split_;
   TensorSplit by_tp_, by_etp_;
@@ -232,6 +243,7 @@ void HfTensorList::mlp(const std::string& prefix, const DecoderLayerParams& laye
            a_.shared_expert_intermediate_size, by_tp_, false);
     add_whole(prefix + "mlp.shared_expert_gate.weight", layer.moe.shared_expert_gate, true);
   }
+  skip(3 * static_cast<std::size_t>(experts.first));  // gate, up, down of each earlier expert
   for (std::int64_t local = 0; local < experts.count; ++local) {
     const std::int64_t expert = experts.first + local;
     const DenseMlpParams one{select(layer.moe.experts.gate_up, local),
@@ -243,11 +255,34 @@ void HfTensorList::mlp(const std::string& prefix, const DecoderLayerParams& laye
 
 }  // namespace
 
+// HF tensors of whole-model layer i (every expert): what a part skips over when it does not
+// hold the layer, so its own tensors keep their whole-model indices.
+std::size_t hf_tensors_of_layer(const config::ModelArchitecture& a, std::int64_t i) {
+  std::size_t count = 2;  // input and post-attention norms
+  if (a.mixer_of_layer(i) == config::LayerMixer::full_attention)
+    count += 6;  // q, k, v, o projections, q and k norms
+  else
+    count += (a.model_type == "qwen3_next" ? 2 : 4) + 5;  // projections, conv, A, dt, norm, out
+  if (a.is_moe_layer(i))
+    count += 1 + (a.is_hybrid() ? 4 : 0) + 3 * static_cast<std::size_t>(a.num_experts);
+  else
+    count += 3;
+  return count;
+}
+
 void Qwen3MoeParameters::add_hf_tensors() {
-  HfTensorList list(hf_tensors_, architecture_, tensor_parallel_);
-  list.vocabulary("model.embed_tokens.weight", embed_tokens);
-  for (std::int64_t i = 0; i < architecture_.num_hidden_layers; ++i) {
-    const auto& layer = layers[static_cast<std::size_t>(i)];
+  const config::ModelArchitecture& a = architecture_;
+  HfTensorList list(hf_tensors_, whole_model_index_, a, tensor_parallel_);
+  if (embed_tokens.value.defined()) list.vocabulary("model.embed_tokens.weight", embed_tokens);
+  // Each held layer's tensors start after every earlier layer's, held or not.
+  std::vector<std::size_t> layer_start(static_cast<std::size_t>(a.num_hidden_layers) + 1, 1);
+  for (std::int64_t i = 0; i < a.num_hidden_layers; ++i)
+    layer_start[static_cast<std::size_t>(i) + 1] =
+        layer_start[static_cast<std::size_t>(i)] + hf_tensors_of_layer(a, i);
+  for (std::size_t position = 0; position < layers.size(); ++position) {
+    const std::int64_t i = layer_ids_[position];
+    list.continue_at(layer_start[static_cast<std::size_t>(i)]);
+    const auto& layer = layers[position];
     const std::string prefix = "model.layers." + std::to_string(i) + ".";
     list.residual_norm(prefix + "input_layernorm.weight", layer.input_norm);
     if (layer.mixer == config::LayerMixer::full_attention) {
@@ -258,8 +293,13 @@ void Qwen3MoeParameters::add_hf_tensors() {
     list.residual_norm(prefix + "post_attention_layernorm.weight", layer.post_attention_norm);
     list.mlp(prefix, layer, expert_range_);
   }
-  list.residual_norm("model.norm.weight", final_norm);
-  if (!architecture_.tie_word_embeddings) list.vocabulary("lm_head.weight", lm_head);
+  list.continue_at(layer_start.back());
+  if (part_.head) {
+    list.residual_norm("model.norm.weight", final_norm);
+    if (!a.tie_word_embeddings) list.vocabulary("lm_head.weight", lm_head);
+  }
+  // A tied copy draws the embedding's values.
+  if (holds_tied_head_copy()) whole_model_index_.front() = 0;
 }
 
 std::vector<HfRowRun> whole_model_row_runs(const config::ModelArchitecture& a,

@@ -15,8 +15,9 @@
 // the global token count, dyncp-check by the batch's). Parameter gradients ACCUMULATE (+=)
 // across calls, so micro-batches add up; call parameters().zero_grads() once per step.
 //
-// Activations come from two grow-only arenas owned by the model: after the first bins of the
-// largest size no call allocates heap memory. With recompute (recompute_granularity = full) a
+// Activations come from grow-only arenas owned by the model (one set per microbatch a pipeline
+// stage keeps in flight): after the first bins of the largest size no call allocates heap
+// memory. With recompute (recompute_granularity = full) a
 // recomputed layer keeps only its input during forward and re-runs its forward inside backward;
 // every layer is recomputed, or only the first recompute_first_layers (block method). Selective
 // recomputation (ModelOptions::selective) drops single tensors
@@ -71,6 +72,8 @@ struct ModelOptions {
   // stream is split by rows (tensor_parallel.hpp). run_bin then needs BinSeams::tensor_parallel
   // over the TP group.
   TensorParallelShape tensor_parallel;
+  // The layers (embedding, head) held by this rank: one pipeline stage's (default: all).
+  ModelPart part;
   // f32 (training) or f64 (finite-difference checks): parameters, gradients and activations.
   // HF checkpoints load into either; the per_token_loss / final_hidden outputs of BinOptions
   // must have the same dtype.
@@ -138,6 +141,21 @@ struct BinResult {
   double aux_loss = 0.0;
 };
 
+// One pass of a pipeline stage over one run of its layers (a virtual chunk): layers
+// [first_layer, first_layer + num_layers) of the whole model, from the token ids (embedding)
+// or from the previous stage's activation, to the next stage's activation or the loss.
+struct ChunkPass {
+  std::int64_t first_layer = 0;
+  std::int64_t num_layers = 0;
+  bool embedding = false;  // virtual stage 0: starts with the embedding
+  bool loss = false;       // the last virtual stage: ends with the final norm, head and loss
+};
+
+// What one microbatch keeps on this rank from the forward of a chunk to its backward: its own
+// arenas, saved activations and layer context (microbatch_state.hpp). A pipeline stage keeps
+// several at once; the model owns them and reuses them from step to step.
+class MicrobatchState;
+
 class Qwen3MoeModel {
  public:
   Qwen3MoeModel(const config::ModelArchitecture& architecture, ModelOptions options = {});
@@ -158,9 +176,34 @@ class Qwen3MoeModel {
     options_.selective = selective;
   }
 
-  // Forward (and backward when options.compute_gradients) over one bin. Token ids outside the
-  // vocabulary and malformed bins are data errors.
+  // Forward (and backward when options.compute_gradients) over one bin through every layer.
+  // Token ids outside the vocabulary and malformed bins are data errors. The model must hold
+  // the whole model (ModelPart's default).
   BinResult run_bin(const PackedBin& bin, const BinSeams& seams, const BinOptions& options);
+
+  // Pipeline stages run each microbatch chunk by chunk, forwards and backwards of different
+  // microbatches interleaved (train/pipeline_executor.hpp). microbatch_state(i) is the i-th
+  // state of this model (created on first use; each holds one microbatch's pass at a time).
+  MicrobatchState& microbatch_state(std::size_t index);
+  // Forward of `chunk` (layers this model holds) over `bin`: from the token ids
+  // (chunk.embedding) or from `input` [stage_rows(bin), h]; writes the chunk's output of the
+  // same shape to `output`, or with chunk.loss returns the loss (and, with compute_gradients,
+  // accumulates the head's gradient now and keeps the final norm's output gradient). Only the
+  // aux loss of the chunk's layers is in the result. `bin`, `seams` and `options` must stay
+  // valid until backward_chunk; input and output may be reused at once.
+  BinResult forward_chunk(MicrobatchState& state, const PackedBin& bin, const BinSeams& seams,
+                          const BinOptions& options, const ChunkPass& chunk, const Tensor& input,
+                          const Tensor& output);
+  // Backward of the chunk `state` ran forward: from `output_grad` (or, for the loss chunk, the
+  // kept gradient) to the chunk input's gradient, written to `input_grad` (or accumulated into
+  // the embedding's). Parameter gradients accumulate.
+  void backward_chunk(MicrobatchState& state, const Tensor& output_grad, const Tensor& input_grad);
+  // Rows of the residual stream this rank holds for `bin`: the rows a stage passes on.
+  std::int64_t stage_rows(const PackedBin& bin) const {
+    const TensorParallelShape& tp = parameters_.tensor_parallel();
+    return tp.active() && tp.sequence_parallel ? bin.token_ids.size(0) / tp.size
+                                               : bin.token_ids.size(0);
+  }
 
   // Bytes the arenas have reached (activation plan, logged by the trainer).
   std::size_t activation_high_water_bytes() const;
@@ -168,18 +211,24 @@ class Qwen3MoeModel {
   bool bf16_activations() const { return bf16_activations_; }
 
  private:
-  struct LayerActivations;
+  // The embedding step (token ids -> the residual stream [T, h]) and its backward.
+  void embedding_forward(const MicrobatchState& state, const Tensor& hidden) const;
+  void embedding_backward(const MicrobatchState& state, const Tensor& grad) const;
+  // The last step: final norm, LM head and cross-entropy over the stream [T, h] (the loss
+  // into `result`), and the final norm's backward into the stream gradient `grad`.
+  void head_and_loss_forward(MicrobatchState& state, core::Arena& stream_arena,
+                             const Tensor& hidden, BinResult& result);
+  void head_and_loss_backward(MicrobatchState& state, const Tensor& grad);
+  // The positions in parameters().layers of `chunk`'s layers: [first, first + num_layers).
+  std::size_t chunk_positions(const ChunkPass& chunk) const;
+
   Qwen3MoeParameters parameters_;
   ModelOptions options_;
   bool bf16_activations_ = false;
-  core::Arena activations_;  // lives for the bin: what backward reads
-  core::Arena scratch_;      // temporaries, released by each layer / op
-  // What layers save for their backward: kept layers' saves stacked in order and released
-  // after each one's backward; a recomputed layer's only while it runs.
-  std::unique_ptr<core::Arena> layer_saves_;
-  core::Arena host_saves_;                      // SeamContext::host
-  std::vector<std::int64_t> sequence_lengths_;  // LayerRunContext::sequence_lengths
-  std::unique_ptr<LayerActivations> layer_activations_;
+  core::Arena scratch_;  // temporaries, released by each layer / op
+  // run_bin's state: the whole model's pass, bf16 residual stream in scratch.
+  std::unique_ptr<MicrobatchState> single_pass_;
+  std::vector<std::unique_ptr<MicrobatchState>> microbatch_states_;  // pipeline passes
 };
 
 }  // namespace dyncp::model

@@ -52,11 +52,33 @@ struct ParameterSlots {
   Param& lm_head;
 };
 
+// The whole-model layers a part holds, ascending.
+std::vector<std::int64_t> held_layer_ids(const config::ModelArchitecture& a,
+                                         const ModelPart& part) {
+  std::vector<std::int64_t> ids;
+  if (part.layers.empty()) {
+    for (std::int64_t i = 0; i < a.num_hidden_layers; ++i) ids.push_back(i);
+    return ids;
+  }
+  for (const ModelPart::LayerRun& run : part.layers) {
+    if (run.first < 0 || run.count < 0 || run.first + run.count > a.num_hidden_layers ||
+        (!ids.empty() && run.first <= ids.back()))
+      core::throw_runtime_error(
+          "model part: layer runs must be ascending, disjoint and inside the "
+          "model's " +
+          std::to_string(a.num_hidden_layers) + " layers");
+    for (std::int64_t i = run.first; i < run.first + run.count; ++i) ids.push_back(i);
+  }
+  return ids;
+}
+
 // Where every parameter lives in the flat buffers, for the sizes a rank computes with (its
-// local architecture, tensor_parallel.hpp) and the experts it holds: the one plan behind both
-// the allocation and count(), so the memory estimate counts exactly what is allocated.
+// local architecture, tensor_parallel.hpp), the experts it holds and the layers (embedding,
+// head) of its part: the one plan behind both the allocation and count(), so the memory
+// estimate counts exactly what is allocated.
 Layout plan_layout(const config::ModelArchitecture& a, const ExpertRange& experts,
-                   ParameterSlots slots) {
+                   ParameterSlots slots, const std::vector<std::int64_t>& layer_ids,
+                   bool embedding = true, bool head = true) {
   const std::int64_t local_experts = experts.count;
   const std::int64_t h = a.hidden_size, d = a.head_dim, hq = a.num_attention_heads,
                      hkv = a.num_key_value_heads, e = a.num_experts,
@@ -69,10 +91,13 @@ Layout plan_layout(const config::ModelArchitecture& a, const ExpertRange& expert
                      shared_i = a.shared_expert_intermediate_size;
 
   Layout layout;
-  layout.add(slots.embed_tokens, {a.vocab_size, h});
-  slots.layers.resize(static_cast<std::size_t>(a.num_hidden_layers));
-  for (std::int64_t i = 0; i < a.num_hidden_layers; ++i) {
-    auto& layer = slots.layers[static_cast<std::size_t>(i)];
+  // A last stage's tied head is a copy of the embedding.
+  if (embedding || (head && a.tie_word_embeddings))
+    layout.add(slots.embed_tokens, {a.vocab_size, h});
+  slots.layers.resize(layer_ids.size());
+  for (std::size_t position = 0; position < layer_ids.size(); ++position) {
+    const std::int64_t i = layer_ids[position];
+    auto& layer = slots.layers[position];
     layer.is_moe = a.is_moe_layer(i);
     layer.mixer = a.mixer_of_layer(i);
     layout.add(layer.input_norm, {h});
@@ -113,8 +138,10 @@ Layout plan_layout(const config::ModelArchitecture& a, const ExpertRange& expert
       layout.add(layer.dense.down, {h, dense_i});
     }
   }
-  layout.add(slots.final_norm, {h});
-  if (!a.tie_word_embeddings) layout.add(slots.lm_head, {a.vocab_size, h});
+  if (head) {
+    layout.add(slots.final_norm, {h});
+    if (!a.tie_word_embeddings) layout.add(slots.lm_head, {a.vocab_size, h});
+  }
   // Expert weights after every dense one: each group is one contiguous range, so gradient
   // reductions over the pool (dense) and over the expert-data-parallel group are one call each.
   layout.dense_total = layout.total;
@@ -249,8 +276,11 @@ void validate_qwen3_moe_architecture(const config::ModelArchitecture& a) {
 
 Qwen3MoeParameters::Qwen3MoeParameters(const config::ModelArchitecture& architecture,
                                        ExpertRange experts, core::DType dtype, core::Device device,
-                                       TensorParallelShape tensor_parallel)
-    : architecture_(architecture), tensor_parallel_(tensor_parallel), expert_range_(experts) {
+                                       TensorParallelShape tensor_parallel, ModelPart part)
+    : architecture_(architecture),
+      tensor_parallel_(tensor_parallel),
+      expert_range_(experts),
+      part_(std::move(part)) {
   if (dtype != DType::f32 && dtype != DType::f64)
     core::throw_config_error("model.dtype", "parameters are f32 or f64");
   architecture_.resolve();
@@ -264,8 +294,18 @@ Qwen3MoeParameters::Qwen3MoeParameters(const config::ModelArchitecture& architec
                              "expert range [" + std::to_string(expert_range_.first) + ", " +
                                  std::to_string(expert_range_.first + expert_range_.count) +
                                  ") does not fit in " + std::to_string(a.num_experts) + " experts");
+  layer_ids_ = held_layer_ids(a, part_);
+  part_.layers.clear();
+  for (const std::int64_t i : layer_ids_) {
+    if (!part_.layers.empty() && part_.layers.back().first + part_.layers.back().count == i)
+      ++part_.layers.back().count;
+    else
+      part_.layers.push_back({i, 1});
+  }
+  if (layer_ids_.empty()) part_.layers.push_back({0, 0});  // no layer (not "every layer")
   Layout layout =
-      plan_layout(local_architecture_, expert_range_, {embed_tokens, layers, final_norm, lm_head});
+      plan_layout(local_architecture_, expert_range_, {embed_tokens, layers, final_norm, lm_head},
+                  layer_ids_, part_.embedding, part_.head);
   dense_numel_ = layout.dense_total;
   all_values_ = Tensor::zeros({layout.total}, dtype, device);
   all_grads_ = Tensor::zeros({layout.total}, dtype, device);
@@ -274,8 +314,13 @@ Qwen3MoeParameters::Qwen3MoeParameters(const config::ModelArchitecture& architec
     entry.param->value = all_values_.slice(entry.offset, end).reshape(entry.shape);
     entry.param->grad = all_grads_.slice(entry.offset, end).reshape(entry.shape);
   }
-  if (a.tie_word_embeddings) lm_head = embed_tokens;
+  if (a.tie_word_embeddings && part_.head) lm_head = embed_tokens;
   add_hf_tensors();
+}
+
+std::int64_t Qwen3MoeParameters::position_of_layer(std::int64_t layer) const {
+  const auto at = std::lower_bound(layer_ids_.begin(), layer_ids_.end(), layer);
+  return at != layer_ids_.end() && *at == layer ? at - layer_ids_.begin() : -1;
 }
 
 std::int64_t Qwen3MoeParameters::count(const config::ModelArchitecture& architecture,
@@ -287,7 +332,8 @@ std::int64_t Qwen3MoeParameters::count(const config::ModelArchitecture& architec
   if (experts.count == 0) experts.count = a.num_experts;
   Param embed_tokens, final_norm, lm_head;
   std::vector<DecoderLayerParams> layers;
-  const Layout layout = plan_layout(a, experts, {embed_tokens, layers, final_norm, lm_head});
+  const Layout layout =
+      plan_layout(a, experts, {embed_tokens, layers, final_norm, lm_head}, held_layer_ids(a, {}));
   if (dense != nullptr) *dense = layout.dense_total;
   return layout.total;
 }
@@ -300,7 +346,8 @@ std::int64_t Qwen3MoeParameters::count_stage(const config::ModelArchitecture& ar
   if (experts.count == 0) experts.count = a.num_experts;
   Param embed_tokens, final_norm, lm_head;
   std::vector<DecoderLayerParams> layers;
-  const Layout layout = plan_layout(a, experts, {embed_tokens, layers, final_norm, lm_head});
+  const Layout layout =
+      plan_layout(a, experts, {embed_tokens, layers, final_norm, lm_head}, held_layer_ids(a, {}));
   const auto* layer_begin = reinterpret_cast<const char*>(layers.data());
   const auto* layer_end = reinterpret_cast<const char*>(layers.data() + layers.size());
   std::int64_t total = 0, routed = 0;
@@ -337,7 +384,8 @@ void Qwen3MoeParameters::copy_values_from(const Qwen3MoeParameters& other) const
       other.tensor_parallel_.index != tensor_parallel_.index ||
       other.tensor_parallel_.expert_index != tensor_parallel_.expert_index ||
       other.expert_range_.first != expert_range_.first ||
-      other.expert_range_.count != expert_range_.count)
+      other.expert_range_.count != expert_range_.count || other.layer_ids_ != layer_ids_ ||
+      other.part_.embedding != part_.embedding || other.part_.head != part_.head)
     core::throw_runtime_error("Qwen3MoeParameters::copy_values_from: the models differ (" +
                               other.all_values_.describe() + " into " + all_values_.describe() +
                               ")");
@@ -348,30 +396,20 @@ void Qwen3MoeParameters::init_random(std::uint64_t seed, double init_std) const 
   if (device() != core::Device::cpu) {
     // The random streams are host code: draw on a host copy and upload it once.
     const Qwen3MoeParameters host(architecture_, expert_range_, all_values_.dtype(),
-                                  core::Device::cpu, tensor_parallel_);
+                                  core::Device::cpu, tensor_parallel_, part_);
     host.init_random(seed, init_std);
     copy_values_from(host);
     return;
   }
   // Each tensor's random stream is keyed on its index in the whole model's list, so a rank
-  // holding an expert slice draws exactly the values the whole model has there. A MoE layer's
-  // experts close its block (3 tensors each: gate, up, down): a slice skips 3 x first of them
-  // before its own and the rest after.
-  constexpr std::size_t tensors_per_expert = 3;
-  const auto first = static_cast<std::size_t>(expert_range_.first);
-  const auto after = static_cast<std::size_t>(architecture_.num_experts - expert_range_.first -
-                                              expert_range_.count);
+  // holding an expert slice or a stage's layers draws exactly the values the whole model has
+  // there (a MoE layer's experts close its block, 3 tensors each: gate, up, down).
   std::vector<float> values;
-  std::size_t global_index = 0;
-  bool in_experts = false;
-  for (const auto& tensor : hf_tensors_) {
-    if (tensor.is_expert != in_experts) {
-      global_index += tensors_per_expert * (tensor.is_expert ? first : after);
-      in_experts = tensor.is_expert;
-    }
+  for (std::size_t i = 0; i < hf_tensors_.size(); ++i) {
+    const HfTensor& tensor = hf_tensors_[i];
     // Drawn for the whole tensor, so a TP piece holds the whole model's values there.
     values.resize(static_cast<std::size_t>(tensor.hf_numel()));
-    fill_initial_values(tensor.name, global_index++, seed, init_std, values);
+    fill_initial_values(tensor.name, whole_model_index_[i], seed, init_std, values);
     tensor.write_hf_order(values.data(), tensor.value);
   }
 }

@@ -137,6 +137,21 @@ struct ExpertRange {
   }
 };
 
+// The part of the whole model a rank holds: under pipeline parallelism one stage's layers (the
+// layers of its virtual chunks), the embedding on the first stage and the final norm and LM
+// head on the last. A tied LM head on a last stage without the embedding is a copy of the
+// embedding, as Megatron keeps one (its gradient is summed with the embedding's over the
+// embedding group, so both stay equal). The default is the whole model.
+struct ModelPart {
+  struct LayerRun {
+    std::int64_t first = 0;
+    std::int64_t count = 0;
+  };
+  std::vector<LayerRun> layers;  // ascending and disjoint; empty: every layer
+  bool embedding = true;
+  bool head = true;  // final norm + LM head
+};
+
 class Qwen3MoeParameters {
  public:
   // Allocates (values zero, gradients zero). Throws a config error naming the field when the
@@ -144,11 +159,12 @@ class Qwen3MoeParameters {
   // dtype: f32, or f64 for finite-difference checks. On Device::cuda the buffers live in
   // device memory: host code (checkpoints, init) reaches them through a host copy
   // (copy_values_from / init_random upload one; checkpoint writers download one).
-  // `tensor_parallel`: this rank's piece of every split tensor (tensor_parallel.hpp).
+  // `tensor_parallel`: this rank's piece of every split tensor (tensor_parallel.hpp); `part`:
+  // the layers (and embedding, head) held, `layers` then holds those only, in order.
   explicit Qwen3MoeParameters(const config::ModelArchitecture& architecture,
                               ExpertRange experts = {}, core::DType dtype = core::DType::f32,
                               core::Device device = core::Device::cpu,
-                              TensorParallelShape tensor_parallel = {});
+                              TensorParallelShape tensor_parallel = {}, ModelPart part = {});
 
   // Elements the buffers of a model with this architecture and expert range take, without
   // allocating them (the memory estimate); `dense` receives the part before the experts.
@@ -177,10 +193,19 @@ class Qwen3MoeParameters {
   const config::ModelArchitecture& local_architecture() const { return local_architecture_; }
   const TensorParallelShape& tensor_parallel() const { return tensor_parallel_; }
   const ExpertRange& expert_range() const { return expert_range_; }
-  Param embed_tokens;  // [V, h]
-  std::vector<DecoderLayerParams> layers;
-  Param final_norm;  // [h]
-  Param lm_head;     // [V, h]; aliases embed_tokens when tied
+  const ModelPart& part() const { return part_; }  // layers filled in: the held runs
+  Param embed_tokens;  // [V, h]; undefined without the embedding (and without a tied copy)
+  std::vector<DecoderLayerParams> layers;  // the held layers, in whole-model order
+  Param final_norm;                        // [h]; undefined without the head
+  Param lm_head;                           // [V, h]; aliases embed_tokens when tied
+  // The whole-model index of layers[i], and the position in `layers` of a whole-model layer
+  // (-1 when this part does not hold it).
+  std::int64_t layer_id(std::size_t position) const { return layer_ids_[position]; }
+  std::int64_t position_of_layer(std::int64_t layer) const;
+  // A last stage's copy of a tied embedding (it is listed as model.embed_tokens.weight too).
+  bool holds_tied_head_copy() const {
+    return part_.head && !part_.embedding && architecture_.tie_word_embeddings;
+  }
 
   const std::vector<HfTensor>& hf_tensors() const { return hf_tensors_; }
   const HfTensor* find(const std::string& hf_name) const;
@@ -199,10 +224,10 @@ class Qwen3MoeParameters {
   std::int64_t num_parameters() const { return all_values_.numel(); }
 
   // Seeded initialisation from core::random_bits(seed, weight_init, tensor index, element),
-  // the index counted in the whole model's HF tensor list (an expert slice gets the values the
-  // whole model has for those experts): matrices N(0, init_std), norm weights at their identity (1,
-  // or 0 for the hybrid family's zero-centred norms), DeltaNet A_log = log U(1, 16) and dt_bias
-  // = 1.
+  // the index counted in the whole model's HF tensor list (an expert slice, a pipeline stage's
+  // layers get the values the whole model has there): matrices N(0, init_std), norm weights at
+  // their identity (1, or 0 for the hybrid family's zero-centred norms), DeltaNet A_log = log U(1,
+  // 16) and dt_bias = 1.
   void init_random(std::uint64_t seed, double init_std = 0.02) const;
 
  private:
@@ -213,6 +238,11 @@ class Qwen3MoeParameters {
   config::ModelArchitecture local_architecture_;
   TensorParallelShape tensor_parallel_;
   ExpertRange expert_range_;
+  ModelPart part_;
+  std::vector<std::int64_t> layer_ids_;
+  // Per hf_tensors_ entry: its index in the whole model's list (every layer, every expert),
+  // which keys its seeded initial values.
+  std::vector<std::size_t> whole_model_index_;
   Tensor all_values_;
   Tensor all_grads_;
   std::int64_t dense_numel_ = 0;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <exception>
+#include <string_view>
+#include <unordered_map>
 
 #include "core/error.hpp"
 
@@ -81,7 +83,8 @@ WholeExpertLayer::WholeExpertLayer(const Qwen3MoeParameters& parameters, Tensor 
 }
 
 std::span<const float> WholeExpertLayer::held_experts(std::int64_t layer, int part) {
-  const auto& experts = parameters_.layers.at(static_cast<std::size_t>(layer)).moe.experts;
+  const std::int64_t position = parameters_.position_of_layer(layer);
+  const auto& experts = parameters_.layers.at(static_cast<std::size_t>(position)).moe.experts;
   const Tensor held =
       counterpart(parameters_, flat_, part == 0 ? experts.gate_up.value : experts.down.value);
   auto& buffer = pieces_[part];
@@ -115,8 +118,9 @@ std::span<const float> WholeExpertLayer::held_experts(std::int64_t layer, int pa
 std::span<const float> WholeExpertLayer::part(std::int64_t layer, int part) {
   DYNCP_CHECK(part == 0 || part == 1, "expert part is gate_up (0) or down (1)");
   if (layer != layer_) {
-    DYNCP_CHECK(parameters_.layers.at(static_cast<std::size_t>(layer)).is_moe,
-                "layer " + std::to_string(layer) + " has experts");
+    const std::int64_t position = parameters_.position_of_layer(layer);
+    DYNCP_CHECK(position >= 0 && parameters_.layers[static_cast<std::size_t>(position)].is_moe,
+                "this part holds layer " + std::to_string(layer) + " and its experts");
     for (int k = 0; k < 2; ++k) {
       const std::span<const float> held = held_experts(layer, k);
       if (holds_every_expert(parameters_) || gathers_.expert_parallel == nullptr) {
@@ -134,40 +138,100 @@ std::span<const float> WholeExpertLayer::part(std::int64_t layer, int part) {
   return views_[part];
 }
 
+namespace {
+
+// The tensors of whole-model layer i, in the order Qwen3MoeParameters lists them (every expert).
+void add_layer_tensors(const config::ModelArchitecture& a, std::int64_t i,
+                       std::vector<WholeModelTensor>& tensors) {
+  const std::int64_t h = a.hidden_size, d = a.head_dim, hq = a.num_attention_heads,
+                     hkv = a.num_key_value_heads;
+  const std::string prefix = "model.layers." + std::to_string(i) + ".";
+  const auto add = [&](std::string name, std::vector<std::int64_t> shape, bool reordered = false) {
+    tensors.push_back({prefix + std::move(name), std::move(shape), nullptr, -1, -1, 0, reordered});
+  };
+  add("input_layernorm.weight", {h});
+  if (a.mixer_of_layer(i) == config::LayerMixer::full_attention) {
+    // The hybrid's gated q_proj holds the query and gate rows of each head interleaved.
+    add("self_attn.q_proj.weight", {(a.is_hybrid() ? 2 : 1) * hq * d, h}, a.is_hybrid());
+    add("self_attn.k_proj.weight", {hkv * d, h});
+    add("self_attn.v_proj.weight", {hkv * d, h});
+    add("self_attn.o_proj.weight", {h, hq * d});
+    add("self_attn.q_norm.weight", {d});
+    add("self_attn.k_norm.weight", {d});
+  } else {
+    const std::int64_t key_dim = a.linear_num_key_heads * a.linear_key_head_dim,
+                       value_dim = a.linear_num_value_heads * a.linear_value_head_dim,
+                       conv_dim = 2 * key_dim + value_dim, hv = a.linear_num_value_heads;
+    if (a.model_type == "qwen3_next") {
+      add("linear_attn.in_proj_qkvz.weight", {conv_dim + value_dim, h}, true);
+      add("linear_attn.in_proj_ba.weight", {2 * hv, h}, true);
+    } else {
+      add("linear_attn.in_proj_qkv.weight", {conv_dim, h});
+      add("linear_attn.in_proj_z.weight", {value_dim, h});
+      add("linear_attn.in_proj_b.weight", {hv, h});
+      add("linear_attn.in_proj_a.weight", {hv, h});
+    }
+    add("linear_attn.conv1d.weight", {conv_dim, 1, a.linear_conv_kernel_dim});
+    add("linear_attn.A_log", {hv});
+    add("linear_attn.dt_bias", {hv});
+    add("linear_attn.norm.weight", {a.linear_value_head_dim});
+    add("linear_attn.out_proj.weight", {h, value_dim});
+  }
+  add("post_attention_layernorm.weight", {h});
+  if (!a.is_moe_layer(i)) {
+    const std::int64_t dense = a.intermediate_size;
+    add("mlp.gate_proj.weight", {dense, h});
+    add("mlp.up_proj.weight", {dense, h});
+    add("mlp.down_proj.weight", {h, dense});
+    return;
+  }
+  add("mlp.gate.weight", {a.num_experts, h});
+  if (a.is_hybrid()) {
+    const std::int64_t shared = a.shared_expert_intermediate_size;
+    add("mlp.shared_expert.gate_proj.weight", {shared, h});
+    add("mlp.shared_expert.up_proj.weight", {shared, h});
+    add("mlp.shared_expert.down_proj.weight", {h, shared});
+    add("mlp.shared_expert_gate.weight", {1, h});
+  }
+  const std::int64_t intermediate = a.moe_intermediate_size;
+  for (std::int64_t e = 0; e < a.num_experts; ++e) {
+    const std::string expert = prefix + "mlp.experts." + std::to_string(e) + ".";
+    tensors.push_back({expert + "gate_proj.weight", {intermediate, h}, nullptr, i, e, 0});
+    tensors.push_back({expert + "up_proj.weight", {intermediate, h}, nullptr, i, e, 1});
+    tensors.push_back({expert + "down_proj.weight", {h, intermediate}, nullptr, i, e, 2});
+  }
+}
+
+}  // namespace
+
 std::vector<WholeModelTensor> whole_model_tensors(const Qwen3MoeParameters& parameters) {
-  const std::int64_t num_experts = parameters.architecture().num_experts;
+  const config::ModelArchitecture& a = parameters.architecture();
   std::vector<WholeModelTensor> tensors;
-  std::int64_t layer = -1;  // the MoE layer whose experts were listed last
-  for (const HfTensor& tensor : parameters.hf_tensors()) {
-    if (!tensor.is_expert) {
-      tensors.push_back({tensor.name, tensor.hf_shape, &tensor});
-      continue;
-    }
-    // "model.layers.{i}.mlp.experts.{e}.<part>.weight": the first expert tensor of a layer
-    // stands for every expert of it.
-    const std::string layers = "model.layers.";
-    const std::int64_t this_layer = std::stoll(tensor.name.substr(layers.size()));
-    if (this_layer == layer) continue;
-    layer = this_layer;
-    const std::string prefix = tensor.name.substr(0, tensor.name.find(".experts.") + 9);
-    const std::int64_t intermediate = parameters.architecture().moe_intermediate_size,
-                       hidden = parameters.architecture().hidden_size;
-    for (std::int64_t e = 0; e < num_experts; ++e) {
-      const std::string expert = prefix + std::to_string(e) + ".";
-      tensors.push_back(
-          {expert + "gate_proj.weight", {intermediate, hidden}, nullptr, layer, e, 0});
-      tensors.push_back({expert + "up_proj.weight", {intermediate, hidden}, nullptr, layer, e, 1});
-      tensors.push_back(
-          {expert + "down_proj.weight", {hidden, intermediate}, nullptr, layer, e, 2});
-    }
+  tensors.push_back({"model.embed_tokens.weight", {a.vocab_size, a.hidden_size}});
+  for (std::int64_t i = 0; i < a.num_hidden_layers; ++i) add_layer_tensors(a, i, tensors);
+  tensors.push_back({"model.norm.weight", {a.hidden_size}});
+  if (!a.tie_word_embeddings) tensors.push_back({"lm_head.weight", {a.vocab_size, a.hidden_size}});
+  std::unordered_map<std::string_view, const HfTensor*> held;
+  for (const HfTensor& tensor : parameters.hf_tensors()) held.emplace(tensor.name, &tensor);
+  for (WholeModelTensor& tensor : tensors) {
+    if (tensor.layer >= 0) continue;
+    const auto found = held.find(tensor.name);
+    if (found != held.end()) tensor.held = found->second;
   }
   return tensors;
+}
+
+bool holds(const Qwen3MoeParameters& parameters, const WholeModelTensor& tensor) {
+  if (tensor.layer < 0) return tensor.held != nullptr;
+  return parameters.position_of_layer(tensor.layer) >= 0 &&
+         parameters.expert_range().holds(tensor.expert, parameters.architecture().num_experts);
 }
 
 TensorToWrite tensor_to_write(const WholeModelTensor& tensor, std::string stored_name,
                               const Qwen3MoeParameters& parameters, const Tensor& flat,
                               WholeExpertLayer& experts, PieceSum* tensor_parallel) {
   TensorToWrite entry{std::move(stored_name), tensor.shape, {}, {}};
+  if (!stage_holds(parameters, tensor)) return entry;  // another stage's: routed to it
   if (tensor.held != nullptr) {
     const HfTensor* held = tensor.held;
     const Tensor source = counterpart(parameters, flat, held->value);
@@ -206,6 +270,52 @@ TensorToWrite tensor_to_write(const WholeModelTensor& tensor, std::string stored
 
 bool takes_part(const WholeModelTensor& tensor, const WholeModelGathers& gathers) {
   return tensor.layer >= 0 ? gathers.experts : gathers.dense;
+}
+
+bool stage_holds(const Qwen3MoeParameters& parameters, const WholeModelTensor& tensor) {
+  return tensor.layer >= 0 ? parameters.position_of_layer(tensor.layer) >= 0
+                           : tensor.held != nullptr;
+}
+
+void route_through_stages(std::vector<TensorToWrite>& entries,
+                          const std::vector<const WholeModelTensor*>& sources,
+                          const Qwen3MoeParameters& parameters, StageTensorRelay& relay) {
+  DYNCP_CHECK(entries.size() == sources.size(), "one source tensor per entry");
+  const StageTensorRelay::Role role = relay.role();
+  if (role == StageTensorRelay::Role::writer_gathers) return;  // the writer's own stage
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    TensorToWrite& entry = entries[i];
+    const WholeModelTensor& source = *sources[i];
+    const bool held = stage_holds(parameters, source);
+    if (role == StageTensorRelay::Role::writer) {
+      if (held) continue;
+      entry.values = {};
+      entry.fill = [&relay, &source](std::span<float> out) { relay.receive(source, out); };
+      continue;
+    }
+    const bool sent = held && !relay.writer_holds(source);
+    if (role == StageTensorRelay::Role::relay_gathers) {
+      // Only the gathers and sums of what the relay sends are collective (a helping rank has
+      // fills only for the groups it shares with the relay).
+      if (!sent) entry.fill = {};
+      entry.values = {};
+      continue;
+    }
+    if (!sent) {
+      entry.values = {};
+      entry.fill = {};
+      continue;
+    }
+    entry.fill = [&relay, &source, values = entry.values,
+                  inner = std::move(entry.fill)](std::span<float> out) {
+      if (inner)
+        inner(out);
+      else
+        std::copy(values.begin(), values.end(), out.begin());
+      relay.send(source, out);
+    };
+    entry.values = {};
+  }
 }
 
 void write_collectively(std::vector<TensorToWrite>& tensors, bool writer,

@@ -103,19 +103,32 @@ class WholeExpertLayer {
 struct WholeModelTensor {
   std::string name;
   std::vector<std::int64_t> shape;
-  const HfTensor* held = nullptr;  // non-expert tensors: this rank's own
-  std::int64_t layer = -1;         // experts: their layer, expert index and
+  // Non-expert tensors: this rank's own, or nullptr when another pipeline stage holds it.
+  const HfTensor* held = nullptr;
+  std::int64_t layer = -1;  // experts: their (whole-model) layer, expert index and
   std::int64_t expert = -1;
   int part = 0;  // 0 gate_proj, 1 up_proj, 2 down_proj
+  // Stored with its rows reordered (HfTensor::rows: the gated q_proj, Qwen3-Next's fused
+  // projections), which only the whole tensor can be read back from.
+  bool reordered = false;
 };
 
-// Identical on every rank whatever expert slice it holds.
+// Identical on every rank whatever expert slice and pipeline stage it holds: every tensor of
+// the whole model (from its architecture), `held` set where this rank holds it.
 std::vector<WholeModelTensor> whole_model_tensors(const Qwen3MoeParameters& parameters);
+// Whether this rank holds `tensor` (an expert tensor: its layer and expert).
+bool holds(const Qwen3MoeParameters& parameters, const WholeModelTensor& tensor);
+
+// Whether this rank's pipeline stage holds `tensor` (an expert tensor: its layer; the EP
+// group's gather rebuilds every expert of it).
+bool stage_holds(const Qwen3MoeParameters& parameters, const WholeModelTensor& tensor);
 
 // An entry writing `tensor` as `stored_name`, its values read (in HF order) from `flat`, laid
 // out like parameters.all_values(); experts come through `experts`, which reads `flat` too.
 // A tensor this rank holds a piece of is rebuilt through `tensor_parallel` (null: a runtime
 // error, unless the rank holds it whole).
+// A tensor another pipeline stage holds gets an entry without values or fill (route_through_stages
+// gives it one).
 TensorToWrite tensor_to_write(const WholeModelTensor& tensor, std::string stored_name,
                               const Qwen3MoeParameters& parameters, const Tensor& flat,
                               WholeExpertLayer& experts, PieceSum* tensor_parallel = nullptr);
@@ -123,6 +136,34 @@ TensorToWrite tensor_to_write(const WholeModelTensor& tensor, std::string stored
 // Whether this rank runs the fills of `tensor` (WholeModelGathers::dense / experts); an entry
 // it does not run is listed without values or fill.
 bool takes_part(const WholeModelTensor& tensor, const WholeModelGathers& gathers);
+
+// Pipeline stages under one writer (single-writer checkpoints): the writer holds only its own
+// stage, so each tensor of another stage comes from that stage's relay (the rank at its first
+// pool position, which holds it), one at a time in file order; the other ranks of a relay's EP
+// group take part in its expert gathers. Implemented over the pipeline group
+// (train/stage_tensor_relay.hpp).
+class StageTensorRelay {
+ public:
+  // The writer and the other ranks of its EP group (its stage's expert gathers); a relay and the
+  // other ranks of its EP group.
+  enum class Role { writer, writer_gathers, relay, relay_gathers };
+  virtual ~StageTensorRelay() = default;
+  virtual Role role() const = 0;
+  // Whether the writer's stage holds `tensor` (then no relay sends it).
+  virtual bool writer_holds(const WholeModelTensor& tensor) const = 0;
+  // Writer: the values of `tensor` (its entry's, in HF order) from the stage holding it.
+  virtual void receive(const WholeModelTensor& tensor, std::span<float> out) = 0;
+  // Relay: its stage's values of `tensor`, to the writer.
+  virtual void send(const WholeModelTensor& tensor, std::span<const float> values) = 0;
+};
+
+// Rewrites `entries` (entries[i] writes sources[i]) for this rank's role: the writer receives
+// what its stage does not hold; a relay fills what its stage holds and the writer's does not and
+// sends it, and skips the rest; the other ranks of a relay's EP group keep the fills of what the
+// relay sends (their expert gathers); those of the writer's keep everything, as without stages.
+void route_through_stages(std::vector<TensorToWrite>& entries,
+                          const std::vector<const WholeModelTensor*>& sources,
+                          const Qwen3MoeParameters& parameters, StageTensorRelay& relay);
 
 // On the writer (`writer` true) calls `write` with the tensors; elsewhere only runs their
 // fills. Either way every fill runs once, in order: a write that throws part-way runs the rest

@@ -35,7 +35,8 @@ CpExchangeSeams hierarchical_seams(const CpExchangeOptions& options) {
         "have refused it)");
   }
   const int inner = options.hierarchical_inner_size;
-  auto subgroups = std::make_shared<HierarchicalGroups>();
+  // Shared with the other seams of the run (a pipeline stage's microbatches): split once.
+  auto subgroups = options.subgroups ? options.subgroups : std::make_shared<HierarchicalGroups>();
   return {std::make_unique<CpHeadShardedAttentionContext>(inner, options.counters, subgroups),
           std::make_unique<CpHeadShardedLinearAttentionContext>(inner, options.counters, subgroups),
           subgroups};

@@ -37,6 +37,9 @@ struct CpExchangeOptions {
   // a2a+p2p: the configured inner size (hierarchical_context_parallel_sizes[0]).
   int hierarchical_inner_size = 0;
   SeamCounters* counters = nullptr;
+  // a2a+p2p: the subcommunicators of an exchange made earlier, to share (a pipeline stage
+  // keeps one exchange per microbatch in flight); nullptr: split its own.
+  std::shared_ptr<HierarchicalGroups> subgroups;
 };
 
 struct CpExchangeSeams {

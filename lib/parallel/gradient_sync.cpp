@@ -117,6 +117,7 @@ double GradientSync::global_sum_of_squares() {
   device_context.device = device_;
   device_context.scratch = device_scratch_.get();
   for (const ParameterRange& range : partition_.ranges) {
+    if (range.tied_copy) continue;
     double sum = 0.0;
     const float* g = gradients_ + range.offset;
     if (device_ == core::Device::cpu) {

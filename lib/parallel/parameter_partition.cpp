@@ -31,8 +31,10 @@ ParameterPartition partition_parameters(const model::Qwen3MoeParameters& paramet
                 "expert flag matches the tensor name " + tensor.name);
     const auto offset =
         static_cast<std::int64_t>(static_cast<const float*>(tensor.value.raw_data()) - base);
+    const bool tied_copy =
+        parameters.holds_tied_head_copy() && tensor.name == "model.embed_tokens.weight";
     pieces.push_back({offset, tensor.value.numel(), expert >= 0, !is_norm_weight(tensor.name),
-                      tensor.split, tensor.tp_partial_grad});
+                      tied_copy, tensor.split, tensor.tp_partial_grad});
   }
   std::sort(pieces.begin(), pieces.end(),
             [](const ParameterRange& a, const ParameterRange& b) { return a.offset < b.offset; });

@@ -7,7 +7,8 @@
 //                  over the expert-data-parallel group (ranks with the same EP index).
 // Adjacent tensors of the same kind and weight-decay class are merged into one range, so a
 // reduction or an optimizer update touches a few large contiguous ranges. A tied LM head
-// aliases the embedding and is listed once.
+// aliases the embedding and is listed once (on a last pipeline stage it is a copy of the
+// first stage's embedding, left out of the gradient norm).
 
 #include <cstdint>
 #include <string>
@@ -22,6 +23,10 @@ struct ParameterRange {
   std::int64_t count = 0;
   bool is_expert = false;
   bool weight_decay = true;  // false for norm weights
+  // A tied LM head's copy on the last pipeline stage: the first stage's embedding, whose
+  // gradient (which the copy's equals once summed over the embedding group) counts once in the
+  // norm and which that stage writes to checkpoints.
+  bool tied_copy = false;
   // Tensor parallelism: a piece of tensors split over the TP (or expert-TP) group, whose
   // squares are summed over it for the gradient norm; and whole tensors whose gradient is a
   // TP rank's part, summed over the TP group before the data-parallel sums.
@@ -31,7 +36,8 @@ struct ParameterRange {
   // Whether `other` may be merged into one range with this one (same treatment everywhere).
   bool same_kind(const ParameterRange& other) const {
     return is_expert == other.is_expert && weight_decay == other.weight_decay &&
-           split == other.split && tp_partial_grad == other.tp_partial_grad;
+           tied_copy == other.tied_copy && split == other.split &&
+           tp_partial_grad == other.tp_partial_grad;
   }
 };
 

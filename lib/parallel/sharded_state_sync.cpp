@@ -173,6 +173,7 @@ double ShardedStateSync::global_sum_of_squares(const core::Tensor& gradients) {
   const bool tensor_parallel = tensor_parallel_ != nullptr && tensor_parallel_->size() > 1;
   float* base = gradients.data<float>();
   for (const ParameterRange& range : shards_.owned_ranges) {
+    if (range.tied_copy) continue;
     const bool differs_over_tp =
         tensor_parallel && (range.is_expert || range.split != model::TensorSplit::whole);
     sums[differs_over_tp ? 1 : 0] += ops::sum_of_squares(

@@ -12,9 +12,11 @@ WriterGathers::WriterGathers(dist::ParallelState& parallel_state)
     : tensor_parallel_(parallel_state.tensor_parallel()),
       expert_tensor_parallel_(parallel_state.expert_tensor_parallel()),
       expert_parallel_(parallel_state.expert_parallel()) {
-  constexpr int writer = 0;
   const dist::ParallelLayout& layout = parallel_state.layout();
   const int rank = parallel_state.world().rank();
+  // World rank 0 writes; under pipeline parallelism the first rank of every other stage relays
+  // its stage's tensors to it, so each stage's first rank is the one its groups help.
+  const int writer = rank - rank % layout.stage_size();
   const auto holds_writer = [&](dist::GroupAxis axis, int member) {
     return dist::group_of(layout, axis, member).contains(writer);
   };

@@ -1,7 +1,8 @@
 #pragma once
 // The collectives through which the ranks of a layout help one writer (world rank 0) write
 // whole-model files from their slices and pieces (model/whole_model_tensors.hpp): the
-// single-writer training checkpoint and model::save_hf_checkpoint.
+// single-writer training checkpoint and model::save_hf_checkpoint. Under pipeline parallelism
+// each stage's first rank (its relay to rank 0) is the rank its stage's groups help.
 //
 // Which ranks take part is a pure function of the layout (dist/parallel_layout.hpp):
 //   dense tensors   the writer's TP group sums its pieces (tp > 1; nobody else at tp = 1);

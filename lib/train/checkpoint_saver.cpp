@@ -6,6 +6,7 @@
 #include "model/hf_checkpoint.hpp"
 #include "train/hf_export.hpp"
 #include "train/hf_export_writer.hpp"
+#include "train/stage_tensor_relay.hpp"
 #include "train/training_checkpoint.hpp"
 
 namespace dyncp::train {
@@ -41,6 +42,20 @@ CheckpointSaver::CheckpointSaver(const config::ConfigContainer& config, dist::Co
   if (!config.checkpoint.save.empty()) {
     store_ = std::make_unique<CheckpointStore>(config.checkpoint.save,
                                                static_cast<int>(config.checkpoint.most_recent_k));
+  }
+  // Rank 0 writes; with pipeline stages the first rank of every other stage relays its stage's
+  // tensors to it (train/stage_tensor_relay.hpp). The groups that help each of those ranks
+  // rebuild whole tensors (its TP and EP groups, parallel::WriterGathers) take part.
+  const dist::ParallelLayout& layout = parallel_state.layout();
+  const bool first_of_stage = world.rank() % layout.stage_size() == 0;
+  if (layout.pipeline_model_parallel_size > 1 && writer_gathers_.takes_part()) {
+    using Role = model::StageTensorRelay::Role;
+    const bool writer_stage = parallel_state.coordinates().pipeline_parallel_index == 0;
+    const Role role = first_of_stage ? (writer_stage ? Role::writer : Role::relay)
+                                     : (writer_stage ? Role::writer_gathers : Role::relay_gathers);
+    relay_ = std::make_unique<PipelineTensorRelay>(
+        role, parallel_state.pipeline(),
+        config::split_layers(config::pipeline_split_input(config.model)));
   }
   if (store_ && (config.checkpoint.sharded || config.checkpoint.async_save)) {
     // The distributed optimizer's own division (the same plan its step engine made), so its
@@ -79,7 +94,7 @@ bool CheckpointSaver::save(const LoopState& state) {
   const model::WholeModelGathers& gathers = writer_gathers_.gathers();
   if (writer_gathers_.takes_part() && world_.rank() != 0) {
     write_training_checkpoint({}, parameters, moments.exp_avg, moments.exp_avg_sq, state, gathers,
-                              /*write=*/false);
+                              /*write=*/false, relay_.get());
   }
   std::int32_t failed = 0;
   if (world_.rank() == 0) {
@@ -93,7 +108,7 @@ bool CheckpointSaver::save(const LoopState& state) {
     try {
       // Even when begin() failed: the other ranks of the EP group are gathering.
       write_training_checkpoint(folder, parameters, moments.exp_avg, moments.exp_avg_sq, state,
-                                gathers, /*write=*/failure.empty());
+                                gathers, /*write=*/failure.empty(), relay_.get());
       if (failure.empty())
         spdlog::info("checkpoint saved: {}", store_->commit(state.iteration).string());
     } catch (const std::exception& error) {

@@ -3,9 +3,10 @@
 // HF export (checkpoint.export_hf). Single-writer checkpoints (checkpoint.sharded false): rank 0
 // writes; the other ranks of its EP group send it their experts one MoE layer at a time
 // (parallel::EpExpertGather), under tensor parallelism its TP group sums the pieces of one
-// tensor at a time (parallel/whole_model_gathers.hpp), and the distributed optimizer's pieces
-// are gathered into full-size moments first, so what is written does not depend on the
-// layout. With
+// tensor at a time (parallel/whole_model_gathers.hpp), with pipeline stages every other stage's
+// first rank relays its stage's tensors (train/stage_tensor_relay.hpp), and the distributed
+// optimizer's pieces are gathered into full-size moments first, so what is written does not
+// depend on the layout. With
 // checkpoint.sharded (or checkpoint.async_save) every rank writes its own pieces instead
 // (train/sharded_checkpoint_saver.hpp), loadable under any layout too. The HF export is
 // always written by the ranks holding its tensors (train/hf_export_writer.hpp);
@@ -26,6 +27,7 @@
 #include "train/loop_state.hpp"
 #include "train/optimizer.hpp"
 #include "train/sharded_checkpoint_saver.hpp"
+#include "train/stage_tensor_relay.hpp"
 #include "train/training_device.hpp"
 
 namespace dyncp::train {
@@ -56,8 +58,9 @@ class CheckpointSaver {
   HostParameters& host_parameters_;
   AdamWOptimizer& optimizer_;
   std::unique_ptr<CheckpointStore> store_;
-  parallel::WriterGathers writer_gathers_;           // how this rank helps rank 0 write
+  parallel::WriterGathers writer_gathers_;           // how this rank helps its stage's writer
   ExportGroups export_groups_;                       // who rebuilds split tensors for the HF export
+  std::unique_ptr<PipelineTensorRelay> relay_;       // pipeline stages: the writer's or a relay's
   std::unique_ptr<ShardedCheckpointSaver> sharded_;  // checkpoint.sharded / async_save
 };
 

@@ -217,7 +217,7 @@ std::string format_pipeline_stage_memory(const config::ConfigContainer& config,
       << (vpp > 1 ? "(2 (pp - s - 1) + (v - 1) pp + 1 chunks)" : "(pp - s)")
       << (microbatches > 0 ? ", at most the first step's " + std::to_string(microbatches)
                            : std::string())
-      << "; training with pp > 1 is not built yet):\n";
+      << "):\n";
   double worst = -1;
   char line[256];
   for (std::int64_t stage = 0; stage < stages; ++stage) {

@@ -36,6 +36,7 @@ struct ExportTensor {
   std::int64_t expert = -1;
   int part = 0;
   std::string expert_prefix;  // "model.layers.{i}.mlp.experts."
+  bool reordered = false;     // rows kept reordered: written whole
   std::int64_t numel() const {
     return std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<>());
   }
@@ -48,7 +49,7 @@ std::vector<ExportTensor> export_tensors(const model::Qwen3MoeParameters& parame
   std::vector<ExportTensor> tensors;
   for (const model::WholeModelTensor& tensor : model::whole_model_tensors(parameters)) {
     if (tensor.layer < 0) {
-      tensors.push_back({tensor.name, tensor.shape, tensor.held});
+      tensors.push_back({tensor.name, tensor.shape, tensor.held, -1, -1, 0, {}, tensor.reordered});
       continue;
     }
     const std::string prefix = tensor.name.substr(0, tensor.name.find(".experts.") + 9);
@@ -90,7 +91,17 @@ struct Piece {
 // and no buffer holds more than a run; the others (rows kept de-interleaved) are reordered
 // whole. `split_experts`: every expert is split over an expert-TP group.
 std::vector<Piece> cut_pieces(const std::vector<ExportTensor>& tensors, std::int64_t num_experts,
-                              std::int64_t dense_run, bool split_experts) {
+                              std::int64_t dense_run, bool split_experts,
+                              const std::vector<std::int32_t>& holds) {
+  // A dense tensor is split when no rank holds it whole (holders: 2 whole, 1 a piece).
+  const std::size_t stride = static_cast<std::size_t>(num_experts) + tensors.size();
+  const auto split_dense = [&](std::size_t t) {
+    std::int32_t most = 0;
+    for (std::size_t at = static_cast<std::size_t>(num_experts) + t; at < holds.size();
+         at += stride)
+      most = std::max(most, holds[at]);
+    return most == 1;
+  };
   std::vector<Piece> pieces;
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     const ExportTensor& tensor = tensors[t];
@@ -99,9 +110,8 @@ std::vector<Piece> cut_pieces(const std::vector<ExportTensor>& tensors, std::int
       const std::int64_t per_expert = numel / num_experts;
       for (std::int64_t e = 0; e < num_experts; ++e)
         pieces.push_back({t, e * per_expert, per_expert, e, split_experts});
-    } else if (tensor.layer < 0 &&
-               (tensor.held->stored_in_hf_order() || !tensor.held->holds_whole())) {
-      const bool split = !tensor.held->holds_whole();
+    } else if (tensor.layer < 0 && (!tensor.reordered || split_dense(t))) {
+      const bool split = split_dense(t);
       for (std::int64_t begin = 0; begin < numel; begin += dense_run)
         pieces.push_back({t, begin, std::min(dense_run, numel - begin), -1, split});
     } else {
@@ -120,13 +130,22 @@ std::int64_t dense_run_for(const std::vector<ExportTensor>& tensors, int world_s
   return std::max<std::int64_t>(std::int64_t{1} << 12, dense / (8 * world_size) + 1);
 }
 
-// Every rank's expert slice: holds[rank * E + e] != 0 when `rank` holds expert e.
-std::vector<std::int32_t> expert_holders(dist::Comm& world,
-                                         const model::Qwen3MoeParameters& parameters) {
+// What every rank holds: holds[rank * (E + T) + e] != 0 when `rank` holds expert e (its EP
+// slice), holds[rank * (E + T) + E + t] when it holds export tensor t (its pipeline stage's
+// tensors: a layer's, the embedding, the head): 2 whole, 1 a tensor-parallel piece of it.
+std::vector<std::int32_t> holders(dist::Comm& world, const model::Qwen3MoeParameters& parameters,
+                                  const std::vector<ExportTensor>& tensors) {
   const std::int64_t experts = parameters.architecture().num_experts;
-  std::vector<std::int32_t> own(static_cast<std::size_t>(experts));
+  std::vector<std::int32_t> own(static_cast<std::size_t>(experts) + tensors.size());
   for (std::int64_t e = 0; e < experts; ++e)
     own[static_cast<std::size_t>(e)] = parameters.expert_range().holds(e, experts) ? 1 : 0;
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    const ExportTensor& tensor = tensors[t];
+    const bool held = tensor.layer >= 0 ? parameters.position_of_layer(tensor.layer) >= 0
+                                        : tensor.held != nullptr;
+    const bool whole = tensor.layer >= 0 || (held && tensor.held->holds_whole());
+    own[static_cast<std::size_t>(experts) + t] = held ? (whole ? 2 : 1) : 0;
+  }
   std::vector<std::int32_t> all(own.size() * static_cast<std::size_t>(world.size()));
   world.all_gather(std::span<const std::int32_t>(own), std::span<std::int32_t>(all));
   return all;
@@ -154,18 +173,22 @@ std::vector<std::int32_t> group_names(dist::Comm& world, const ExportGroups& gro
 // depends only on the model and every rank's slice and groups.
 void assign_writers(std::vector<Piece>& pieces, const std::vector<std::int32_t>& holds,
                     const std::vector<std::int32_t>& names, std::int64_t num_experts,
-                    int world_size, std::size_t value_bytes) {
+                    std::size_t num_tensors, int world_size, std::size_t value_bytes) {
   std::vector<std::uint64_t> load(static_cast<std::size_t>(world_size), 0);
+  const std::size_t stride = static_cast<std::size_t>(num_experts) + num_tensors;
   const auto place = [&](Piece& piece) {
     int best = -1;
     for (int r = 0; r < world_size; ++r) {
-      if (piece.expert >= 0 && holds[static_cast<std::size_t>(r * num_experts + piece.expert)] == 0)
-        continue;
+      const std::size_t base = static_cast<std::size_t>(r) * stride;
+      if (holds[base + static_cast<std::size_t>(num_experts) + piece.tensor] == 0) continue;
+      if (piece.expert >= 0 && holds[base + static_cast<std::size_t>(piece.expert)] == 0) continue;
       if (best < 0 || load[static_cast<std::size_t>(r)] < load[static_cast<std::size_t>(best)])
         best = r;
     }
     if (best < 0)
-      core::throw_runtime_error("HF export: no rank holds expert " + std::to_string(piece.expert));
+      core::throw_runtime_error(
+          "HF export: no rank holds tensor " + std::to_string(piece.tensor) +
+          (piece.expert >= 0 ? " expert " + std::to_string(piece.expert) : std::string()));
     piece.writer = best;
     if (piece.split)
       piece.group = names[2 * static_cast<std::size_t>(best) + (piece.expert >= 0 ? 1 : 0)];
@@ -438,10 +461,12 @@ std::uint64_t write_hf_weights_in_parallel(dist::Comm& world, const fs::path& fo
   std::vector<std::size_t> file_of(tensors.size());
   for (std::size_t k = 0; k < files.size(); ++k)
     for (std::size_t t = files[k].first; t < files[k].end; ++t) file_of[t] = k;
+  const std::vector<std::int32_t> held = holders(world, parameters, tensors);
   std::vector<Piece> pieces =
-      cut_pieces(tensors, num_experts, dense_run_for(tensors, world.size()), shape.expert_size > 1);
+      cut_pieces(tensors, num_experts, dense_run_for(tensors, world.size()), shape.expert_size > 1,
+                 held);
   const std::vector<std::int32_t> names = group_names(world, groups);
-  assign_writers(pieces, expert_holders(world, parameters), names, num_experts, world.size(),
+  assign_writers(pieces, held, names, num_experts, tensors.size(), world.size(),
                  model::stored_dtype_size(dtype));
 
   const int rank = world.rank();

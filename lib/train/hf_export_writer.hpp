@@ -27,8 +27,9 @@
 // by that rank's TP group (for experts its expert-TP group): each member writes what it holds
 // of the piece into a buffer of -0.0 and the group sums it (exact: x + (-0.0) == x), then the
 // assigned rank writes it. The members run their groups' pieces in file order, so the sums
-// match; a member whose write fails keeps taking part in them and reports afterwards. A
-// pipeline stage's ranks would take the holders' slices the way experts do.
+// match; a member whose write fails keeps taking part in them and reports afterwards. Under
+// pipeline parallelism a dense tensor is held by the ranks of the stage holding it, and its
+// pieces go to ranks of that stage.
 
 #include <cstdint>
 #include <filesystem>

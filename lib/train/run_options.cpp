@@ -5,6 +5,7 @@
 #include "config/recompute_modules.hpp"
 #include "core/error.hpp"
 #include "packing/cost_model.hpp"
+#include "parallel/pipeline_stage.hpp"
 
 namespace dyncp::train {
 
@@ -30,12 +31,16 @@ model::ModelOptions model_options_for(const config::ConfigContainer& config,
                          ? ops::MoeAuxLossType::none
                          : ops::MoeAuxLossType::seq_aux_loss;
   // Under EP this rank holds only its experts' weights, gradients and moments; under TP its
-  // pieces of the split tensors.
+  // pieces of the split tensors; under pipeline parallelism only its stage's layers (and the
+  // embedding or the head).
   options.experts = plan.experts;
   options.tensor_parallel = {
       plan.layout.tensor_model_parallel_size, plan.coordinates.tensor_parallel_index,
       plan.layout.expert_tensor_parallel_size, plan.coordinates.expert_tensor_parallel_index,
       model.sequence_parallel && plan.layout.tensor_model_parallel_size > 1};
+  if (plan.pipeline.pipeline_size > 1)
+    options.part =
+        parallel::stage_model_part(plan.pipeline, plan.coordinates.pipeline_parallel_index);
   options.device = device;
   // The GPU path's grouped expert products and fused dispatch (the CPU ops ignore both).
   options.moe_grouped_gemm = model.moe_grouped_gemm;
@@ -67,6 +72,7 @@ StepEngineOptions step_engine_options_for(const config::ConfigContainer& config,
   options.distributed_optimizer = config.ddp.use_distributed_optimizer;
   options.overlap_grad_reduce = config.ddp.overlap_grad_reduce;
   options.overlap_param_gather = config.ddp.overlap_param_gather;
+  options.pipeline = plan.pipeline;
   // Megatron's default bucket: max(40M, 1M x data-parallel size) elements.
   options.bucket_elements = config.ddp.bucket_size.value_or(
       std::max<std::int64_t>(40'000'000, std::int64_t{1'000'000} * plan.layout.pool_size()));

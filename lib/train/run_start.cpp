@@ -68,6 +68,19 @@ void log_experts(const model::ModelOptions& options, const parallel::ParallelPla
   }
 }
 
+// Pipeline stages: the schedule and every stage's layers (this rank holds stage
+// plan.coordinates.pipeline_parallel_index's).
+void log_pipeline(const parallel::ParallelPlan& plan) {
+  const config::PipelineSplit& split = plan.pipeline;
+  if (split.pipeline_size <= 1) return;
+  spdlog::info("pipeline: {} stages, {}; the layers by stage:\n{}", split.pipeline_size,
+               split.virtual_size > 1
+                   ? "interleaved 1F1B over " + std::to_string(split.virtual_size) +
+                         " virtual chunks per stage"
+                   : std::string("1F1B"),
+               split.describe());
+}
+
 // Replicated state, or the distributed optimizer's shards when the engine reduce-scatters.
 std::unique_ptr<AdamWOptimizer> make_optimizer(const config::ConfigContainer& config,
                                                const model::Qwen3MoeModel& model,
@@ -138,6 +151,7 @@ BuiltRun build_run(const config::ConfigContainer& config, OpenedRun& run) {
   const model::ModelOptions model_options = model_options_for(config, run.plan, run.device);
   built.model = std::make_unique<model::Qwen3MoeModel>(config.model.architecture, model_options);
   log_precision(model_options.precision);
+  log_pipeline(run.plan);
   // Loads, checkpoints and exports are host code: on the GPU they go through a host copy.
   built.host_parameters = std::make_unique<HostParameters>(built.model->parameters());
   load_initial_weights(config, *built.model, *built.host_parameters);

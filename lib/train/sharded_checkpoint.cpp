@@ -194,8 +194,13 @@ RankShard plan_rank_shard(const model::Qwen3MoeParameters& parameters,
       shard.elements += last - first;
     }
   };
-  const auto add_segment = [&](const parallel::ParameterRange&, std::int64_t flat, std::int64_t,
-                               std::int64_t count) {
+  const auto add_segment = [&](const parallel::ParameterRange& range, std::int64_t flat,
+                               std::int64_t, std::int64_t count) {
+    // A tied head's copy (last stage) is the first stage's embedding, which that stage writes.
+    if (range.tied_copy) {
+      packed += count;
+      return;
+    }
     while (count > 0) {
       // The tensor holding `flat`: the last one starting at or before it.
       const auto holder =

@@ -65,8 +65,10 @@ struct RankPiece {
   std::int64_t flat_offset = 0;    // where the slice sits in all_values()
   std::int64_t packed_offset = 0;  // ... in the owned pieces packed in order (the distributed
                                    // optimizer's moments)
-  std::int64_t file_offset = 0;    // ... in this rank's file and snapshot (the pieces it writes)
-  IndexBlock block;                // rows 0: none (format 1)
+  // ... in this rank's file and snapshot (the pieces it writes in order: the owned pieces less
+  // a tied head's copy, which the first stage writes as the embedding)
+  std::int64_t file_offset = 0;
+  IndexBlock block;  // rows 0: none (format 1)
   std::int64_t count() const { return end - begin; }
 };
 

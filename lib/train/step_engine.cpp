@@ -8,6 +8,7 @@
 #include "core/error.hpp"
 #include "packing/packed_seq_params.hpp"
 #include "packing/run_scheduler.hpp"
+#include "train/device_bin.hpp"
 
 namespace dyncp::train {
 
@@ -111,6 +112,14 @@ StepEngine::StepEngine(model::Qwen3MoeModel& model, dist::ParallelState& paralle
                                                 all_grads);
     }
   }
+  if (options.pipeline.pipeline_size > 1) {
+    if (model.architecture().tie_word_embeddings)
+      tied_embedding_group_ = parallel_state.embedding_group();
+    pipeline_ = std::make_unique<PipelineExecutor>(
+        model, parallel_state, options.pipeline,
+        PipelineExecutor::Options{options.cp_comm_type, options.hierarchical_inner_size, &counters_,
+                                  exchange_.subgroups});
+  }
   if (model.parameters().device() == core::Device::cuda) {
     device_bin_arena_ =
         std::make_unique<core::Arena>("step.device_bin", std::size_t{1} << 20, core::Device::cuda);
@@ -119,18 +128,7 @@ StepEngine::StepEngine(model::Qwen3MoeModel& model, dist::ParallelState& paralle
 
 const model::PackedBin& StepEngine::upload_bin(const model::PackedBin& host_bin) {
   if (!device_bin_arena_) return host_bin;
-  core::Arena& arena = *device_bin_arena_;
-  arena.reset();
-  device_bin_ = host_bin;  // cu_seqlens stays on the host: the ops size their work from it
-  device_bin_.host_positions = host_bin.positions;
-  for (core::Tensor* tensor : {&device_bin_.token_ids, &device_bin_.labels, &device_bin_.positions,
-                               &device_bin_.loss_mask, &device_bin_.token_is_real}) {
-    if (!tensor->defined()) continue;
-    const core::Tensor device = arena.allocate(tensor->shape(), tensor->dtype());
-    device.copy_from(*tensor);
-    *tensor = device;
-  }
-  return device_bin_;
+  return train::upload_bin(*device_bin_arena_, host_bin, device_bin_);
 }
 
 packing::Schedule StepEngine::make_schedule(std::span<const std::int64_t> real_lengths) const {
@@ -156,6 +154,15 @@ dist::Comm* StepEngine::runtime_group(std::int64_t size) {
 }
 
 void StepEngine::synchronise_gradients(bool overlapped) {
+  // A tied LM head: the last stage's copy and the first stage's embedding are one tensor, so
+  // their local gradients are summed over the embedding group before the pool sums them
+  // (Megatron's embedding group); both stages then take the same update.
+  if (tied_embedding_group_ != nullptr) {
+    const core::Tensor& grad = model_.parameters().embed_tokens.grad;
+    tied_embedding_group_->all_reduce(grad.raw_data(), grad.raw_data(),
+                                      static_cast<std::size_t>(grad.numel()), grad.dtype(),
+                                      dist::ReduceOp::sum);
+  }
   if (overlapped) {
     overlapped_reduce_->finish();  // the buckets the backward left, then the wait
   } else if (sharded_state_sync_) {
@@ -179,7 +186,7 @@ dist::CommCounters StepEngine::communication_counters() const {
 }
 
 model::BinOptions StepEngine::bin_options_for(bool compute_gradients, double inverse_tokens,
-                                              std::int64_t batch_size, bool last_overlapped_bin) {
+                                              std::int64_t batch_size) {
   model::BinOptions bin_options;
   bin_options.compute_gradients = compute_gradients;
   bin_options.loss_grad_scale = inverse_tokens;
@@ -194,13 +201,55 @@ model::BinOptions StepEngine::bin_options_for(bool compute_gradients, double inv
       gather->wait_for_layer(layer);
     };
   }
-  // The last microbatch's backward finishes each layer's gradient: its buckets start then.
-  if (last_overlapped_bin) {
-    bin_options.after_layer_backward = [this](std::int64_t layer) {
-      overlapped_reduce_->layer_done(layer);
-    };
-  }
   return bin_options;
+}
+
+void StepEngine::run_microbatches(std::int64_t microbatches, const model::BinOptions& options,
+                                  bool overlap, double local_sums[2], StepOutcome& outcome) {
+  for (std::int64_t m = 0; m < microbatches; ++m) {
+    const auto& p = microbatch_params_[static_cast<std::size_t>(m)];
+    const auto build_start = std::chrono::steady_clock::now();
+    const model::PackedBin& bin =
+        upload_bin(bin_builder_.build(p, microbatch_samples_[static_cast<std::size_t>(m)]));
+    outcome.time.data_ms += elapsed_ms(build_start);
+    dist::Comm* group = runtime_group(p.group_size);
+    exchange_.set_group(group);
+    statistics_.set_group(group);
+    model::BinOptions bin_options = options;
+    // The last microbatch's backward finishes each layer's gradient: its buckets start then.
+    if (overlap && m + 1 == microbatches) {
+      bin_options.after_layer_backward = [this](std::int64_t layer) {
+        overlapped_reduce_->layer_done(layer);
+      };
+    }
+    const model::BinResult result =
+        model_.run_bin(bin,
+                       {exchange_.attention.get(), &experts_, &statistics_,
+                        exchange_.linear_attention.get(), &tensor_parallel_},
+                       bin_options);
+    local_sums[0] += result.loss_sum;
+    if (p.rank_in_group == 0) local_sums[1] += result.aux_loss;
+  }
+}
+
+void StepEngine::run_pipeline(std::int64_t microbatches, const model::BinOptions& options,
+                              bool overlap, double local_sums[2], StepOutcome& outcome) {
+  pipeline_microbatches_.clear();
+  for (std::int64_t m = 0; m < microbatches; ++m) {
+    const auto& p = microbatch_params_[static_cast<std::size_t>(m)];
+    pipeline_microbatches_.push_back(
+        {&p, microbatch_samples_[static_cast<std::size_t>(m)], runtime_group(p.group_size)});
+  }
+  // Each chunk's last backward finishes its layers' gradients: their buckets start then.
+  std::function<void(std::int64_t)> layer_done;
+  if (overlap) layer_done = [this](std::int64_t layer) { overlapped_reduce_->layer_done(layer); };
+  const PipelineExecutor::Result result =
+      pipeline_->run(pipeline_microbatches_, options, std::move(layer_done));
+  local_sums[0] += result.loss_sum;
+  local_sums[1] += result.aux_loss;
+  outcome.pipeline_bubble_fraction = result.bubble_fraction;
+  outcome.pipeline_busy_ms = result.busy_ms;
+  outcome.pipeline_wall_ms = result.wall_ms;
 }
 
 StepOutcome StepEngine::forward_backward(std::span<const std::int64_t> sample_ids) {
@@ -214,9 +263,9 @@ StepOutcome StepEngine::evaluate(std::span<const std::int64_t> sample_ids) {
 StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compute_gradients) {
   StepOutcome outcome;
   const auto batch_size = static_cast<std::int64_t>(sample_ids.size());
-  // Schedules name pool ranks; under tensor parallelism every TP rank of a pool position runs
-  // the same bins.
-  const std::int64_t rank = parallel_state_.pool().rank();
+  // Schedules name pool ranks: a stage's dp x cp position (under tensor parallelism every TP
+  // rank of a pool position runs the same bins).
+  const std::int64_t rank = parallel_state_.coordinates().pool_rank;
   counters_.reset();
   // Bytes over every communicator of the engine.
   const auto bytes_so_far = [&] { return communication_counters().total().bytes_sent; };
@@ -303,26 +352,13 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
   const bool overlap = compute_gradients && overlapped_reduce_ != nullptr;
   if (overlap) overlapped_reduce_->begin();
   double local_sums[2] = {0.0, 0.0};  // CE sum, aux (once per group)
+  const model::BinOptions bin_options =
+      bin_options_for(compute_gradients, inverse_tokens, batch_size);
   clock = std::chrono::steady_clock::now();
-  for (std::int64_t m = 0; m < microbatches; ++m) {
-    const auto& p = params[static_cast<std::size_t>(m)];
-    const auto build_start = std::chrono::steady_clock::now();
-    const model::PackedBin& bin =
-        upload_bin(bin_builder_.build(p, samples[static_cast<std::size_t>(m)]));
-    outcome.time.data_ms += elapsed_ms(build_start);
-    dist::Comm* group = runtime_group(p.group_size);
-    exchange_.set_group(group);
-    statistics_.set_group(group);
-    const model::BinOptions bin_options = bin_options_for(
-        compute_gradients, inverse_tokens, batch_size, overlap && m + 1 == microbatches);
-    const model::BinResult result =
-        model_.run_bin(bin,
-                       {exchange_.attention.get(), &experts_, &statistics_,
-                        exchange_.linear_attention.get(), &tensor_parallel_},
-                       bin_options);
-    local_sums[0] += result.loss_sum;
-    if (p.rank_in_group == 0) local_sums[1] += result.aux_loss;
-  }
+  if (pipeline_)
+    run_pipeline(microbatches, bin_options, overlap, local_sums, outcome);
+  else
+    run_microbatches(microbatches, bin_options, overlap, local_sums, outcome);
   const double bins_ms = elapsed_ms(clock);
   outcome.time.cp_comm_ms = counters_.cp_comm_ms;
   outcome.time.ep_comm_ms = counters_.ep_comm_ms;
@@ -335,11 +371,16 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
   if (compute_gradients) synchronise_gradients(overlap);
   parallel_state_.pool().all_reduce(local_sums, local_sums, 2, core::DType::f64,
                                     dist::ReduceOp::sum);
+  // Stages hold different layers: the loss comes from the last, the aux loss from each.
+  dist::Comm& stages = parallel_state_.pipeline();
+  stages.all_reduce(local_sums, local_sums, 2, core::DType::f64, dist::ReduceOp::sum);
   if (compute_gradients) {
     const core::Tensor& gradients = model_.parameters().all_grads();
     outcome.grad_sum_of_squares = sharded_state_sync_
                                       ? sharded_state_sync_->global_sum_of_squares(gradients)
                                       : gradient_sync_->global_sum_of_squares();
+    stages.all_reduce(&outcome.grad_sum_of_squares, &outcome.grad_sum_of_squares, 1,
+                      core::DType::f64, dist::ReduceOp::sum);
   }
   outcome.time.grad_sync_ms += elapsed_ms(clock);
 
@@ -347,6 +388,7 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
   std::int64_t bytes_sent = static_cast<std::int64_t>(bytes_so_far() - bytes_before);
   parallel_state_.pool().all_reduce(&bytes_sent, &bytes_sent, 1, core::DType::i64,
                                     dist::ReduceOp::sum);
+  stages.all_reduce(&bytes_sent, &bytes_sent, 1, core::DType::i64, dist::ReduceOp::sum);
   outcome.comm_bytes = bytes_sent;
   outcome.loss_sum = local_sums[0];
   outcome.aux_loss = local_sums[1];

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "config/config_container.hpp"
+#include "config/pipeline_split.hpp"
 #include "data/sample.hpp"
 #include "dist/parallel_state.hpp"
 #include "model/qwen3_moe_model.hpp"
@@ -37,6 +38,7 @@
 #include "parallel/sharded_state_sync.hpp"
 #include "parallel/tensor_parallel_group.hpp"
 #include "train/bin_builder.hpp"
+#include "train/pipeline_executor.hpp"
 #include "train/step_metrics.hpp"
 
 namespace dyncp::train {
@@ -57,14 +59,19 @@ struct StepEngineOptions {
   // sharded_state_sync()) instead of all-reducing them.
   bool distributed_optimizer = false;
   // ddp.overlap_grad_reduce: gradients summed in buckets of bucket_elements while the last
-  // microbatch's backward runs (parallel/overlapped_gradient_reduce.hpp): all-reduced, or with
-  // the distributed optimizer reduced to the ranks owning their pieces.
+  // microbatch's backward runs (with pipeline stages: each chunk's last backward;
+  // parallel/overlapped_gradient_reduce.hpp): all-reduced, or with the distributed optimizer
+  // reduced to the ranks owning their pieces.
   bool overlap_grad_reduce = false;
   // ddp.overlap_param_gather (distributed optimizer only): the optimizer's parameter
   // all-gather in the same buckets, beside the next forward
   // (parallel/overlapped_parameter_gather.hpp).
   bool overlap_param_gather = false;
   std::int64_t bucket_elements = 40'000'000;
+  // Pipeline stages: with pipeline_size > 1 the model holds this rank's stage
+  // (parallel::stage_model_part) and the microbatches run the pipeline schedule
+  // (train/pipeline_executor.hpp); losses and the gradient norm are then summed over stages.
+  config::PipelineSplit pipeline;
 };
 
 // What one step's forward/backward produced, reduced over the pool.
@@ -84,6 +91,11 @@ struct StepOutcome {
   // losses, norms and id checks down, and the expert offsets under EP or per-expert products.
   std::int64_t host_device_bytes = 0;
   StepTimeBreakdown time;
+  // Pipeline stages: the measured bubble (1 - time in passes / (stages x step time)), and this
+  // rank's time in passes and from its first round to its last.
+  double pipeline_bubble_fraction = 0;
+  double pipeline_busy_ms = 0;
+  double pipeline_wall_ms = 0;
 };
 
 class StepEngine {
@@ -147,10 +159,20 @@ class StepEngine {
   const model::PackedBin& upload_bin(const model::PackedBin& host_bin);
   // After the last microbatch: the sharded, overlapped or plain gradient reduction.
   void synchronise_gradients(bool overlapped);
-  // A microbatch's options, with the overlap hooks: the gathered parameters' waits while a
-  // gather is pending, the bucket starts in the last microbatch's backward.
+  // The step's microbatch options, with the parameter gather's waits while a gather is pending
+  // (the bucket starts of the last backward are added by run_microbatches / run_pipeline).
   model::BinOptions bin_options_for(bool compute_gradients, double inverse_tokens,
-                                    std::int64_t batch_size, bool last_overlapped_bin);
+                                    std::int64_t batch_size);
+  // The step's microbatches one after another (one stage), or through this rank's pipeline
+  // stage: this rank's CE sum and aux loss (once per group) added to local_sums.
+  void run_microbatches(std::int64_t microbatches, const model::BinOptions& options, bool overlap,
+                        double local_sums[2], StepOutcome& outcome);
+  void run_pipeline(std::int64_t microbatches, const model::BinOptions& options, bool overlap,
+                    double local_sums[2], StepOutcome& outcome);
+  std::unique_ptr<PipelineExecutor> pipeline_;  // pipeline stages (pipeline.pipeline_size > 1)
+  // A tied head under pipeline stages, on the first and last stage: the embedding group.
+  dist::Comm* tied_embedding_group_ = nullptr;
+  std::vector<PipelineExecutor::Microbatch> pipeline_microbatches_;
   std::unique_ptr<core::Arena> device_bin_arena_;
   model::PackedBin device_bin_;
   packing::Schedule schedule_;

@@ -112,9 +112,14 @@ void log_first_step_memory(const BuiltRun& built, const StepMetrics& metrics) {
       static_cast<double>(metrics.peak_memory_bytes) / mebibyte);
 }
 
-// Measured against the --dry-run estimate (train/memory_estimate.hpp).
-void log_measured_memory(const config::ConfigContainer& config, const BuiltRun& built) {
-  const MemoryEstimate estimate = estimate_memory(memory_estimate_input(config));
+// Measured against the --dry-run estimate (train/memory_estimate.hpp): with pipeline stages,
+// the estimate of this rank's stage.
+void log_measured_memory(const config::ConfigContainer& config, const BuiltRun& built,
+                         std::int64_t stage) {
+  const MemoryEstimate estimate =
+      estimate_memory(config.layout.pipeline_model_parallel_size > 1
+                          ? memory_estimate_input_for_stage(config, stage, 0)
+                          : memory_estimate_input(config));
   const model::Qwen3MoeParameters& parameters = built.model->parameters();
   const double state_bytes =
       4.0 * static_cast<double>(parameters.all_values().numel() + parameters.all_grads().numel()) +
@@ -196,7 +201,7 @@ void finish_run(const config::ConfigContainer& config, OpenedRun& run, BuiltRun&
   reporting.clear_progress();
   reporting.end_rows();
   spdlog::info("trained {} iterations in {:.1f} s", report.iterations, end.seconds);
-  log_measured_memory(config, built);
+  log_measured_memory(config, built, run.plan.coordinates.pipeline_parallel_index);
   const bool saved_last = report.iterations > 0 && config.checkpoint.save_interval &&
                           state.iteration % *config.checkpoint.save_interval == 0;
   bool final_save_ok = true;

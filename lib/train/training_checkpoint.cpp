@@ -40,20 +40,21 @@ core::Tensor moment_view(const model::Qwen3MoeParameters& parameters, const core
 
 void write_training_checkpoint(const fs::path& folder, const model::Qwen3MoeParameters& parameters,
                                const core::Tensor& exp_avg, const core::Tensor& exp_avg_sq,
-                               const LoopState& state, model::ExpertGather* gather, bool write) {
+                               const LoopState& state, model::ExpertGather* gather, bool write,
+                               model::StageTensorRelay* relay) {
   write_training_checkpoint(folder, parameters, exp_avg, exp_avg_sq, state,
-                            model::WholeModelGathers{nullptr, nullptr, gather}, write);
+                            model::WholeModelGathers{nullptr, nullptr, gather}, write, relay);
 }
 
 void write_training_checkpoint(const fs::path& folder, const model::Qwen3MoeParameters& parameters,
                                const core::Tensor& exp_avg, const core::Tensor& exp_avg_sq,
                                const LoopState& state, const model::WholeModelGathers& gathers,
-                               bool write) {
+                               bool write, model::StageTensorRelay* relay) {
   // A failed model write must not skip the moments' gathers the other ranks are making.
   std::exception_ptr failure;
   try {
     model::save_hf_checkpoint((folder / "model").string(), parameters, model::StoredDType::f32, 0,
-                              gathers, write);
+                              gathers, write, relay);
   } catch (...) {
     failure = std::current_exception();
   }
@@ -61,7 +62,9 @@ void write_training_checkpoint(const fs::path& folder, const model::Qwen3MoePara
   model::WholeExpertLayer avg_experts(parameters, exp_avg, gathers, write);
   model::WholeExpertLayer avg_sq_experts(parameters, exp_avg_sq, gathers, write);
   std::vector<model::TensorToWrite> moments;
-  for (const model::WholeModelTensor& tensor : model::whole_model_tensors(parameters)) {
+  const std::vector<model::WholeModelTensor> whole = model::whole_model_tensors(parameters);
+  std::vector<const model::WholeModelTensor*> sources;  // what each entry writes
+  for (const model::WholeModelTensor& tensor : whole) {
     for (const auto& [prefix, flat, experts] :
          {std::tuple{"exp_avg.", &exp_avg, &avg_experts},
           std::tuple{"exp_avg_sq.", &exp_avg_sq, &avg_sq_experts}}) {
@@ -70,8 +73,10 @@ void write_training_checkpoint(const fs::path& folder, const model::Qwen3MoePara
                             ? model::tensor_to_write(tensor, name, parameters, *flat, *experts,
                                                      gathers.tensor_parallel)
                             : model::TensorToWrite{name, tensor.shape, {}, {}});
+      sources.push_back(&tensor);
     }
   }
+  if (relay != nullptr) model::route_through_stages(moments, sources, parameters, *relay);
   model::write_collectively(
       moments, write && !failure, [&](std::span<const model::TensorToWrite> all) {
         model::write_safetensors_file((folder / "optimizer.safetensors").string(), all,

@@ -35,19 +35,21 @@ namespace dyncp::train {
 // Writes the three parts into `folder` (which exists and is empty). The moments are laid out
 // like parameters.all_values(). With an expert slice every rank of the expert-parallel group
 // calls this with its `gather` (collective) and only the one with `write` writes; a writer
-// whose writing fails still takes part in every gather before the error propagates.
+// whose writing fails still takes part in every gather before the error propagates. Under
+// pipeline stages the other stages' relays and their EP groups call it too, with `relay`
+// (model::route_through_stages): every tensor reaches the writer from the stage holding it.
 void write_training_checkpoint(const std::filesystem::path& folder,
                                const model::Qwen3MoeParameters& parameters,
                                const core::Tensor& exp_avg, const core::Tensor& exp_avg_sq,
                                const LoopState& state, model::ExpertGather* gather = nullptr,
-                               bool write = true);
+                               bool write = true, model::StageTensorRelay* relay = nullptr);
 // The same from ranks that may hold pieces of tensors: every rank taking part in `gathers`
 // calls this (collective), and the one with `write` writes.
 void write_training_checkpoint(const std::filesystem::path& folder,
                                const model::Qwen3MoeParameters& parameters,
                                const core::Tensor& exp_avg, const core::Tensor& exp_avg_sq,
                                const LoopState& state, const model::WholeModelGathers& gathers,
-                               bool write);
+                               bool write, model::StageTensorRelay* relay = nullptr);
 
 // Reads a verified checkpoint folder (CheckpointStore::select) of `iteration` into the
 // parameters and moments (a tensor-parallel rank its pieces, read from each whole tensor one at

@@ -664,14 +664,16 @@ TEST_CASE("rule: uneven first and last stages", "[config]") {
                                "combined with an uneven first / last stage"));
 }
 
-TEST_CASE("pp > 1 validates but is an unbuilt feature for training", "[config]") {
-  const auto config = resolved({"model.pipeline_model_parallel_size=2"}, 8);
-  const auto missing = unbuilt_features(config);
-  REQUIRE(missing.size() == 1);
-  CHECK_THAT(missing.front(), Contains("pipeline-parallel training") &&
-                                  Contains("model.pipeline_model_parallel_size=2") &&
-                                  Contains("built: pp 1"));
-  CHECK(unbuilt_features(resolved()).empty());
+TEST_CASE("pp > 1 trains, with every setting it composes with", "[config]") {
+  for (const auto& settings : std::vector<std::vector<std::string>>{
+           {},
+           {"ddp.overlap_grad_reduce=true"},
+           {"ddp.overlap_grad_reduce=true", "ddp.use_distributed_optimizer=true"},
+           {"checkpoint.sharded=false", "checkpoint.save=/tmp/ckpt"}}) {
+    std::vector<std::string> overrides = {"model.pipeline_model_parallel_size=2"};
+    overrides.insert(overrides.end(), settings.begin(), settings.end());
+    CHECK(unbuilt_features(resolved(overrides, 8)).empty());
+  }
 }
 
 TEST_CASE("the layout description names the stages and the layer split", "[config]") {

@@ -181,3 +181,57 @@ TEST_CASE("parallel state: total counters sum every communicator once", "[dist][
   REQUIRE(gradient == std::vector<float>(64, static_cast<float>(world.size())));
   CHECK_THAT(state.format_counters(), Catch::Contains("dp"));
 }
+
+TEST_CASE("parallel state: the pipeline group joins one stage position across the stages",
+          "[dist][mpi][state]") {
+  Comm& world = test_world();
+  for (const int stages : {2, 4}) {
+    if (world.size() % stages != 0) continue;
+    INFO("pp " << stages);
+    const ParallelLayout layout =
+        layout_for_world(world.size(), 1, 1, false, 1, {stages, 1}, {1, 1});
+    ParallelState state(world, layout);
+    const RankGroup expected = pipeline_group_of(layout, world.rank());
+    CHECK(world_ranks_of(state.pipeline()) == expected.ranks());
+    CHECK(state.pipeline().rank() == state.coordinates().pipeline_parallel_index);
+    // The embedding group: the first and last stages' ranks at this position only.
+    const int stage = state.coordinates().pipeline_parallel_index;
+    const int stage_size = layout.stage_size();
+    if (stage == 0 || stage == stages - 1) {
+      REQUIRE(state.embedding_group() != nullptr);
+      const int position = world.rank() % stage_size;
+      CHECK(world_ranks_of(*state.embedding_group()) ==
+            std::vector<int>{position, position + (stages - 1) * stage_size});
+    } else {
+      CHECK(state.embedding_group() == nullptr);
+    }
+    // Every static group stays inside the stage.
+    for (const int member : world_ranks_of(state.pool())) CHECK(member / stage_size == stage);
+  }
+  // Without stages the pipeline group is this rank alone and there is no embedding group.
+  ParallelState flat(world, layout_for_world(world.size(), 1, 1, false, 1));
+  CHECK(flat.pipeline().size() == 1);
+  CHECK(flat.embedding_group() == nullptr);
+}
+
+TEST_CASE("comm: a one-sided exchange sends or receives alone", "[dist][mpi][comm]") {
+  Comm& world = test_world();
+  if (world.size() < 2) return;
+  const int me = world.rank();
+  const int next = (me + 1) % world.size();
+  const int previous = (me + world.size() - 1) % world.size();
+  // Even ranks send to the next rank only, odd ranks receive from the previous only: one
+  // direction at a time, as pipeline stages pass activations.
+  std::vector<float> data(300, static_cast<float>(me));
+  std::vector<float> incoming(300, -1.0f);
+  if (world.size() % 2 == 0) {
+    Comm::PendingSendRecv pending =
+        me % 2 == 0 ? world.start_send_recv(data.data(), data.size(), next, nullptr, 0, me,
+                                            dyncp::core::DType::f32, 3)
+                    : world.start_send_recv(nullptr, 0, me, incoming.data(), incoming.size(),
+                                            previous, dyncp::core::DType::f32, 3);
+    world.wait(pending);
+    if (me % 2 == 1) CHECK(incoming == std::vector<float>(300, static_cast<float>(previous)));
+  }
+  world.barrier();
+}

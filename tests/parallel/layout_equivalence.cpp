@@ -24,6 +24,17 @@
 // tensors over NCCL (emulated over MPI) and host metadata over MPI, against the same CPU
 // reference.
 //
+// With --pp P (and --vpp V) the world is P pipeline stages of dp x cp ranks: each rank holds
+// only its stage's layers (Megatron's split of --layers N layers over P x V virtual stages),
+// the microbatches run the 1F1B (or interleaved) schedule with activations and gradients
+// passed between stages, and every check above holds per stage (gradients of the tensors this
+// rank holds, compared by name). --step-tolerance T then also compares the loss and the whole
+// model's gradient (every stage's, every rank's own part once) with the reference at every
+// optimizer step, relative difference <= T, each step at the same weights: after both optimizers
+// step, the layout takes the reference's new values (AdamW turns round-off in near-zero
+// gradients into lr-sized moves, which separate two trajectories by more than the round-off of
+// any one gradient, on every layout alike).
+//
 // With --distributed-optimizer 1 the gradients are reduce-scattered: each rank checks its own
 // pieces (relative to the reference range's norm), holds optimizer state for only its
 // 1/shards of the elements (rounded up), and the moments gathered for a checkpoint match the
@@ -39,6 +50,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "config/pipeline_split.hpp"
 #include "core/device_memory.hpp"
 #include "core/error.hpp"
 #include "core/rng.hpp"
@@ -52,6 +64,7 @@
 #include "model/qwen3_moe_model.hpp"
 #include "packing/alignment.hpp"
 #include "parallel/expert_gather.hpp"
+#include "parallel/pipeline_stage.hpp"
 #include "train/optimizer.hpp"
 #include "train/step_engine.hpp"
 #ifdef DYNCP_EQUIVALENCE_ON_CUDA
@@ -196,6 +209,11 @@ struct Options {
   // reference and the layout; the step checks that it changes the loss.
   std::int64_t sliding_window = 0;
   std::int64_t rope_dynamic_context = 0;  // --rope-dynamic C: dynamic RoPE past C positions
+  int pp = 1;                             // --pp: pipeline stages
+  int vpp = 1;                            // --vpp: virtual chunks per stage (interleaved 1F1B)
+  std::int64_t layers = 0;                // --layers N: decoder layers (0: the tiny model's 2)
+  double step_tolerance = 0;              // --step-tolerance T: loss and gradient every step
+  bool tie = false;  // --tie 1: tied embeddings (the LM head is the embedding table)
 };
 
 Options parse(int argc, char** argv) {
@@ -227,6 +245,16 @@ Options parse(int argc, char** argv) {
       options.moe_kernels = value == "1";
     else if (key == "--force-balance")
       options.force_balance = value == "1";
+    else if (key == "--pp")
+      options.pp = std::stoi(value);
+    else if (key == "--vpp")
+      options.vpp = std::stoi(value);
+    else if (key == "--layers")
+      options.layers = std::stoi(value);
+    else if (key == "--step-tolerance")
+      options.step_tolerance = std::stod(value);
+    else if (key == "--tie")
+      options.tie = value == "1";
     else if (key == "--optimizer-steps")
       options.optimizer_steps = std::stoi(value);
     else if (key == "--lr")
@@ -609,6 +637,18 @@ int main(int argc, char** argv) {
       }
       architecture.resolve();
     }
+    architecture.tie_word_embeddings = options.tie;
+    if (options.layers > 0) {
+      // More layers of the same kinds: the hybrid alternates DeltaNet and attention layers.
+      architecture.num_hidden_layers = options.layers;
+      if (options.hybrid) {
+        architecture.layer_types.clear();
+        for (std::int64_t i = 0; i < options.layers; ++i)
+          architecture.layer_types.push_back(i % 2 == 0 ? config::LayerMixer::linear_attention
+                                                        : config::LayerMixer::full_attention);
+      }
+      architecture.resolve();
+    }
     if (options.sliding_window > 0) {
       if (options.hybrid) throw std::runtime_error("--window: the hybrid's attention has none");
       architecture.sliding_window = options.sliding_window;
@@ -709,8 +749,16 @@ int main(int argc, char** argv) {
     const int etp = options.etp > 0 ? options.etp : options.tp;
     const dist::ParallelLayout layout =
         dist::layout_for_world(world->size(), options.cp, options.ep, options.dynamic,
-                               options.min_cp, {}, {options.tp, etp});
+                               options.min_cp, {options.pp, options.vpp}, {options.tp, etp});
     dist::ParallelState parallel_state(*world, layout);
+    // This rank's pipeline stage: its layers of Megatron's split.
+    config::PipelineSplitInput split_input;
+    split_input.num_layers = architecture.num_hidden_layers;
+    split_input.pipeline_size = options.pp;
+    split_input.virtual_size = options.vpp;
+    const config::PipelineSplit pipeline_split = config::split_layers(split_input);
+    const int stage = parallel_state.coordinates().pipeline_parallel_index;
+    const model::ModelPart part = parallel::stage_model_part(pipeline_split, stage);
     // Each rank holds only its EP index's experts; the reference holds every expert. Under TP
     // it holds its pieces of the split tensors.
     model::ModelOptions sliced_options = model_options;
@@ -720,6 +768,7 @@ int main(int argc, char** argv) {
                                       parallel_state.expert_tensor_parallel().rank(),
                                       options.sequence_parallel};
     sliced_options.device = options.device;
+    sliced_options.part = part;
     const bool s = options.selective;
     sliced_options.selective = {.moe_act = s, .layernorm = s, .mlp = s, .shared_experts = s};
     sliced_options.moe_grouped_gemm = options.moe_kernels;
@@ -727,10 +776,27 @@ int main(int argc, char** argv) {
     model::Qwen3MoeModel model(architecture, sliced_options);
     model.parameters().init_random(7);
     {
-      // Memory really is divided: dense parameters whole, experts 1/ep, over the EP group every
-      // expert exactly once; and the seeded slice is the reference's experts.
+      // Memory really is divided: this stage's dense parameters whole, its experts 1/ep, over
+      // the EP group every expert exactly once, over the stages every tensor of the whole model
+      // exactly once; and the seeded slice is the reference's values there.
       const model::Qwen3MoeParameters& ours = model.parameters();
-      const model::Qwen3MoeParameters& full = reference.parameters();
+      const model::Qwen3MoeParameters full(architecture, {}, core::DType::f32, core::Device::cpu,
+                                           part);
+      std::int64_t stage_tensors[2] = {static_cast<std::int64_t>(full.hf_tensors().size()), 0};
+      for (const auto& tensor : full.hf_tensors()) {
+        // A tied head's copy on the last stage is the first stage's embedding.
+        if (full.holds_tied_head_copy() && tensor.name == "model.embed_tokens.weight")
+          --stage_tensors[0];
+        stage_tensors[1] += reference.parameters().find(tensor.name) != nullptr ? 0 : 1;
+      }
+      parallel_state.pipeline().all_reduce(stage_tensors, stage_tensors, 2, core::DType::i64,
+                                           dist::ReduceOp::sum);
+      check(stage_tensors[0] ==
+                    static_cast<std::int64_t>(reference.parameters().hf_tensors().size()) &&
+                stage_tensors[1] == 0,
+            "the stages hold " + std::to_string(stage_tensors[0]) + " tensors, each of the " +
+                std::to_string(reference.parameters().hf_tensors().size()) +
+                " of the whole model once");
       const int ep = parallel_state.expert_parallel().size();
       const auto expert_elements = [](const model::Qwen3MoeParameters& parameters) {
         std::int64_t count = 0;
@@ -765,7 +831,8 @@ int main(int argc, char** argv) {
       parallel_state.expert_parallel().all_reduce(&experts_held, &experts_held, 1, core::DType::i64,
                                                   dist::ReduceOp::sum);
       check(experts_held == every_expert, "the EP group's slices add up to every expert once");
-      const std::vector<float> initial = laid_out_like(ours, full, full.all_values());
+      const std::vector<float> initial =
+          laid_out_like(ours, reference.parameters(), reference.parameters().all_values());
       check(std::memcmp(initial.data(), host_floats(ours.all_values()).data(),
                         initial.size() * sizeof(float)) == 0,
             "seeded init of this rank's slice equals the whole model's values there");
@@ -783,6 +850,7 @@ int main(int argc, char** argv) {
     engine_options.distributed_optimizer = options.distributed_optimizer;
     engine_options.cp_comm_type = options.cp_comm_type;
     engine_options.hierarchical_inner_size = options.hierarchical_inner;
+    engine_options.pipeline = pipeline_split;
     train::StepEngine engine(model, parallel_state, source, engine_options);
     std::vector<std::int64_t> ids(static_cast<std::size_t>(batch_size));
     for (std::int64_t i = 0; i < batch_size; ++i) ids[static_cast<std::size_t>(i)] = i;
@@ -795,11 +863,20 @@ int main(int argc, char** argv) {
       // larger than the inner size); only the a2a exchanges move all-to-all bytes over the CP
       // groups (EP's all-to-all runs on the EP group).
       const dist::CommCounters subgroups = engine.cp_exchange().subgroup_counters();
+      // The pipeline's point-to-point transfers are not the CP ring's.
+      const std::uint64_t pipeline_bytes =
+          parallel_state.pipeline().counters()[dist::CommOp::send_recv].bytes_sent;
       std::int64_t bytes[2] = {
           static_cast<std::int64_t>(
               parallel_state.total_counters()[dist::CommOp::send_recv].bytes_sent +
-              subgroups[dist::CommOp::send_recv].bytes_sent),
+              subgroups[dist::CommOp::send_recv].bytes_sent - pipeline_bytes),
           static_cast<std::int64_t>(subgroups[dist::CommOp::all_to_all].bytes_sent)};
+      if (options.pp > 1) {
+        check(pipeline_bytes > 0, "activations and gradients crossed stages: " +
+                                      std::to_string(pipeline_bytes) + " bytes sent");
+        check(outcome.pipeline_bubble_fraction >= 0 && outcome.pipeline_bubble_fraction < 1,
+              "measured bubble " + std::to_string(outcome.pipeline_bubble_fraction));
+      }
       std::vector<const dist::Comm*> cp_groups;
       for (const auto& [size, count] : outcome.group_sizes) {
         if (size < 2) continue;
@@ -899,9 +976,9 @@ int main(int argc, char** argv) {
     // parallel/cp_linear_attention.hpp) and are not counted here.
     std::int64_t rows = engine.seam_counters().attention_query_rows;
     parallel_state.pool().all_reduce(&rows, &rows, 1, core::DType::i64, dist::ReduceOp::sum);
-    std::int64_t attention_layers = 0;
-    for (std::int64_t layer = 0; layer < architecture.num_hidden_layers; ++layer)
-      attention_layers += architecture.mixer_of_layer(layer) == config::LayerMixer::full_attention;
+    std::int64_t attention_layers = 0;  // of this stage
+    for (std::size_t i = 0; i < model.parameters().layers.size(); ++i)
+      attention_layers += model.parameters().layers[i].mixer == config::LayerMixer::full_attention;
     // Each sequence is padded for the group it ran on; the step reports the same total.
     std::int64_t padded_total = 0;
     const packing::Schedule& schedule = engine.last_schedule();
@@ -948,22 +1025,81 @@ int main(int argc, char** argv) {
     if (sharded) check_state_division(engine, parallel_state, optimizer, check);
     // Every step's loss agrees with the reference's to fp32 round-off (1e-6 relative).
     double worst_step_loss = std::abs(outcome.loss - reference_loss) / std::abs(reference_loss);
+    // --step-tolerance: the loss and the whole model's gradient against the reference at every
+    // step. Each rank adds its own part once: its pieces (distributed optimizer), else dense
+    // ranges on pool rank 0 and expert ranges on expert-data-parallel rank 0 of each stage.
+    double worst_step_errors[2] = {0, 0};
+    const auto compare_step = [&](int step, const train::StepOutcome& step_outcome,
+                                  const model::BinResult& step_reference) {
+      if (options.step_tolerance <= 0) return;
+      const double reference_total =
+          step_reference.loss_sum / static_cast<double>(reference_tokens) + step_reference.aux_loss;
+      const double loss_error =
+          std::abs(step_outcome.loss + step_outcome.aux_loss - reference_total) /
+          std::abs(reference_total);
+      const std::vector<float> grads = host_floats(model.parameters().all_grads());
+      const std::vector<float> expected = laid_out_like(model.parameters(), reference.parameters(),
+                                                        reference.parameters().all_grads());
+      double sums[2] = {0, 0};
+      const auto add = [&](const parallel::ParameterRange& range) {
+        for (std::int64_t i = range.offset; i < range.offset + range.count; ++i) {
+          const double d = static_cast<double>(grads[static_cast<std::size_t>(i)]) -
+                           expected[static_cast<std::size_t>(i)];
+          sums[0] += d * d;
+          sums[1] += static_cast<double>(expected[static_cast<std::size_t>(i)]) *
+                     expected[static_cast<std::size_t>(i)];
+        }
+      };
+      if (sharded) {
+        for (const auto& range : sharded->shards().owned_ranges) add(range);
+      } else {
+        for (const auto& range : engine.partition().ranges)
+          if ((range.is_expert ? parallel_state.expert_data_parallel() : parallel_state.pool())
+                  .rank() == 0)
+            add(range);
+      }
+      world->all_reduce(sums, sums, 2, core::DType::f64, dist::ReduceOp::sum);
+      const double gradient_error = std::sqrt(sums[0] / sums[1]);
+      worst_step_errors[0] = std::max(worst_step_errors[0], loss_error);
+      worst_step_errors[1] = std::max(worst_step_errors[1], gradient_error);
+      char text[200];
+      std::snprintf(text, sizeof text,
+                    "step %d: loss %.9g vs %.9g (relative %.3g), whole gradient relative "
+                    "difference %.3g",
+                    step, step_outcome.loss + step_outcome.aux_loss, reference_total, loss_error,
+                    gradient_error);
+      check(loss_error <= options.step_tolerance && gradient_error <= options.step_tolerance, text);
+    };
     for (int step = 1; step <= options.optimizer_steps; ++step) {
       if (step > 1) {
         reference.parameters().zero_grads();
         const model::BinResult again =
             reference.run_bin(builder.build(whole_params, whole), local.seams(), reference_options);
         const double expected = again.loss_sum / static_cast<double>(reference_tokens);
-        const double loss = engine.forward_backward(ids).loss;
-        worst_step_loss = std::max(worst_step_loss, std::abs(loss - expected) / std::abs(expected));
+        const train::StepOutcome step_outcome = engine.forward_backward(ids);
+        worst_step_loss =
+            std::max(worst_step_loss, std::abs(step_outcome.loss - expected) / std::abs(expected));
+        compare_step(step, step_outcome, again);
+      } else {
+        compare_step(step, outcome, reference_result);
       }
       reference_optimizer.step(lr, step, 1.0);
       optimizer.step(lr, step, 1.0);
+      if (options.step_tolerance > 0 && step < options.optimizer_steps) {
+        const std::vector<float> values = laid_out_like(model.parameters(), reference.parameters(),
+                                                        reference.parameters().all_values());
+        model.parameters().all_values().copy_from(
+            core::Tensor::view_of(const_cast<float*>(values.data()),
+                                  {static_cast<std::int64_t>(values.size())}, core::DType::f32));
+      }
     }
     std::snprintf(line, sizeof line, "largest relative loss difference over %d steps: %.3g",
                   std::max(options.optimizer_steps, 1), worst_step_loss);
     check(worst_step_loss <= 1e-6, line);
     if (rank == 0) std::printf("%s\n", line);
+    if (options.step_tolerance > 0 && rank == 0)
+      std::printf("over %d steps: worst loss difference %.3g, worst gradient difference %.3g\n",
+                  options.optimizer_steps, worst_step_errors[0], worst_step_errors[1]);
     if (options.optimizer_steps > 0) {
       const std::vector<float> values_after = host_floats(model.parameters().all_values());
       const float* after = values_after.data();
@@ -1014,8 +1150,9 @@ int main(int argc, char** argv) {
 
     if (rank == 0) {
       std::printf(
-          "layout tp=%d%s dp=%d cp=%d ep=%d dynamic=%d window=%lld on %s: microbatches %lld, "
-          "worst gradient error %.3g\n",
+          "layout pp=%d vpp=%d tp=%d%s dp=%d cp=%d ep=%d dynamic=%d window=%lld on %s: "
+          "microbatches %lld, worst gradient error %.3g\n",
+          layout.pipeline_model_parallel_size, layout.virtual_pipeline_model_parallel_size,
           layout.tensor_model_parallel_size, options.sequence_parallel ? " (sp)" : "",
           layout.data_parallel_size, layout.context_parallel_size,
           layout.expert_model_parallel_size, layout.dynamic_context_parallel ? 1 : 0,
@@ -1024,7 +1161,7 @@ int main(int argc, char** argv) {
           static_cast<long long>(outcome.microbatches), worst);
     }
     int totals[2] = {passed, failed};
-    parallel_state.world().all_reduce(totals, totals, 2, core::DType::i32, dist::ReduceOp::sum);
+    world->all_reduce(totals, totals, 2, core::DType::i32, dist::ReduceOp::sum);
     if (rank == 0) std::printf("%d passed, %d failed\n", totals[0], totals[1]);
     return totals[1] == 0 ? 0 : 1;
   } catch (const std::exception& error) {

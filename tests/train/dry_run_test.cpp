@@ -169,8 +169,7 @@ TEST_CASE("dry-run report: pp > 1 lists every stage's memory and the largest sta
   CHECK_THAT(stages,
              Catch::Contains("memory estimate per pipeline stage, per rank (2 stages, 1F1B") &&
                  Catch::Contains("stage 0     1 layers") &&
-                 Catch::Contains("stage 1     1 layers") &&
-                 Catch::Contains("training with pp > 1 is not built yet"));
+                 Catch::Contains("stage 1     1 layers") && !Catch::Contains("not built"));
   // Stage 0 keeps two microbatches in flight: it is the larger.
   CHECK(largest.stage_holds_embedding);
   CHECK(largest.pipeline_in_flight == 2.0);

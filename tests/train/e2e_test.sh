@@ -4,7 +4,7 @@
 # CASE: smoke | resume | relayout | relayout_distopt | relayout_ep | sigterm | sigusr1 | enospc |
 # nan | learns | learns_hybrid | ring | hybrid | bf16_moments | auto_resume | lr_resume |
 # sigusr1_nosave | sigterm_early | selective | save_lock | sharded | async_save | resume_chain |
-# tensor_parallel | tensor_parallel_hybrid | overlap.
+# tensor_parallel | tensor_parallel_hybrid | overlap | pipeline | pipeline_held_out.
 # Each prints what it compares and exits non-zero on any mismatch.
 set -euo pipefail
 train=$1
@@ -856,6 +856,135 @@ PY
     cmp "$work/hf_single_tp1/model.safetensors" "$work/hf_single/model.safetensors" \
       || { echo "dyncp-export of the tp-2 single-writer checkpoint differs from the tp-1 export"; exit 1; }
     echo "tensor_parallel: HF exports by tp 1, tp 4 and dyncp-export of the tp-2 checkpoints are byte-identical"
+    ;;
+  pipeline)
+    # Pipeline stages through the trainer, on 4 layers. pp 2 x cp 2 (dynamic CP, EP 2) runs the
+    # schedule of the 2-rank pool that pp 1 x cp 2 runs: the same losses bit for bit, and so do
+    # interleaved 1F1B (vpp 2) and ddp.overlap_grad_reduce. Saved at pp 2 step 2, resumed at pp 2 (bitwise), then pp 1 on 2
+    # ranks, then pp 4 on 4 ranks (a one-rank pool, static), each resuming the last one's
+    # shards with the uninterrupted losses to fp32 round-off. The HF exports of the last
+    # checkpoint at pp 4, 2 and 1 and dyncp-export's are byte-identical, and so are the
+    # single-writer checkpoints the three layouts save from it.
+    common=(model.num_hidden_layers=4 scheduler.lr_decay_iters=6)
+    pp2=(model.pipeline_model_parallel_size=2)
+    pp4=(model.pipeline_model_parallel_size=4 model.dynamic_context_parallel=false
+         model.sequence_packing_scheduler=dp_balanced model.context_parallel_size=1
+         model.expert_model_parallel_size=1 model.max_seqlen_per_dp_cp_rank=256)
+    runs() { local n=$1; shift; mpirun -np "$n" "$train" --config "$recipe" "${common[@]}" "$@"; }
+    runs 4 "${pp2[@]}" train.train_iters=6 logger.metrics_path="$work/full.jsonl" >"$work/full.log" 2>&1
+    runs 2 train.train_iters=6 logger.metrics_path="$work/flat.jsonl" >"$work/flat.log" 2>&1
+    runs 4 "${pp2[@]}" model.virtual_pipeline_model_parallel_size=2 train.train_iters=3 \
+      logger.metrics_path="$work/vpp.jsonl" >"$work/vpp.log" 2>&1
+    runs 4 "${pp2[@]}" ddp.overlap_grad_reduce=true ddp.bucket_size=2000 train.train_iters=3 \
+      logger.metrics_path="$work/overlap.jsonl" >"$work/overlap.log" 2>&1
+    runs 4 "${pp2[@]}" train.train_iters=2 checkpoint.save="$work/c2" \
+      logger.metrics_path="$work/s2.jsonl" >"$work/s2.log" 2>&1
+    runs 4 "${pp2[@]}" train.train_iters=3 checkpoint.load="$work/c2" checkpoint.save="$work/c2b" \
+      logger.metrics_path="$work/s2b.jsonl" >"$work/s2b.log" 2>&1
+    runs 2 train.train_iters=4 checkpoint.load="$work/c2b" checkpoint.save="$work/c1" \
+      logger.metrics_path="$work/s1.jsonl" >"$work/s1.log" 2>&1
+    runs 4 "${pp4[@]}" train.train_iters=6 checkpoint.load="$work/c1" checkpoint.save="$work/c4" \
+      logger.metrics_path="$work/s4.jsonl" >"$work/s4.log" 2>&1
+    for log in s2b s1 s4; do
+      grep -q "resumed from .*/iter_000000" "$work/$log.log" || { echo "$log did not resume"; exit 1; }
+    done
+    grep -q "layout: world 4 = pp 2" "$work/full.log" || { echo "not 2 stages"; head "$work/full.log"; exit 1; }
+    python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+def rows(name):
+    return {r["iteration"]: r for r in map(json.loads, open(f"{work}/{name}.jsonl"))}
+full, flat, vpp, overlap = rows("full"), rows("flat"), rows("vpp"), rows("overlap")
+assert sorted(full) == list(range(1, 7)), full
+for i in full:
+    assert full[i]["loss"] == flat[i]["loss"], (i, full[i]["loss"], flat[i]["loss"])
+    assert abs(full[i]["grad_norm"] - flat[i]["grad_norm"]) <= 1e-12 * flat[i]["grad_norm"], i
+for i in vpp:
+    assert vpp[i]["loss"] == full[i]["loss"], (i, vpp[i]["loss"], full[i]["loss"])
+for i in overlap:  # buckets summed during each chunk's last backward: the same bits
+    assert (overlap[i]["loss"], overlap[i]["grad_norm"]) == (full[i]["loss"], full[i]["grad_norm"]), i
+saved = {**rows("s2"), **rows("s2b")}
+assert sorted(saved) == [1, 2, 3] and all(saved[i]["loss"] == full[i]["loss"] for i in saved), saved
+for name, steps, what in (("s1", [4], "pp 1, 2 ranks"), ("s4", [5, 6], "pp 4, 4 ranks")):
+    run = rows(name)
+    assert sorted(run) == steps, (name, run)
+    for step in steps:
+        error = abs(run[step]["loss"] - full[step]["loss"]) / abs(full[step]["loss"])
+        assert error <= 1e-6, (name, step, run[step]["loss"], full[step]["loss"])
+        print(f"pipeline: step {step} at {what}: {run[step]['loss']!r} against "
+              f"{full[step]['loss']!r} ({error:.2g})")
+print("pipeline: pp 2 (1F1B, interleaved, overlapped reduction) gives pp 1's losses on the same "
+      "pool bit for bit; saved at pp 2 and resumed at pp 2 bitwise")
+PY
+    runs 4 "${pp4[@]}" train.train_iters=6 checkpoint.load="$work/c4" checkpoint.export_hf="$work/hf4" \
+      >"$work/e4.log" 2>&1
+    runs 4 "${pp2[@]}" train.train_iters=6 checkpoint.load="$work/c4" checkpoint.export_hf="$work/hf2" \
+      >"$work/e2.log" 2>&1
+    runs 2 train.train_iters=6 checkpoint.load="$work/c4" checkpoint.export_hf="$work/hf1" \
+      >"$work/e1.log" 2>&1
+    export_tool=${train%/dyncp-train/dyncp-train}/dyncp-export/dyncp-export
+    "$export_tool" --checkpoint "$work/c4" --out "$work/hfx" --no-tokenizer >"$work/ex.log" 2>&1
+    for f in model.safetensors config.json; do
+      for other in hf2 hf1 hfx; do
+        cmp "$work/hf4/$f" "$work/$other/$f" || { echo "the pp 4 export and $other differ in $f"; exit 1; }
+      done
+    done
+    echo "pipeline: the HF exports at pp 4, 2, 1 and dyncp-export's are byte-identical"
+    # Single-writer checkpoints: rank 0 receives every other stage's tensors from that stage's
+    # first rank (its EP group gathering the experts). Loading c4 and training nothing, each
+    # layout saves what it loaded: the files are byte for byte the same at pp 4, 2 and 1.
+    runs 4 "${pp4[@]}" train.train_iters=6 checkpoint.load="$work/c4" checkpoint.sharded=false \
+      checkpoint.save="$work/w4" >"$work/w4.log" 2>&1
+    runs 4 "${pp2[@]}" train.train_iters=6 checkpoint.load="$work/c4" checkpoint.sharded=false \
+      checkpoint.save="$work/w2" >"$work/w2.log" 2>&1
+    runs 2 train.train_iters=6 checkpoint.load="$work/c4" checkpoint.sharded=false \
+      checkpoint.save="$work/w1" >"$work/w1.log" 2>&1
+    for f in model/model.safetensors optimizer.safetensors state.json; do
+      for other in w4 w2; do
+        cmp "$work/w1/iter_0000006/$f" "$work/$other/iter_0000006/$f" ||
+          { echo "the single-writer $f of $other differs from pp 1's"; exit 1; }
+      done
+    done
+    echo "pipeline: single-writer checkpoints saved at pp 4, 2 and 1 are byte-identical"
+    # The embedding and the loss counted in the split: 2 layers + 2 over 4 stages leave stage 0
+    # the embedding alone and stage 3 the final norm, head and loss alone.
+    two=(model.num_hidden_layers=2 model.account_for_embedding_in_pipeline_split=true
+         model.account_for_loss_in_pipeline_split=true train.train_iters=2)
+    runs 4 "${pp4[@]}" "${two[@]}" logger.metrics_path="$work/bare4.jsonl" >"$work/bare4.log" 2>&1
+    runs 1 "${pp4[@]:1}" "${two[@]}" logger.metrics_path="$work/bare1.jsonl" >"$work/bare1.log" 2>&1
+    grep -q "stage 0: 0 layers .*+ embedding" "$work/bare4.log" ||
+      { echo "stage 0 does not hold the embedding alone"; exit 1; }
+    diff <(losses "$work/bare4.jsonl") <(losses "$work/bare1.jsonl")
+    echo "pipeline: stages holding only the embedding or only the loss give pp 1's losses bit for bit"
+    ;;
+  pipeline_held_out)
+    # Held-out evaluation runs the forward-only schedule through the stages: the demo recipe's 3
+    # layers with the embedding counted in the split (stage 0: embedding + 1 layer, stage 1: 2
+    # layers + head) at pp 2 gives pp 1's training and held-out losses on the same pool, bit
+    # for bit.
+    python3 "$source_dir/tools/make_demo_data.py" --out "$work/demo" --num-samples 300 >/dev/null
+    python3 "$source_dir/tools/make_demo_data.py" --out "$work/demo/heldout" --seed 2 \
+      --num-samples 60 >/dev/null
+    demo=("$source_dir/configs/demo/tiny_moe.yaml" dataset.data_path="$work/demo/train.jsonl"
+          tokenizer.tokenizer_model="$work/demo/tokenizer" dataset.cache_dir="$work/cache"
+          dataset.validation_data_path="$work/demo/heldout/train.jsonl"
+          validation.eval_interval=2 validation.eval_iters=2 train.train_iters=4
+          scheduler.lr_warmup_iters=1 checkpoint.save= checkpoint.export_hf=
+          model.account_for_embedding_in_pipeline_split=true model.max_seqlen_per_dp_cp_rank=1024)
+    mpirun -np 4 "$train" --config "${demo[@]}" model.pipeline_model_parallel_size=2 \
+      logger.metrics_path="$work/staged.jsonl" >"$work/staged.log" 2>&1
+    mpirun -np 2 "$train" --config "${demo[@]}" logger.metrics_path="$work/flat.jsonl" \
+      >"$work/flat.log" 2>&1
+    python3 - "$work/staged.jsonl" "$work/flat.jsonl" <<'PY'
+import json, sys
+staged, flat = ([json.loads(l) for l in open(path)] for path in sys.argv[1:3])
+assert len(staged) == len(flat) == 4
+held_out = [(a["validation_loss"], b["validation_loss"]) for a, b in zip(staged, flat)
+            if "validation_loss" in a]
+assert len(held_out) == 2 and all(a == b for a, b in held_out), held_out
+assert all(a["loss"] == b["loss"] for a, b in zip(staged, flat))
+print(f"pipeline_held_out: held-out losses {[a for a, _ in held_out]} at pp 2 equal pp 1's")
+PY
     ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac

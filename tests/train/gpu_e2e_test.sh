@@ -35,6 +35,9 @@
 #                 the CPU's to 1e-5; a GPU checkpoint resumed on the GPU is bitwise the
 #                 uninterrupted run; one saved by the GPU resumes on the CPU and one saved by
 #                 the CPU on the GPU, each resumed step equal to the saving device's own run
+#   pipeline_four_ranks
+#                 pp 2 x cp 2 on 4 emulated GPUs: fp32 equal to the CPU to 1e-5, bf16_mixed
+#                 (bf16 activations) bit for bit pp 1's on the same pool
 #   sharded_checkpoints
 #                 the same with checkpoint.sharded and checkpoint.async_save: every emulated
 #                 GPU writes its own shard in the background, with the same resume checks
@@ -173,6 +176,36 @@ case $case_name in
     fi
     compare "$work/cuda.jsonl" "$work/cpu.jsonl" 1 "$tolerance" "$keys"
     echo "$case_name: dynamic CP + EP on 4 emulated GPUs equal the CPU run to $tolerance"
+    ;;
+  pipeline_four_ranks)
+    # Pipeline stages on the GPU path: pp 2 x cp 2 (dynamic CP, EP 2) on 4 emulated GPUs, 4
+    # layers, activations and gradients over the emulated NCCL. fp32: every step's loss and
+    # gradient norm equal the CPU run's to 1e-5. bf16_mixed with the distributed optimizer (bf16
+    # activations, their fp32 stream kept per microbatch in flight): every loss bit for bit that
+    # of pp 1 on the same 2-rank pool.
+    mpiexec=${DYNCP_MPIEXEC:-mpirun}
+    layout=(model.context_parallel_size=2 model.expert_model_parallel_size=2
+            model.dynamic_context_parallel=true model.max_seqlen_per_dp_cp_rank=48
+            model.seq_length=96 model.num_hidden_layers=4 train.global_batch_size=8
+            train.train_iters=2
+            dataset.mock_length_distribution="lognormal(min=16,max=96,mean=40,sigma=0.5)")
+    stages=(model.pipeline_model_parallel_size=2)
+    bf16=(mixed_precision=bf16_mixed ddp.use_distributed_optimizer=true)
+    go() {  # go RANKS BINARY DEVICE NAME ARGS...
+      local ranks=$1 binary=$2 device=$3 name=$4
+      shift 4
+      OPENBLAS_NUM_THREADS=1 "$mpiexec" -np "$ranks" "$binary" --config "$recipe" "${layout[@]}" \
+        dist.device="$device" logger.metrics_path="$work/$name.jsonl" "$@" >"$work/$name.log" 2>&1 \
+        || { cat "$work/$name.log"; exit 1; }
+    }
+    go 4 "$cpu_train" cpu cpu "${stages[@]}"
+    go 4 "$gpu_train" cuda cuda "${stages[@]}"
+    go 4 "$gpu_train" cuda bf16_staged "${stages[@]}" "${bf16[@]}"
+    go 2 "$gpu_train" cuda bf16_flat "${bf16[@]}"
+    grep -q "layout: world 4 = pp 2" "$work/cuda.log"
+    compare "$work/cuda.jsonl" "$work/cpu.jsonl" 1
+    compare "$work/bf16_staged.jsonl" "$work/bf16_flat.jsonl" 1 0 loss
+    echo "pipeline_four_ranks: pp 2 on 4 emulated GPUs equals the CPU to 1e-5; bf16 pp 2 equals pp 1 bit for bit"
     ;;
   distopt_checkpoints)
     mpiexec=${DYNCP_MPIEXEC:-mpirun}
