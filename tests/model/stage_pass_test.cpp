@@ -58,7 +58,7 @@ TEST_CASE("a stage's part holds only its layers, seeded with the whole model's v
       part_of({{0, 1}}, true, false), part_of({{1, layers - 2}}, false, false),
       part_of({{layers - 1, 1}}, false, true), part_of({{0, 1}, {layers - 1, 1}}, true, true)};
   for (const ModelPart& part : parts) {
-    Qwen3MoeParameters stage(architecture, {}, core::DType::f32, core::Device::cpu, part);
+    Qwen3MoeParameters stage(architecture, {}, core::DType::f32, core::Device::cpu, {}, part);
     stage.init_random(11);
     std::int64_t held_layers = 0;
     for (const auto& run : part.layers) held_layers += run.count;
@@ -83,7 +83,7 @@ TEST_CASE("a stage's part holds only its layers, seeded with the whole model's v
     CHECK(stage.holds_tied_head_copy() == (part.head && !part.embedding && tied));
     CHECK((stage.find("model.norm.weight") != nullptr) == part.head);
   }
-  REQUIRE_THROWS_WITH(Qwen3MoeParameters(architecture, {}, core::DType::f32, core::Device::cpu,
+  REQUIRE_THROWS_WITH(Qwen3MoeParameters(architecture, {}, core::DType::f32, core::Device::cpu, {},
                                          part_of({{1, 1}, {0, 1}}, true, true)),
                       Catch::Contains("ascending"));
 }
@@ -113,13 +113,13 @@ TEST_CASE("the whole model's tensor list is the same from every stage, held wher
     CHECK((listed[i].layer >= 0) == own.is_expert);
     if (!own.is_expert) {
       CHECK(listed[i].held == &own);
-      CHECK(listed[i].reordered == !own.rows.empty());
+      CHECK(listed[i].reordered == !own.stored_in_hf_order());
     }
   }
   // A stage lists the same tensors and holds its own.
   const std::int64_t layers = architecture.num_hidden_layers;
   const Qwen3MoeParameters stage(architecture, {0, architecture.num_experts / 2}, core::DType::f32,
-                                 core::Device::cpu, part_of({{layers - 1, 1}}, false, true));
+                                 core::Device::cpu, {}, part_of({{layers - 1, 1}}, false, true));
   const std::vector<WholeModelTensor> from_stage = whole_model_tensors(stage);
   REQUIRE(from_stage.size() == listed.size());
   std::size_t held = 0;

@@ -781,7 +781,7 @@ int main(int argc, char** argv) {
       // exactly once; and the seeded slice is the reference's values there.
       const model::Qwen3MoeParameters& ours = model.parameters();
       const model::Qwen3MoeParameters full(architecture, {}, core::DType::f32, core::Device::cpu,
-                                           part);
+                                           {}, part);
       std::int64_t stage_tensors[2] = {static_cast<std::int64_t>(full.hf_tensors().size()), 0};
       for (const auto& tensor : full.hf_tensors()) {
         // A tied head's copy on the last stage is the first stage's embedding.
