@@ -1107,13 +1107,19 @@ int main(int argc, char** argv) {
           model.parameters(), reference.parameters(), reference.parameters().all_values());
       const float* reference_after = reference_values.data();
       double worst_lr_units = 0;
-      for (std::int64_t i = 0; i < model.parameters().num_parameters(); ++i)
-        worst_lr_units = std::max(
-            worst_lr_units, std::abs(static_cast<double>(after[i]) - reference_after[i]) / lr);
+      std::int64_t worst_at = 0;
+      for (std::int64_t i = 0; i < model.parameters().num_parameters(); ++i) {
+        const double units = std::abs(static_cast<double>(after[i]) - reference_after[i]) / lr;
+        if (units > worst_lr_units) {
+          worst_lr_units = units;
+          worst_at = i;
+        }
+      }
       std::snprintf(line, sizeof line,
                     "after %d AdamW steps the largest parameter difference is %.3g lr",
                     options.optimizer_steps, worst_lr_units);
-      check(worst_lr_units <= 1e-2, line);
+      check(worst_lr_units <= 1e-2,
+            line + (" [" + tensors_in(model.parameters(), worst_at, 1) + "]"));
       if (rank == 0) std::printf("%s\n", line);
 
       // What a checkpoint stores: moments the size of this rank's parameters, gathered from

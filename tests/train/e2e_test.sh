@@ -4,7 +4,8 @@
 # CASE: smoke | resume | relayout | relayout_distopt | relayout_ep | sigterm | sigusr1 | enospc |
 # nan | learns | learns_hybrid | ring | hybrid | bf16_moments | auto_resume | lr_resume |
 # sigusr1_nosave | sigterm_early | selective | save_lock | sharded | async_save | resume_chain |
-# tensor_parallel | tensor_parallel_hybrid | overlap | pipeline | pipeline_held_out.
+# tensor_parallel | tensor_parallel_hybrid | overlap | pipeline | pipeline_held_out |
+# tensor_pipeline.
 # Each prints what it compares and exits non-zero on any mismatch.
 set -euo pipefail
 train=$1
@@ -985,6 +986,51 @@ assert len(held_out) == 2 and all(a == b for a, b in held_out), held_out
 assert all(a["loss"] == b["loss"] for a, b in zip(staged, flat))
 print(f"pipeline_held_out: held-out losses {[a for a, _ in held_out]} at pp 2 equal pp 1's")
 PY
+    ;;
+  tensor_pipeline)
+    # Tensor and pipeline parallelism together: 3 steps at pp 2 x tp 2 with sequence
+    # parallelism (4 ranks, 4 layers, 4 K/V heads), saved sharded and single-writer, each
+    # resumed at pp 1 x tp 1 (dp 4) for steps 4-6 with the uninterrupted dp-4 run's losses to
+    # fp32 round-off (1e-6). The HF exports of that checkpoint by dp 4, pp 2 x tp 2 and tp 4
+    # runs that resume it without training are byte-identical.
+    layout=(model.num_hidden_layers=4 model.num_key_value_heads=4 model.context_parallel_size=1
+            model.dynamic_context_parallel=false model.sequence_packing_scheduler=dp_balanced
+            model.max_seqlen_per_dp_cp_rank=256 model.expert_model_parallel_size=1
+            model.expert_tensor_parallel_size=1 scheduler.lr_decay_iters=6)
+    stages=(model.tensor_model_parallel_size=2 model.sequence_parallel=true
+            model.pipeline_model_parallel_size=2)
+    run "${layout[@]}" train.train_iters=6 logger.metrics_path="$work/straight.jsonl" \
+      checkpoint.save= >"$work/straight.log" 2>&1
+    for sharded in true false; do
+      run "${layout[@]}" "${stages[@]}" train.train_iters=3 checkpoint.sharded=$sharded \
+        checkpoint.save="$work/ckpt_$sharded" checkpoint.save_interval=3 \
+        logger.metrics_path="$work/first_$sharded.jsonl" >"$work/first_$sharded.log" 2>&1
+      run "${layout[@]}" train.train_iters=6 checkpoint.load="$work/ckpt_$sharded" checkpoint.save= \
+        logger.metrics_path="$work/resumed_$sharded.jsonl" >"$work/resumed_$sharded.log" 2>&1
+      grep -q "resumed from" "$work/resumed_$sharded.log"
+      python3 - "$work/straight.jsonl" "$work/first_$sharded.jsonl" "$work/resumed_$sharded.jsonl" \
+        "$sharded" <<'PY'
+import json, sys
+load = lambda path: {r["iteration"]: r["loss"] for r in map(json.loads, open(path))}
+straight, first, resumed = (load(p) for p in sys.argv[1:4])
+assert sorted(first) == [1, 2, 3] and sorted(resumed) == [4, 5, 6], (first, resumed)
+ran = {**first, **resumed}
+worst = max(abs(ran[i] - straight[i]) / straight[i] for i in straight)
+assert worst <= 1e-6, f"losses differ by {worst:.2e}"
+print(f"tensor_pipeline: pp 2 x tp 2 (sharded={sys.argv[4]}) saved, resumed at dp 4: worst "
+      f"relative loss difference over 6 steps {worst:.1e}")
+PY
+    done
+    resume=("${layout[@]}" train.train_iters=3 checkpoint.load="$work/ckpt_true" checkpoint.save=)
+    run "${resume[@]}" checkpoint.export_hf="$work/hf_dp4" >"$work/x1.log" 2>&1
+    run "${resume[@]}" "${stages[@]}" checkpoint.export_hf="$work/hf_stages" >"$work/x2.log" 2>&1
+    run "${resume[@]}" model.tensor_model_parallel_size=4 checkpoint.export_hf="$work/hf_tp4" \
+      >"$work/x3.log" 2>&1
+    for other in hf_stages hf_tp4; do
+      cmp "$work/hf_dp4/model.safetensors" "$work/$other/model.safetensors" ||
+        { echo "the $other export differs from the dp-4 one"; exit 1; }
+    done
+    echo "tensor_pipeline: HF exports by dp 4, pp 2 x tp 2 and tp 4 are byte-identical"
     ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
