@@ -991,7 +991,8 @@ PY
     # Tensor and pipeline parallelism together: 3 steps at pp 2 x tp 2 with sequence
     # parallelism (4 ranks, 4 layers, 4 K/V heads), saved sharded and single-writer, each
     # resumed at pp 1 x tp 1 (dp 4) for steps 4-6 with the uninterrupted dp-4 run's losses to
-    # fp32 round-off (1e-6). The HF exports of that checkpoint by dp 4, pp 2 x tp 2 and tp 4
+    # fp32 round-off (1e-5: steps 1-3's round-off grows to about 5e-7 by step 5 here; a misplaced
+    # piece moves the loss by percents). The HF exports of that checkpoint by dp 4, pp 2 x tp 2 and tp 4
     # runs that resume it without training are byte-identical.
     layout=(model.num_hidden_layers=4 model.num_key_value_heads=4 model.context_parallel_size=1
             model.dynamic_context_parallel=false model.sequence_packing_scheduler=dp_balanced
@@ -1016,7 +1017,7 @@ straight, first, resumed = (load(p) for p in sys.argv[1:4])
 assert sorted(first) == [1, 2, 3] and sorted(resumed) == [4, 5, 6], (first, resumed)
 ran = {**first, **resumed}
 worst = max(abs(ran[i] - straight[i]) / straight[i] for i in straight)
-assert worst <= 1e-6, f"losses differ by {worst:.2e}"
+assert worst <= 1e-5, f"losses differ by {worst:.2e}"
 print(f"tensor_pipeline: pp 2 x tp 2 (sharded={sys.argv[4]}) saved, resumed at dp 4: worst "
       f"relative loss difference over 6 steps {worst:.1e}")
 PY
