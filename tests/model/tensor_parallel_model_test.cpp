@@ -20,6 +20,7 @@
 #include "model/packed_batch.hpp"
 #include "model/qwen3_moe_model.hpp"
 #include "model/tensor_parallel.hpp"
+#include "tiny_architectures.hpp"
 
 namespace dyncp::model {
 namespace {
@@ -105,51 +106,11 @@ class ThreadTensorParallelContext final : public TensorParallelContext {
 };
 
 config::ModelArchitecture tiny_moe(int heads, int kv_heads) {
-  config::ModelArchitecture a;
-  a.model_type = "qwen3_moe";
-  a.vocab_size = 96;
-  a.hidden_size = 32;
-  a.intermediate_size = 40;
-  a.num_hidden_layers = 2;
-  a.num_attention_heads = heads;
-  a.num_key_value_heads = kv_heads;
-  a.head_dim = 8;
-  a.num_experts = 8;
-  a.num_experts_per_tok = 2;
-  a.moe_intermediate_size = 20;
-  a.mlp_only_layers = {0};
-  a.norm_topk_prob = true;
-  a.rope_theta = 10000.0;
-  a.router_aux_loss_coef = 0.01;
-  a.resolve();
-  return a;
+  return dyncp::testing::tiny_qwen3_moe(heads, kv_heads, 8);
 }
 
 config::ModelArchitecture tiny_hybrid(int heads, int kv_heads) {
-  config::ModelArchitecture a;
-  a.model_type = "qwen3_5_moe_text";
-  a.vocab_size = 96;
-  a.hidden_size = 32;
-  a.num_hidden_layers = 2;
-  a.layer_types = {config::LayerMixer::linear_attention, config::LayerMixer::full_attention};
-  a.num_attention_heads = heads;
-  a.num_key_value_heads = kv_heads;
-  a.head_dim = 8;
-  a.partial_rotary_factor = 0.25;
-  a.linear_num_key_heads = kv_heads;
-  a.linear_num_value_heads = heads;
-  a.linear_key_head_dim = 8;
-  a.linear_value_head_dim = 8;
-  a.linear_conv_kernel_dim = 4;
-  a.num_experts = 8;
-  a.num_experts_per_tok = 2;
-  a.moe_intermediate_size = 20;
-  a.shared_expert_intermediate_size = 24;
-  a.norm_topk_prob = true;
-  a.rope_theta = 10000.0;
-  a.router_aux_loss_coef = 0.01;
-  a.resolve();
-  return a;
+  return dyncp::testing::tiny_hybrid(heads, kv_heads, 8);
 }
 
 // Sequences whose lengths are multiples of 4, so that their rows divide over tp 4 (the

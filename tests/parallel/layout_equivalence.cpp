@@ -50,6 +50,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../model/tiny_architectures.hpp"
 #include "config/pipeline_split.hpp"
 #include "core/device_memory.hpp"
 #include "core/error.hpp"
@@ -104,56 +105,6 @@ class FixedSource final : public data::SampleSource {
   std::vector<std::int64_t> lengths_;
   std::vector<std::vector<std::int32_t>> tokens_;
 };
-
-config::ModelArchitecture tiny_architecture() {
-  config::ModelArchitecture a;
-  a.model_type = "qwen3_moe";
-  a.vocab_size = 96;
-  a.hidden_size = 32;
-  a.intermediate_size = 40;
-  a.num_hidden_layers = 2;
-  a.num_attention_heads = 4;
-  a.num_key_value_heads = 2;
-  a.head_dim = 12;
-  a.num_experts = 8;
-  a.num_experts_per_tok = 2;
-  a.moe_intermediate_size = 20;
-  a.mlp_only_layers = {0};
-  a.norm_topk_prob = true;
-  a.rope_theta = 10000.0;
-  a.router_aux_loss_coef = 0.01;
-  a.resolve();
-  return a;
-}
-
-// The hybrid family at the same scale (qwen-moe.md §8 config B, shrunk): a Gated DeltaNet
-// layer then a gated full-attention layer, every MLP a MoE with a shared expert.
-config::ModelArchitecture tiny_hybrid_architecture() {
-  config::ModelArchitecture a;
-  a.model_type = "qwen3_5_moe_text";
-  a.vocab_size = 96;
-  a.hidden_size = 32;
-  a.num_hidden_layers = 2;
-  a.layer_types = {config::LayerMixer::linear_attention, config::LayerMixer::full_attention};
-  a.num_attention_heads = 4;
-  a.num_key_value_heads = 2;
-  a.head_dim = 16;
-  a.partial_rotary_factor = 0.25;
-  a.linear_num_key_heads = 2;
-  a.linear_num_value_heads = 4;
-  a.linear_key_head_dim = 8;
-  a.linear_value_head_dim = 8;
-  a.linear_conv_kernel_dim = 4;
-  a.num_experts = 8;
-  a.num_experts_per_tok = 2;
-  a.moe_intermediate_size = 20;
-  a.shared_expert_intermediate_size = 24;
-  a.norm_topk_prob = true;
-  a.rope_theta = 10000.0;
-  a.router_aux_loss_coef = 0.01;
-  a.resolve();
-  return a;
-}
 
 struct Options {
   int cp = 1;
@@ -627,7 +578,7 @@ int main(int argc, char** argv) {
     };
 
     config::ModelArchitecture architecture =
-        options.hybrid ? tiny_hybrid_architecture() : tiny_architecture();
+        options.hybrid ? testing::tiny_hybrid() : testing::tiny_qwen3_moe();
     if (options.query_heads > 0) {
       architecture.num_attention_heads = options.query_heads;
       architecture.num_key_value_heads = options.kv_heads;
