@@ -17,6 +17,7 @@
 #include <iterator>
 #include <set>
 
+#include "checkpoint_test_files.hpp"
 #include "config/config_loader.hpp"
 #include "config/resolve.hpp"
 #include "dist/parallel_layout.hpp"
@@ -31,31 +32,14 @@ namespace fs = std::filesystem;
 namespace {
 
 config::ModelArchitecture architecture_of(const std::string& recipe) {
-  auto config =
-      config::load_config_file(std::string(DYNCP_SOURCE_DIR) + "/configs/smoke/" + recipe, {});
-  config::resolve_config(config, 4);
-  auto architecture = config.model.architecture;
-  architecture.resolve();
-  return architecture;
+  return test::smoke_architecture(recipe);
 }
 
 fs::path shared_dir(dist::Comm& world, const std::string& name) {
-  std::int64_t pid = world.rank() == 0 ? ::getpid() : 0;
-  world.broadcast(std::span<std::int64_t>(&pid, 1), 0);
-  const fs::path dir =
-      fs::temp_directory_path() / ("dyncp_hf_export_" + name + "_" + std::to_string(pid));
-  if (world.rank() == 0) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  world.barrier();
-  return dir;
+  return test::shared_dir(world, "dyncp_hf_export", name);
 }
 
-std::string file_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using test::file_bytes;
 
 std::set<std::string> names_in(const fs::path& dir) {
   std::set<std::string> names;

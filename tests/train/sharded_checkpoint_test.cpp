@@ -16,6 +16,7 @@
 #include <iterator>
 #include <memory>
 
+#include "checkpoint_test_files.hpp"
 #include "checkpoint_test_moments.hpp"
 #include "config/config_loader.hpp"
 #include "config/resolve.hpp"
@@ -39,26 +40,12 @@ namespace fs = std::filesystem;
 namespace {
 
 config::ModelArchitecture tiny_architecture() {
-  auto config =
-      config::load_config_file(std::string(DYNCP_SOURCE_DIR) + "/configs/smoke/tiny_mock.yaml", {});
-  config::resolve_config(config, 4);
-  auto architecture = config.model.architecture;
-  architecture.resolve();
-  return architecture;
+  return test::smoke_architecture("tiny_mock.yaml");
 }
 
 // One folder for every rank: rank 0's pid names it.
 fs::path shared_dir(dist::Comm& world, const std::string& name) {
-  std::int64_t pid = world.rank() == 0 ? ::getpid() : 0;
-  world.broadcast(std::span<std::int64_t>(&pid, 1), 0);
-  const fs::path dir =
-      fs::temp_directory_path() / ("dyncp_sharded_" + name + "_" + std::to_string(pid));
-  if (world.rank() == 0) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  world.barrier();
-  return dir;
+  return test::shared_dir(world, "dyncp_sharded", name);
 }
 
 using test::moments_for;

@@ -17,6 +17,7 @@
 #include <memory>
 #include <set>
 
+#include "checkpoint_test_files.hpp"
 #include "checkpoint_test_moments.hpp"
 #include "config/config_loader.hpp"
 #include "config/resolve.hpp"
@@ -37,39 +38,17 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The smoke recipe's model; `heads` > 0 sets the attention heads (and K/V heads = heads / 2),
-// so that tp 4 divides them.
 config::ModelArchitecture architecture_of(const std::string& recipe, std::int64_t heads = 0) {
-  auto config =
-      config::load_config_file(std::string(DYNCP_SOURCE_DIR) + "/configs/smoke/" + recipe, {});
-  config::resolve_config(config, 4);
-  auto architecture = config.model.architecture;
-  if (heads > 0) {
-    architecture.num_attention_heads = heads;
-    architecture.num_key_value_heads = heads / 2;
-    if (architecture.is_hybrid()) architecture.linear_num_key_heads = 4;
-  }
-  architecture.resolve();
-  return architecture;
+  return test::smoke_architecture(recipe, heads);
 }
 
 fs::path shared_dir(dist::Comm& world, const std::string& name) {
-  std::int64_t pid = world.rank() == 0 ? ::getpid() : 0;
-  world.broadcast(std::span<std::int64_t>(&pid, 1), 0);
-  const fs::path dir =
-      fs::temp_directory_path() / ("dyncp_tp_ckpt_" + name + "_" + std::to_string(pid));
-  if (world.rank() == 0) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  world.barrier();
-  return dir;
+  return test::shared_dir(world, "dyncp_tp_ckpt", name);
 }
 
 std::string file_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE(in);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  REQUIRE(fs::exists(path));
+  return test::file_bytes(path);
 }
 
 bool same(const core::Tensor& a, const core::Tensor& b) {
