@@ -166,6 +166,11 @@ struct Shape {
   double local_experts;  // E / ep
 };
 
+// The sizes one device computes with (tensor_parallel: its share).
+const config::ModelArchitecture& rank_architecture(const StepModelInput& input) {
+  return input.rank_architecture ? *input.rank_architecture : input.architecture;
+}
+
 Shape shape_of(const StepModelInput& input) {
   CostModelParameters unit;
   unit.link_bytes_per_second = 1.0;
@@ -173,10 +178,10 @@ Shape shape_of(const StepModelInput& input) {
   unit.collective_latency_seconds = 1.0;
   unit.cp_comm_type = input.cp_comm_type;
   unit.hierarchical_inner_size = input.hierarchical_inner_size;
-  const ModelCost model = model_cost_from_architecture(input.architecture);
+  const config::ModelArchitecture& rank = rank_architecture(input);
+  const ModelCost model = model_cost_from_architecture(rank);
   const std::int64_t ep = std::max<std::int64_t>(input.expert_model_parallel_size, 1);
-  return {model_flops_breakdown(input.architecture), elementwise_counts(input.architecture),
-          CostModel(model, unit),
+  return {model_flops_breakdown(rank), elementwise_counts(rank), CostModel(model, unit),
           static_cast<double>(std::max<std::int64_t>(input.architecture.num_experts / ep, 1))};
 }
 
@@ -186,7 +191,7 @@ void add_communication_rows(std::vector<StepOpRow>& rows, const ModelledBin& bin
                             const StepModelInput& input, const StepModelParameters& p,
                             const Shape& shape, double tokens, double bin_tokens, double forwards) {
   const RowMaker make(p);
-  const auto& a = input.architecture;
+  const auto& a = rank_architecture(input);
   const auto& f = shape.flops;
   const bool bf16 = input.bf16;
   const double matrix_peak = bf16 ? p.bf16_flops_per_second : p.fp32_flops_per_second;
@@ -217,9 +222,11 @@ void add_communication_rows(std::vector<StepOpRow>& rows, const ModelledBin& bin
   const std::int64_t ep = input.expert_model_parallel_size;
   if (ep > 1 && f.moe_layers > 0) {
     // Dispatch and combine, forward and backward (and the recomputed forward): every routed
-    // row of this rank's tokens, fp32, (ep - 1) / ep of them to other ranks.
+    // row of this rank's tokens (under TP its 1 / tp of them), fp32, (ep - 1) / ep of them to
+    // other ranks.
     const double exchanges = 2.0 * (forwards + 1.0) * static_cast<double>(f.moe_layers);
-    const double row_bytes = tokens * static_cast<double>(a.num_experts_per_tok) *
+    const double routed = tokens / static_cast<double>(input.tensor_model_parallel_size);
+    const double row_bytes = routed * static_cast<double>(a.num_experts_per_tok) *
                              static_cast<double>(a.hidden_size) * 4.0;
     const double sent = row_bytes * static_cast<double>(ep - 1) / static_cast<double>(ep);
     StepOpRow& all_to_all = at(StepOpClass::ep_all_to_all);
@@ -240,11 +247,31 @@ void add_communication_rows(std::vector<StepOpRow>& rows, const ModelledBin& bin
   }
 }
 
+// The TP group's collectives of one microbatch: around each column-parallel / row-parallel
+// block (the token mixer and the MLP of every layer, the embedding and the LM head), fp32 rows
+// of the residual stream, `tokens` of them. Forward: one all-reduce, or with sequence
+// parallelism an all-gather and a reduce-scatter (the same bytes); backward: one all-reduce, or
+// two all-gathers (the input again, and the output's gradient) and a reduce-scatter. A ring
+// sends (tp - 1) / tp of the tensor per all-gather or reduce-scatter and twice that per
+// all-reduce. Nothing of it overlaps compute.
+StepOpRow tensor_parallel_row(const StepModelInput& input, const StepModelParameters& p,
+                              double tokens, double forwards) {
+  const std::int64_t tp = input.tensor_model_parallel_size;
+  if (tp <= 1) return {};
+  const double share = static_cast<double>(tp - 1) / static_cast<double>(tp);
+  const double rows = tokens * static_cast<double>(input.architecture.hidden_size) * 4.0 * share;
+  const double blocks = 2.0 * static_cast<double>(input.architecture.num_hidden_layers) + 2.0;
+  const bool sp = input.sequence_parallel;
+  const double bytes = blocks * (forwards * 2.0 * rows + (sp ? 3.0 : 2.0) * rows);
+  const double collectives = blocks * (forwards * (sp ? 2.0 : 1.0) + (sp ? 3.0 : 1.0));
+  return RowMaker(p).collective(bytes, tp, collectives);
+}
+
 // The rows of one microbatch.
 std::vector<StepOpRow> bin_rows(const ModelledBin& bin, const StepModelInput& input,
                                 const StepModelParameters& p, const Shape& shape) {
   const RowMaker make(p);
-  const auto& a = input.architecture;
+  const auto& a = rank_architecture(input);
   const bool bf16 = input.bf16;
   const double matrix_peak = bf16 ? p.bf16_flops_per_second : p.fp32_flops_per_second;
   const double again = input.recompute_full ? 4.0 / 3.0 : 1.0;  // the forward runs twice
@@ -265,12 +292,16 @@ std::vector<StepOpRow> bin_rows(const ModelledBin& bin, const StepModelInput& in
                       again,
                   0.0, 0.0, f.dense.products * 3.0 * again);
   const double expert_share = shape.local_experts / std::max<double>(a.num_experts, 1.0);
-  at(StepOpClass::expert_gemm) =
-      make.kernel(f.experts.flops_per_token * tokens * again, matrix_peak, p.expert_gemm_efficiency,
-                  (f.experts.row_values_per_token * tokens * row_traffic(bf16) +
-                   f.experts.weight_values * expert_share * weight_traffic(bf16)) *
-                      again,
-                  0.0, 0.0, f.experts.products * shape.local_experts * 3.0 * again);
+  // Under TP each rank routes 1 / tp of the tokens; with expert TP it then runs its columns of
+  // every expert on all of its TP group's rows (its rank architecture's share), the same work.
+  const double tp = static_cast<double>(input.tensor_model_parallel_size);
+  const double expert_tokens = input.expert_tensor_parallel_size > 1 ? tokens : tokens / tp;
+  at(StepOpClass::expert_gemm) = make.kernel(
+      f.experts.flops_per_token * expert_tokens * again, matrix_peak, p.expert_gemm_efficiency,
+      (f.experts.row_values_per_token * expert_tokens * row_traffic(bf16) +
+       f.experts.weight_values * expert_share * weight_traffic(bf16)) *
+          again,
+      0.0, 0.0, f.experts.products * shape.local_experts * 3.0 * again);
 
   // Attention: the rank's 1 / c of each sequence's pairs (zigzag balances them); operand
   // traffic of q, k, v, out and their gradients; three launches per layer and exchange step.
@@ -345,11 +376,15 @@ std::vector<StepOpRow> bin_rows(const ModelledBin& bin, const StepModelInput& in
   // charged to the products): five per product (x and w forward; dy, x and w backward).
   const double conversions =
       bf16 ? 5.0 * (f.dense.products + f.experts.products + f.logits.products) : 0.0;
-  at(StepOpClass::elementwise) = make.kernel(
-      0.0, p.fp32_flops_per_second, 1.0, shape.elementwise.values_per_token * tokens * 4.0 * again,
-      0.0, 0.0, (shape.elementwise.launches + conversions) * again);
+  // (Sequence parallelism splits the residual stream's rows, and so its element-wise work.)
+  const double elementwise_tokens = input.sequence_parallel ? tokens / tp : tokens;
+  at(StepOpClass::elementwise) =
+      make.kernel(0.0, p.fp32_flops_per_second, 1.0,
+                  shape.elementwise.values_per_token * elementwise_tokens * 4.0 * again, 0.0, 0.0,
+                  (shape.elementwise.launches + conversions) * again);
 
   add_communication_rows(rows, bin, input, p, shape, tokens, bin_tokens, forwards);
+  at(StepOpClass::tensor_parallel) = tensor_parallel_row(input, p, tokens, forwards);
   return rows;
 }
 
@@ -398,6 +433,8 @@ const char* step_op_class_name(StepOpClass op) {
       return "CP exchange";
     case StepOpClass::ep_all_to_all:
       return "EP all-to-all";
+    case StepOpClass::tensor_parallel:
+      return "TP collectives";
     case StepOpClass::gradient_reduce:
       return "gradient reduce";
     case StepOpClass::optimizer_gather:
@@ -408,7 +445,8 @@ const char* step_op_class_name(StepOpClass op) {
 
 bool is_communication(StepOpClass op) {
   return op == StepOpClass::cp_exchange || op == StepOpClass::ep_all_to_all ||
-         op == StepOpClass::gradient_reduce || op == StepOpClass::optimizer_gather;
+         op == StepOpClass::tensor_parallel || op == StepOpClass::gradient_reduce ||
+         op == StepOpClass::optimizer_gather;
 }
 
 double StepOpRow::seconds() const {
@@ -431,7 +469,8 @@ StepModel model_step(const StepModelInput& input, const StepModelParameters& p) 
   StepModel model;
   model.deltanet_kernel = p.deltanet_kernel;
   model.microbatches = static_cast<std::int64_t>(input.bins.size());
-  model.ranks = std::max<std::int64_t>(input.pool_size, 1);
+  model.ranks = std::max<std::int64_t>(input.pool_size, 1) *
+                std::max<std::int64_t>(input.tensor_model_parallel_size, 1);
   model.rows.resize(static_cast<std::size_t>(StepOpClass::optimizer_gather) + 1);
   for (std::size_t i = 0; i < model.rows.size(); ++i)
     model.rows[i].op = static_cast<StepOpClass>(i);
@@ -482,7 +521,7 @@ StepModel model_step(const StepModelInput& input, const StepModelParameters& p) 
   // FLOPs: 2/3 of its compute); the embedding's bucket is final only when that backward ends.
   // The overlapped parameter gather runs beside the first microbatch's forward (1/3 of its
   // compute); the embedding's bucket is the one that forward needs first.
-  const double embedding = static_cast<double>(input.architecture.vocab_size) *
+  const double embedding = static_cast<double>(rank_architecture(input).vocab_size) *
                            static_cast<double>(input.architecture.hidden_size);
   const double weighted_total = dense * share(pool) + experts * share(expert_dp);
   const double embedding_share =
@@ -507,7 +546,7 @@ StepModel model_step(const StepModelInput& input, const StepModelParameters& p) 
     model.step_seconds += row.exposed_seconds();
   }
   if (model.step_seconds > 0) {
-    const double ranks = static_cast<double>(pool);
+    const double ranks = static_cast<double>(model.ranks);
     model.tokens_per_second = static_cast<double>(input.step_real_tokens) / model.step_seconds;
     model.model_flops_per_second_per_rank = input.step_model_flops / model.step_seconds / ranks;
     model.mfu = model.model_flops_per_second_per_rank / p.bf16_flops_per_second;

@@ -32,6 +32,7 @@
 // Pure arithmetic: no devices, no communicators.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,14 @@ struct StepModelInput {
   std::int64_t hierarchical_inner_size = 0;
   std::int64_t pool_size = 1;  // ranks that replicate the dense weights (dp x cp)
   std::int64_t expert_model_parallel_size = 1;
+  // Tensor parallelism: each pool rank is a TP group of tensor_model_parallel_size devices,
+  // each computing with `rank_architecture` (its share of the heads, FFN columns and
+  // vocabulary; unset: `architecture`) and routing 1 / tp of the tokens through the experts;
+  // their sums and gathers are the TP collectives' row. `architecture` stays the whole model's.
+  std::int64_t tensor_model_parallel_size = 1;
+  std::int64_t expert_tensor_parallel_size = 1;
+  bool sequence_parallel = false;
+  std::optional<config::ModelArchitecture> rank_architecture;
   // Values this rank stores (memory_estimate's count_parameters: dense + its E / ep experts).
   std::int64_t dense_parameters = 0;
   std::int64_t expert_parameters = 0;
@@ -113,6 +122,7 @@ enum class StepOpClass {
   optimizer,
   cp_exchange,
   ep_all_to_all,
+  tensor_parallel,
   gradient_reduce,
   optimizer_gather,
 };

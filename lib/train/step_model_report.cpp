@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "model/qwen3_moe_parameters.hpp"
 #include "packing/alignment.hpp"
 #include "packing/cost_model.hpp"
 #include "train/memory_estimate.hpp"
@@ -27,6 +28,24 @@ packing::StepModelInput base_input(const config::ConfigContainer& config) {
   input.expert_parameters =
       count_expert_parameters(memory.architecture, input.expert_model_parallel_size);
   input.dense_parameters = stored - input.expert_parameters;
+  if (config.layout.tensor_model_parallel_size > 1) {
+    // One TP rank: its share of the split tensors, the model's own count of what it holds.
+    const model::TensorParallelShape shape{
+        static_cast<int>(config.layout.tensor_model_parallel_size), 0,
+        static_cast<int>(config.layout.expert_tensor_parallel_size), 0,
+        config.model.sequence_parallel};
+    input.tensor_model_parallel_size = shape.size;
+    input.expert_tensor_parallel_size = shape.expert_size;
+    input.sequence_parallel = shape.sequence_parallel;
+    input.rank_architecture = model::local_architecture(memory.architecture, shape);
+    const std::int64_t experts = memory.architecture.num_experts /
+                                 std::max<std::int64_t>(input.expert_model_parallel_size, 1);
+    std::int64_t dense = 0;
+    const std::int64_t total = model::Qwen3MoeParameters::count(
+        memory.architecture, {0, std::max<std::int64_t>(experts, 1)}, &dense, shape);
+    input.dense_parameters = dense;
+    input.expert_parameters = total - dense;
+  }
   input.distributed_optimizer = memory.distributed_optimizer;
   input.moment_bytes = memory.exp_avg_bytes + memory.exp_avg_sq_bytes;
   input.overlap_grad_reduce = config.ddp.overlap_grad_reduce;

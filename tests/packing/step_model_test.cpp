@@ -234,9 +234,55 @@ TEST_CASE("the table prints every class and the totals", "[packing]") {
   const std::string text = format_step_model(model_step(input, p), p);
   for (const char* name :
        {"dense GEMMs", "expert GEMMs", "attention", "Gated DeltaNet", "LM head + CE",
-        "element-wise", "optimizer", "CP exchange", "EP all-to-all", "gradient reduce",
-        "param all-gather", "modelled step:", "modelled MFU:", "tokens/s"})
+        "element-wise", "optimizer", "CP exchange", "EP all-to-all", "TP collectives",
+        "gradient reduce", "param all-gather", "modelled step:", "modelled MFU:", "tokens/s"})
     CHECK(text.find(name) != std::string::npos);
+}
+
+TEST_CASE("tensor parallelism prices its collectives and divides each device's work", "[packing]") {
+  const auto a = qwen3_5_architecture();
+  StepModelInput input = one_bin(a, 2, {16384});
+  input.pool_size = 4;
+  input.expert_model_parallel_size = 4;
+  const StepModelParameters p;
+  const StepModel alone = model_step(input, p);
+  CHECK(alone.row(StepOpClass::tensor_parallel).seconds() == 0);
+  CHECK(alone.ranks == 4);
+
+  StepModelInput tp = input;
+  tp.tensor_model_parallel_size = 2;
+  {
+    auto rank = a;
+    rank.num_attention_heads /= 2;
+    rank.num_key_value_heads /= 2;
+    rank.linear_num_key_heads /= 2;
+    rank.linear_num_value_heads /= 2;
+    rank.shared_expert_intermediate_size /= 2;
+    rank.vocab_size /= 2;
+    tp.rank_architecture = rank;
+  }
+  const StepModel split = model_step(tp, p);
+  CHECK(split.ranks == 8);
+  const StepOpRow& collectives = split.row(StepOpClass::tensor_parallel);
+  CHECK(collectives.seconds() > 0);
+  CHECK(collectives.hidden_seconds == 0);
+  // Without expert TP each device routes half the tokens through whole experts.
+  CHECK(split.row(StepOpClass::expert_gemm).flops ==
+        Approx(alone.row(StepOpClass::expert_gemm).flops / 2));
+  CHECK(split.row(StepOpClass::ep_all_to_all).bytes ==
+        Approx(alone.row(StepOpClass::ep_all_to_all).bytes / 2));
+  CHECK(split.row(StepOpClass::attention).flops < alone.row(StepOpClass::attention).flops);
+  // (Its element-wise work shrinks only with its heads: every device holds every token's row.)
+  CHECK(split.row(StepOpClass::elementwise).bytes < alone.row(StepOpClass::elementwise).bytes);
+
+  // Sequence parallelism: the same forward bytes, one more gather backward (5 / 4 the bytes
+  // without recomputation), and half the element-wise traffic.
+  StepModelInput sp = tp;
+  sp.sequence_parallel = true;
+  const StepModel sequence = model_step(sp, p);
+  CHECK(sequence.row(StepOpClass::tensor_parallel).bytes == Approx(collectives.bytes * 5 / 4));
+  CHECK(sequence.row(StepOpClass::elementwise).bytes ==
+        Approx(split.row(StepOpClass::elementwise).bytes / 2));
 }
 
 TEST_CASE("overlapped collectives hide at most the compute they run beside", "[packing]") {

@@ -50,6 +50,7 @@ with tempfile.TemporaryDirectory() as work:
                               "time_ms": {"compute": 2 * kernels,
                                           "cp_comm": 2 * modelled["CP exchange"],
                                           "ep_comm": 2 * modelled["EP all-to-all"],
+                                          "tp_comm": 2 * modelled["TP collectives"],
                                           "grad_sync": 2 * modelled["gradient reduce"],
                                           "optimizer": 2 * (modelled["optimizer"] +
                                                             modelled["param all-gather"])}}) + "\n")

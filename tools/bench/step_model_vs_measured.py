@@ -17,8 +17,9 @@ Compared, per bin size:
                                             lm_head): measured / (bf16 peak) is the efficiency
                                             to put in the table
   kernels (every compute class)             against the step's measured compute time
-  CP exchange, EP all-to-all, gradient      against the measured cp_comm, ep_comm, grad_sync
-  reduce, optimizer + param all-gather      and optimizer times
+  CP exchange, EP all-to-all, TP           against the measured cp_comm, ep_comm, tp_comm,
+  collectives, gradient reduce, optimizer   grad_sync and optimizer times
+  + param all-gather
   step                                      against the measured step time
 Exit 0 when every table and measurement was found; 1 otherwise.
 """
@@ -29,8 +30,8 @@ import re
 import sys
 
 CLASSES = ("dense GEMMs", "expert GEMMs", "attention", "Gated DeltaNet", "LM head + CE",
-           "element-wise", "optimizer", "CP exchange", "EP all-to-all", "gradient reduce",
-           "param all-gather")
+           "element-wise", "optimizer", "CP exchange", "EP all-to-all", "TP collectives",
+           "gradient reduce", "param all-gather")
 KERNELS = CLASSES[:6]
 PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
 GEMM_SHAPES = {"dense GEMMs": ("qkv_proj", "o_proj"),
@@ -39,6 +40,7 @@ GEMM_SHAPES = {"dense GEMMs": ("qkv_proj", "o_proj"),
 PHASES = (("kernels (every compute class)", KERNELS, "compute"),
           ("CP exchange", ("CP exchange",), "cp_comm"),
           ("EP all-to-all", ("EP all-to-all",), "ep_comm"),
+          ("TP collectives", ("TP collectives",), "tp_comm"),
           ("gradient reduce", ("gradient reduce",), "grad_sync"),
           ("optimizer + param all-gather", ("optimizer", "param all-gather"), "optimizer"))
 
