@@ -129,8 +129,7 @@ void prepare_attention_backward(const LayerRunContext& run, int layer,
 }
 
 // A model built for a TP rank runs only with the seam of that rank's TP group.
-void check_tensor_parallel_seam(const TensorParallelShape& tensor_parallel,
-                                const BinSeams& seams) {
+void check_tensor_parallel_seam(const TensorParallelShape& tensor_parallel, const BinSeams& seams) {
   if (tensor_parallel.active() &&
       (seams.tensor_parallel == nullptr || seams.tensor_parallel->size() != tensor_parallel.size ||
        seams.tensor_parallel->rank() != tensor_parallel.index))
@@ -214,12 +213,11 @@ BinResult Qwen3MoeModel::forward_chunk(MicrobatchState& state, const PackedBin& 
                                " TP ranks (sequence parallelism pads every sequence to a "
                                "multiple of 2 x cp x tp)");
   const std::int64_t rows = stage_rows(bin);
-  if (!chunk.embedding && (input.dtype() != dtype || input.rank() != 2 ||
-                           input.size(0) != rows || input.size(1) != hidden))
-    core::throw_runtime_error("forward_chunk: the input must be [" +
-                              std::to_string(rows) + ", " + std::to_string(hidden) +
-                              "] " + std::string(core::dtype_name(dtype)) + ", got " +
-                              input.describe());
+  if (!chunk.embedding && (input.dtype() != dtype || input.rank() != 2 || input.size(0) != rows ||
+                           input.size(1) != hidden))
+    core::throw_runtime_error("forward_chunk: the input must be [" + std::to_string(rows) + ", " +
+                              std::to_string(hidden) + "] " + std::string(core::dtype_name(dtype)) +
+                              ", got " + input.describe());
   auto& inputs = state.layer_inputs;
   auto& per_layer = state.per_layer;
   auto& saved_from = state.saved_from;

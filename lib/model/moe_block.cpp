@@ -204,9 +204,9 @@ void shared_expert_forward(const LayerRunContext& run, const DecoderLayerParams&
   {
     core::ArenaScope temporaries(scratch);
     const Tensor block_input = region.gathered(saved.normed_mid);
-    const Tensor partial = region.active() ? region.partial_output(block_input.size(0),
-                                                                   x.size(1), dtype)
-                                           : saved.shared_out;
+    const Tensor partial = region.active()
+                               ? region.partial_output(block_input.size(0), x.size(1), dtype)
+                               : saved.shared_out;
     swiglu_mlp_forward(ctx, keep, scratch, params.moe.shared_expert, block_input,
                        saved.shared_gate_up, saved.shared_hidden, partial, shared_expert_kept(run));
     if (rows.sliced) {

@@ -33,9 +33,9 @@
 #include "core/tensor.hpp"
 #include "dist/comm.hpp"
 #include "model/qwen3_moe_parameters.hpp"
-#include "parallel/tensor_parallel_gradients.hpp"
 #include "parallel/communication_thread.hpp"
 #include "parallel/optimizer_shards.hpp"
+#include "parallel/tensor_parallel_gradients.hpp"
 
 namespace dyncp::parallel {
 

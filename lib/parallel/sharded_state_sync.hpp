@@ -29,8 +29,8 @@
 #include "core/tensor.hpp"
 #include "dist/comm.hpp"
 #include "parallel/optimizer_shards.hpp"
-#include "parallel/tensor_parallel_gradients.hpp"
 #include "parallel/overlapped_parameter_gather.hpp"
+#include "parallel/tensor_parallel_gradients.hpp"
 
 namespace dyncp::parallel {
 

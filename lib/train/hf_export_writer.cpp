@@ -462,9 +462,8 @@ std::uint64_t write_hf_weights_in_parallel(dist::Comm& world, const fs::path& fo
   for (std::size_t k = 0; k < files.size(); ++k)
     for (std::size_t t = files[k].first; t < files[k].end; ++t) file_of[t] = k;
   const std::vector<std::int32_t> held = holders(world, parameters, tensors);
-  std::vector<Piece> pieces =
-      cut_pieces(tensors, num_experts, dense_run_for(tensors, world.size()), shape.expert_size > 1,
-                 held);
+  std::vector<Piece> pieces = cut_pieces(tensors, num_experts, dense_run_for(tensors, world.size()),
+                                         shape.expert_size > 1, held);
   const std::vector<std::int32_t> names = group_names(world, groups);
   assign_writers(pieces, held, names, num_experts, tensors.size(), world.size(),
                  model::stored_dtype_size(dtype));

@@ -106,9 +106,9 @@ TEST_CASE("rule: tensor and sequence parallelism train (nothing left unbuilt)", 
   CHECK(unbuilt_features(
             resolved({"model.tensor_model_parallel_size=2", "model.sequence_parallel=true"}, 8))
             .empty());
-  CHECK(unbuilt_features(resolved({"model.tensor_model_parallel_size=2",
-                                   "model.expert_tensor_parallel_size=1"},
-                                  8))
+  CHECK(unbuilt_features(
+            resolved({"model.tensor_model_parallel_size=2", "model.expert_tensor_parallel_size=1"},
+                     8))
             .empty());
 }
 
