@@ -9,6 +9,7 @@
 #include "ops/bf16_operands.hpp"
 #include "ops/blas.hpp"
 #include "ops/cross_entropy.hpp"
+#include "ops/cross_entropy_chunks.hpp"
 #include "ops/device_ops.hpp"
 #include "ops/op_checks.hpp"
 #include "ops/row_math.hpp"
@@ -24,9 +25,7 @@ struct Problem {
   bool bf16_products = false;
 };
 
-// Rows that carry no loss (prompt tokens, padding, ignored labels) never enter the vocab
-// products: each chunk gathers the next `token_chunk` counted rows into a compact buffer, so the
-// LM head costs are proportional to the loss tokens, not to all tokens.
+// The counted rows, `token_chunk` at a time (detail::CountedRows), through the vocab chunks.
 template <typename T>
 CrossEntropyResult run(const Problem& pb, const Tensor& hidden_t, const Tensor& weight_t,
                        const Tensor& labels_t, const Tensor& mask_t, const Tensor& loss_t,
@@ -52,10 +51,8 @@ CrossEntropyResult run(const Problem& pb, const Tensor& hidden_t, const Tensor& 
   T* row_lse = scratch.allocate(Shape{token_chunk}, dtype).template data<T>();
   auto* row_token = scratch.allocate(Shape{token_chunk}, DType::i64).template data<std::int64_t>();
 
-  const T* h = hidden_t.data<T>();
   const T* w = weight_t.data<T>();
   const std::int32_t* labels = labels_t.data<std::int32_t>();
-  const std::uint8_t* mask = mask_t.defined() ? mask_t.data<std::uint8_t>() : nullptr;
   T* per_token = loss_t.defined() ? loss_t.data<T>() : nullptr;
   T* dh = pb.with_grad ? dhidden_t.data<T>() : nullptr;
   T* dw = pb.with_grad ? dweight_t.data<T>() : nullptr;
@@ -63,35 +60,18 @@ CrossEntropyResult run(const Problem& pb, const Tensor& hidden_t, const Tensor& 
   if (dh != nullptr) std::fill(dh, dh + pb.tokens * hd, T(0));
 
   CrossEntropyResult result;
-  std::int64_t next_token = 0;
-  while (true) {
-    // Gather the next chunk of counted rows.
-    std::int64_t nt = 0;
-    for (; next_token < pb.tokens && nt < token_chunk; ++next_token) {
-      if (labels[next_token] < 0 || (mask != nullptr && mask[next_token] == 0)) continue;
-      row_token[nt] = next_token;
-      std::copy(h + next_token * hd, h + (next_token + 1) * hd, h_rows + nt * hd);
-      row_max[nt] = neg_inf;
-      row_sum[nt] = 0;
-      target[nt] = 0;
-      ++nt;
-    }
-    if (nt == 0) break;
+  detail::CountedRows<T> counted(hidden_t, labels_t, mask_t);
+  while (const std::int64_t nt = counted.next(token_chunk, row_token, h_rows)) {
+    std::fill(row_max, row_max + nt, neg_inf);
+    std::fill(row_sum, row_sum + nt, T(0));
+    std::fill(target, target + nt, T(0));
     // Pass 1: online log-sum-exp over vocab chunks, and the label's logit.
     for (std::int64_t v0 = 0; v0 < pb.vocab; v0 += vocab_chunk) {
       const std::int64_t nv = std::min(vocab_chunk, pb.vocab - v0);
       detail::blas_gemm<T>(false, true, nt, nv, hd, T(1), h_rows, hd, w + v0 * hd, hd, T(0), tile,
                            nv);
-      for (std::int64_t i = 0; i < nt; ++i) {
-        T* row = tile + i * nv;
-        const std::int64_t label = labels[row_token[i]];
-        if (label >= v0 && label < v0 + nv) target[i] = row[label - v0];
-        const T m = detail::row_max(row, nv, row_max[i]);
-        // In place: the tile now holds exp(logit − m); single-pass mode reuses it below.
-        detail::exp_shifted(row, nv, m);
-        row_sum[i] = row_sum[i] * std::exp(row_max[i] - m) + detail::row_sum(row, nv);
-        row_max[i] = m;
-      }
+      // In place: the tile now holds exp(logit − max); single-pass mode reuses it below.
+      detail::fold_logits_tile(tile, nt, nv, v0, labels, row_token, 0, row_max, row_sum, target);
     }
     for (std::int64_t i = 0; i < nt; ++i) {
       row_lse[i] = row_max[i] + std::log(row_sum[i]);
@@ -121,18 +101,10 @@ CrossEntropyResult run(const Problem& pb, const Tensor& hidden_t, const Tensor& 
         const std::int64_t label = labels[row_token[i]];
         if (label >= v0 && label < v0 + nv) row[label - v0] -= grad_scale;
       }
-      if constexpr (std::is_same_v<T, float>) {
-        if (pb.bf16_products) detail::round_to_bf16(tile, nt * nv);
-      }
-      // dhidden rows (=, then += over vocab chunks), dW += dlogitsᵀ · hidden rows
-      detail::blas_gemm<T>(false, false, nt, hd, nv, T(1), tile, nv, w + v0 * hd, hd,
-                           v0 == 0 ? T(0) : T(1), dh_rows, hd);
-      detail::blas_gemm<T>(true, false, nv, hd, nt, T(1), tile, nv, h_rows, hd, T(1), dw + v0 * hd,
-                           hd);
+      detail::backpropagate_logits_tile(tile, nt, nv, hd, w + v0 * hd, h_rows, v0 == 0,
+                                        pb.bf16_products, dh_rows, dw + v0 * hd);
     }
-    for (std::int64_t i = 0; i < nt; ++i) {
-      std::copy(dh_rows + i * hd, dh_rows + (i + 1) * hd, dh + row_token[i] * hd);
-    }
+    detail::scatter_rows(dh_rows, nt, hd, row_token, dh);
   }
   return result;
 }

@@ -11,6 +11,7 @@
 
 #include "ops/bf16_operands.hpp"
 #include "ops/blas.hpp"
+#include "ops/cross_entropy_chunks.hpp"
 #include "ops/device_ops.hpp"
 #include "ops/op_checks.hpp"
 #include "ops/row_math.hpp"
@@ -38,37 +39,6 @@ ShardProblem problem_of(const Tensor& hidden, const Tensor& weight, const VocabS
           std::min(options.vocab_chunk, rows)};
 }
 
-// The rows that carry loss, `token_chunk` at a time in token order, gathered into a compact
-// [n, h] buffer (rows without loss never enter the vocab products).
-template <typename T>
-class CountedRows {
- public:
-  CountedRows(const Tensor& hidden, const Tensor& labels, const Tensor& loss_mask)
-      : hidden_(hidden.data<T>()),
-        labels_(labels.data<std::int32_t>()),
-        mask_(loss_mask.defined() ? loss_mask.data<std::uint8_t>() : nullptr),
-        tokens_(hidden.size(0)),
-        width_(hidden.size(1)) {}
-
-  // Fills row_token[0, n) and h_rows [n, h] with the next n <= chunk counted rows; 0 at the end.
-  std::int64_t next(std::int64_t chunk, std::int64_t* row_token, T* h_rows) {
-    std::int64_t n = 0;
-    for (; next_ < tokens_ && n < chunk; ++next_) {
-      if (labels_[next_] < 0 || (mask_ != nullptr && mask_[next_] == 0)) continue;
-      row_token[n] = next_;
-      std::copy(hidden_ + next_ * width_, hidden_ + (next_ + 1) * width_, h_rows + n * width_);
-      ++n;
-    }
-    return n;
-  }
-
- private:
-  const T* hidden_;
-  const std::int32_t* labels_;
-  const std::uint8_t* mask_;
-  std::int64_t tokens_, width_, next_ = 0;
-};
-
 template <typename T>
 void shard_logsumexp(const ShardProblem& pb, const Tensor& hidden_t, const Tensor& weight_t,
                      const Tensor& labels_t, const Tensor& mask_t, const Tensor& lse_t,
@@ -89,7 +59,7 @@ void shard_logsumexp(const ShardProblem& pb, const Tensor& hidden_t, const Tenso
   T* target_logit = target_t.data<T>();
   std::fill(shard_lse, shard_lse + pb.tokens, T(0));
   std::fill(target_logit, target_logit + pb.tokens, T(0));
-  CountedRows<T> counted(hidden_t, labels_t, mask_t);
+  detail::CountedRows<T> counted(hidden_t, labels_t, mask_t);
   while (const std::int64_t nt = counted.next(token_chunk, row_token, h_rows)) {
     std::fill(row_max, row_max + nt, -std::numeric_limits<T>::infinity());
     std::fill(row_sum, row_sum + nt, T(0));
@@ -99,15 +69,8 @@ void shard_logsumexp(const ShardProblem& pb, const Tensor& hidden_t, const Tenso
       const std::int64_t nv = std::min(vocab_chunk, pb.rows - v0);
       detail::blas_gemm<T>(false, true, nt, nv, hd, T(1), h_rows, hd, w + v0 * hd, hd, T(0), tile,
                            nv);
-      for (std::int64_t i = 0; i < nt; ++i) {
-        T* row = tile + i * nv;
-        const std::int64_t local = labels[row_token[i]] - pb.first;
-        if (local >= v0 && local < v0 + nv) target[i] = row[local - v0];
-        const T m = detail::row_max(row, nv, row_max[i]);
-        detail::exp_shifted(row, nv, m);
-        row_sum[i] = row_sum[i] * std::exp(row_max[i] - m) + detail::row_sum(row, nv);
-        row_max[i] = m;
-      }
+      detail::fold_logits_tile(tile, nt, nv, v0, labels, row_token, pb.first, row_max, row_sum,
+                               target);
     }
     for (std::int64_t i = 0; i < nt; ++i) {
       shard_lse[row_token[i]] = row_max[i] + std::log(row_sum[i]);
@@ -159,7 +122,7 @@ void shard_gradients(const ShardProblem& pb, const Tensor& hidden_t, const Tenso
   T* dh = dhidden_t.data<T>();
   T* dw = dweight_t.data<T>();
   std::fill(dh, dh + pb.tokens * hd, T(0));
-  CountedRows<T> counted(hidden_t, labels_t, mask_t);
+  detail::CountedRows<T> counted(hidden_t, labels_t, mask_t);
   while (const std::int64_t nt = counted.next(token_chunk, row_token, h_rows)) {
     for (std::int64_t v0 = 0; v0 < pb.rows; v0 += vocab_chunk) {
       const std::int64_t nv = std::min(vocab_chunk, pb.rows - v0);
@@ -172,17 +135,10 @@ void shard_gradients(const ShardProblem& pb, const Tensor& hidden_t, const Tenso
         const std::int64_t local = labels[row_token[i]] - pb.first;
         if (local >= v0 && local < v0 + nv) row[local - v0] -= grad_scale;
       }
-      if constexpr (std::is_same_v<T, float>) {
-        if (pb.bf16_products) detail::round_to_bf16(tile, nt * nv);
-      }
-      detail::blas_gemm<T>(false, false, nt, hd, nv, T(1), tile, nv, w + v0 * hd, hd,
-                           v0 == 0 ? T(0) : T(1), dh_rows, hd);
-      detail::blas_gemm<T>(true, false, nv, hd, nt, T(1), tile, nv, h_rows, hd, T(1), dw + v0 * hd,
-                           hd);
+      detail::backpropagate_logits_tile(tile, nt, nv, hd, w + v0 * hd, h_rows, v0 == 0,
+                                        pb.bf16_products, dh_rows, dw + v0 * hd);
     }
-    for (std::int64_t i = 0; i < nt; ++i) {
-      std::copy(dh_rows + i * hd, dh_rows + (i + 1) * hd, dh + row_token[i] * hd);
-    }
+    detail::scatter_rows(dh_rows, nt, hd, row_token, dh);
   }
 }
 
