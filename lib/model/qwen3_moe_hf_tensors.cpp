@@ -19,16 +19,21 @@ Share share_of(std::int64_t count, int parts, int index) {
   return {count / parts * index, count / parts};
 }
 
-// Gated q_proj: HF stores query and gate interleaved per head ([q_j (d) | gate_j (d)] for head
-// j); we keep [query rows of our heads | gate rows of our heads] (qwen-moe.md §3.3).
-std::vector<HfRowRun> gated_query_runs(Share heads, std::int64_t head_dim) {
+// HF interleaves two row blocks per head, [first_j (w) | second_j (w)] for head j; we keep
+// [first rows of our heads | second rows of our heads].
+std::vector<HfRowRun> paired_per_head_runs(Share heads, std::int64_t width) {
   std::vector<HfRowRun> runs;
   for (std::int64_t j = 0; j < heads.count; ++j) {
-    const std::int64_t hf = 2 * head_dim * (heads.first + j);
-    runs.push_back({j * head_dim, hf, head_dim});
-    runs.push_back({(heads.count + j) * head_dim, hf + head_dim, head_dim});
+    const std::int64_t hf = 2 * width * (heads.first + j);
+    runs.push_back({j * width, hf, width});
+    runs.push_back({(heads.count + j) * width, hf + width, width});
   }
   return runs;
+}
+
+// Gated q_proj: query and gate interleaved per head, d rows each (qwen-moe.md §3.3).
+std::vector<HfRowRun> gated_query_runs(Share heads, std::int64_t head_dim) {
+  return paired_per_head_runs(heads, head_dim);
 }
 
 // Qwen3-Next in_proj_qkvz: Hk groups of [q_g (dk) | k_g (dk) | v_g (r·dv) | z_g (r·dv)],
@@ -50,16 +55,10 @@ std::vector<HfRowRun> next_qkvz_runs(const config::ModelArchitecture& whole, Sha
   return runs;
 }
 
-// Qwen3-Next in_proj_ba: Hk groups of [b_g (r) | a_g (r)] over our storage [b ours | a ours].
+// Qwen3-Next in_proj_ba: Hk groups of [b_g (r) | a_g (r)], r = Hv / Hk, over our storage
+// [b ours | a ours].
 std::vector<HfRowRun> next_ba_runs(const config::ModelArchitecture& whole, Share key_heads) {
-  const std::int64_t ratio = whole.linear_num_value_heads / whole.linear_num_key_heads;
-  std::vector<HfRowRun> runs;
-  for (std::int64_t g = 0; g < key_heads.count; ++g) {
-    const std::int64_t hf = 2 * ratio * (key_heads.first + g);
-    runs.push_back({g * ratio, hf, ratio});
-    runs.push_back({(key_heads.count + g) * ratio, hf + ratio, ratio});
-  }
-  return runs;
+  return paired_per_head_runs(key_heads, whole.linear_num_value_heads / whole.linear_num_key_heads);
 }
 
 // One row run covering a contiguous share of HF rows.

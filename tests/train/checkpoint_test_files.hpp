@@ -1,6 +1,6 @@
 #pragma once
 // What the multi-rank checkpoint and export tests share: the smoke recipes' models, one scratch
-// folder for every rank of a run, and a file's bytes.
+// folder for every rank of a run, a loop state to save, and a file's bytes.
 
 #include <unistd.h>
 
@@ -14,6 +14,7 @@
 #include "config/config_loader.hpp"
 #include "config/resolve.hpp"
 #include "dist/comm.hpp"
+#include "train/loop_state.hpp"
 
 namespace dyncp::test {
 
@@ -47,6 +48,16 @@ inline std::filesystem::path shared_dir(dist::Comm& world, const std::string& pr
   }
   world.barrier();
   return dir;
+}
+
+// The loop state of a run at `iteration` (16 samples a step, a 100-step decay to 1e-3).
+inline train::LoopState loop_state(std::int64_t iteration) {
+  train::LoopState state;
+  state.iteration = iteration;
+  state.consumed_samples = 16 * iteration;
+  state.lr_schedule.max_lr = 1e-3;
+  state.lr_schedule.decay_iters = 100;
+  return state;
 }
 
 inline std::string file_bytes(const std::filesystem::path& path) {

@@ -48,15 +48,12 @@ fs::path shared_dir(dist::Comm& world, const std::string& name) {
   return test::shared_dir(world, "dyncp_sharded", name);
 }
 
+using test::file_bytes;
+using test::loop_state;
 using test::moments_for;
 
 bool same(const float* a, const float* b, std::int64_t count) {
   return std::equal(a, a + count, b);
-}
-
-std::string file_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 // A rank of some layout with its slice of the model, seeded state and optimizer plan.
@@ -91,15 +88,6 @@ struct RankState {
   train::RankShard shard;
   train::SavingLayout layout;
 };
-
-train::LoopState loop_state(std::int64_t iteration) {
-  train::LoopState state;
-  state.iteration = iteration;
-  state.consumed_samples = 16 * iteration;
-  state.lr_schedule.max_lr = 1e-3;
-  state.lr_schedule.decay_iters = 100;
-  return state;
-}
 
 std::unique_ptr<train::CheckpointStore> store_on_rank0(dist::Comm& world, const fs::path& dir) {
   if (world.rank() != 0) return nullptr;

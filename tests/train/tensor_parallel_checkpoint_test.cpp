@@ -46,6 +46,8 @@ fs::path shared_dir(dist::Comm& world, const std::string& name) {
   return test::shared_dir(world, "dyncp_tp_ckpt", name);
 }
 
+using test::loop_state;
+
 std::string file_bytes(const fs::path& path) {
   REQUIRE(fs::exists(path));
   return test::file_bytes(path);
@@ -83,15 +85,6 @@ struct TpRank {
   model::Qwen3MoeParameters parameters;
   core::Tensor exp_avg, exp_avg_sq;
 };
-
-train::LoopState loop_state(std::int64_t iteration) {
-  train::LoopState state;
-  state.iteration = iteration;
-  state.consumed_samples = 16 * iteration;
-  state.lr_schedule.max_lr = 1e-3;
-  state.lr_schedule.decay_iters = 100;
-  return state;
-}
 
 // Whether two ranks' buffers hold the same values.
 bool same_state(const TpRank& a, const model::Qwen3MoeParameters& values, const core::Tensor& m1,
