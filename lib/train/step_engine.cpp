@@ -86,9 +86,6 @@ StepEngine::StepEngine(model::Qwen3MoeModel& model, dist::ParallelState& paralle
     if (options.overlap_grad_reduce) {
       overlapped_reduce_ = std::make_unique<parallel::OverlappedGradientReduce>(
           model.parameters(), pool, expert_data_parallel, options.bucket_elements, &shards);
-      if (tensor_parallel)
-        overlapped_reduce_->set_tensor_parallel(parallel_state.tensor_parallel(), partition_,
-                                                all_grads);
     }
     if (options.overlap_param_gather) {
       sharded_state_sync_->overlap_parameter_gather(
@@ -107,11 +104,11 @@ StepEngine::StepEngine(model::Qwen3MoeModel& model, dist::ParallelState& paralle
       overlapped_reduce_ = std::make_unique<parallel::OverlappedGradientReduce>(
           model.parameters(), parallel_state.pool(), parallel_state.expert_data_parallel(),
           options.bucket_elements);
-      if (tensor_parallel)
-        overlapped_reduce_->set_tensor_parallel(parallel_state.tensor_parallel(), partition_,
-                                                all_grads);
     }
   }
+  if (overlapped_reduce_ && tensor_parallel)
+    overlapped_reduce_->set_tensor_parallel(parallel_state.tensor_parallel(), partition_,
+                                            all_grads);
   if (options.pipeline.pipeline_size > 1) {
     if (model.architecture().tie_word_embeddings)
       tied_embedding_group_ = parallel_state.embedding_group();
