@@ -15,6 +15,8 @@ namespace dyncp::model {
 using core::DType;
 using ops::GradMode;
 
+namespace {
+
 // The router's logits decide the top-k experts of every token, so they are computed in fp32
 // also under bf16 products (Megatron's moe_router_dtype: fp32, the setting of the Qwen3-Next
 // and Qwen3.5 recipes): bf16 noise on the logits themselves would flip near-tied expert choices
@@ -24,8 +26,6 @@ ops::OpContext router_context(const ops::OpContext& ctx) {
   router.precision = ops::ComputePrecision::fp32;
   return router;
 }
-
-namespace {
 
 // The rows this rank routes: all of the layer's rows (without TP, or under sequence
 // parallelism, where they are the rank's share of the bin), or without sequence parallelism its

@@ -25,7 +25,4 @@ void moe_block_backward(const LayerRunContext& run, int layer, const DecoderLaye
                         const DecoderLayerActivations& saved, const Tensor& normed_mid,
                         const Tensor& grad, const Tensor& dnormed_mid);
 
-// The router's context: fp32 products also under bf16 (decoder_layer.cpp explains why).
-ops::OpContext router_context(const ops::OpContext& ctx);
-
 }  // namespace dyncp::model
