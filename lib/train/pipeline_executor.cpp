@@ -10,6 +10,7 @@
 #include "parallel/tensor_parallel_group.hpp"
 #include "train/bin_builder.hpp"
 #include "train/device_bin.hpp"
+#include "train/elapsed.hpp"
 
 namespace dyncp::train {
 
@@ -18,11 +19,6 @@ namespace {
 // MPI tags of the two directions (NCCL matches by call order, which the rounds keep).
 constexpr int activation_tag = 71;
 constexpr int gradient_tag = 72;
-
-double milliseconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-      .count();
-}
 
 }  // namespace
 

@@ -30,10 +30,6 @@ void log_run_start(const config::ConfigContainer& config, const std::string& run
 
 }  // namespace
 
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
 RunReporting::RunReporting(const config::ConfigContainer& config, dist::Comm& world,
                            std::string run_id)
     : config_(config),

@@ -51,6 +51,4 @@ class RunReporting {
 // train/step_engine.cpp.)
 void add_rank_spread(StepMetrics& metrics, dist::Comm& world);
 
-double seconds_since(std::chrono::steady_clock::time_point start);
-
 }  // namespace dyncp::train

@@ -9,15 +9,11 @@
 #include "packing/packed_seq_params.hpp"
 #include "packing/run_scheduler.hpp"
 #include "train/device_bin.hpp"
+#include "train/elapsed.hpp"
 
 namespace dyncp::train {
 
 namespace {
-
-double elapsed_ms(std::chrono::steady_clock::time_point since) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since)
-      .count();
-}
 
 // The time this rank waits at a pool barrier for the slowest rank to arrive. Placed before the
 // step's pool-wide reductions, it takes the straggler wait out of their timing: what is left
@@ -25,7 +21,7 @@ double elapsed_ms(std::chrono::steady_clock::time_point since) {
 double straggler_wait_ms(dist::Comm& pool) {
   const auto start = std::chrono::steady_clock::now();
   pool.barrier();
-  return elapsed_ms(start);
+  return milliseconds_since(start);
 }
 
 }  // namespace
@@ -208,7 +204,7 @@ void StepEngine::run_microbatches(std::int64_t microbatches, const model::BinOpt
     const auto build_start = std::chrono::steady_clock::now();
     const model::PackedBin& bin =
         upload_bin(bin_builder_.build(p, microbatch_samples_[static_cast<std::size_t>(m)]));
-    outcome.time.data_ms += elapsed_ms(build_start);
+    outcome.time.data_ms += milliseconds_since(build_start);
     dist::Comm* group = runtime_group(p.group_size);
     exchange_.set_group(group);
     statistics_.set_group(group);
@@ -301,7 +297,7 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
     sizes.erase(std::remove(sizes.begin(), sizes.end(), 1), sizes.end());
     parallel_state_.ensure_dynamic_groups(sizes);
   }
-  outcome.time.schedule_ms = elapsed_ms(clock);
+  outcome.time.schedule_ms = milliseconds_since(clock);
 
   // This rank's samples for every microbatch, and the global loss-token count before forward.
   clock = std::chrono::steady_clock::now();
@@ -333,14 +329,14 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
         local_loss_tokens += sample.loss_mask[static_cast<std::size_t>(row - start)];
     }
   }
-  outcome.time.data_ms = elapsed_ms(clock);
+  outcome.time.data_ms = milliseconds_since(clock);
 
   outcome.time.straggler_wait_ms = straggler_wait_ms(parallel_state_.pool());
   clock = std::chrono::steady_clock::now();
   std::int64_t global_loss_tokens = local_loss_tokens;
   parallel_state_.pool().all_reduce(&global_loss_tokens, &global_loss_tokens, 1, core::DType::i64,
                                     dist::ReduceOp::sum);
-  outcome.time.grad_sync_ms = elapsed_ms(clock);
+  outcome.time.grad_sync_ms = milliseconds_since(clock);
   outcome.loss_tokens = global_loss_tokens;
   const double inverse_tokens =
       global_loss_tokens > 0 ? 1.0 / static_cast<double>(global_loss_tokens) : 0.0;
@@ -356,7 +352,7 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
     run_pipeline(microbatches, bin_options, overlap, local_sums, outcome);
   else
     run_microbatches(microbatches, bin_options, overlap, local_sums, outcome);
-  const double bins_ms = elapsed_ms(clock);
+  const double bins_ms = milliseconds_since(clock);
   outcome.time.cp_comm_ms = counters_.cp_comm_ms;
   outcome.time.ep_comm_ms = counters_.ep_comm_ms;
   outcome.time.tp_comm_ms = counters_.tp_comm_ms;
@@ -379,7 +375,7 @@ StepOutcome StepEngine::run(std::span<const std::int64_t> sample_ids, bool compu
     stages.all_reduce(&outcome.grad_sum_of_squares, &outcome.grad_sum_of_squares, 1,
                       core::DType::f64, dist::ReduceOp::sum);
   }
-  outcome.time.grad_sync_ms += elapsed_ms(clock);
+  outcome.time.grad_sync_ms += milliseconds_since(clock);
 
   // Bytes this rank sent in the step, summed over the pool (the sum itself is not counted).
   std::int64_t bytes_sent = static_cast<std::int64_t>(bytes_so_far() - bytes_before);

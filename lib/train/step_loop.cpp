@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "ops/grad_norm.hpp"
+#include "train/elapsed.hpp"
 #include "train/memory_estimate.hpp"
 #include "train/signal_flag.hpp"
 #include "train/training_run.hpp"
@@ -70,7 +71,7 @@ StepMetrics train_one_step(const config::ConfigContainer& config, OpenedRun& run
   LoopState& state = start.state;
   const auto step_start = std::chrono::steady_clock::now();
   const std::vector<std::int64_t> batch = start.sampler->next_global_batch();
-  const double data_ms = seconds_since(step_start) * 1e3;
+  const double data_ms = milliseconds_since(step_start);
   const StepOutcome outcome = built.engine->forward_backward(batch);
 
   StepMetrics metrics;
@@ -85,14 +86,14 @@ StepMetrics train_one_step(const config::ConfigContainer& config, OpenedRun& run
   finite = std::isfinite(metrics.loss) && std::isfinite(metrics.grad_norm);
   const auto optimizer_start = std::chrono::steady_clock::now();
   metrics.comm_bytes = update_parameters(config, run, built, state, metrics, finite);
-  metrics.time.optimizer_ms = seconds_since(optimizer_start) * 1e3;
+  metrics.time.optimizer_ms = milliseconds_since(optimizer_start);
 
   ++state.iteration;
   const data::SamplerPosition& position = start.sampler->position();
   state.consumed_samples = position.consumed_samples;
   state.epoch = position.epoch;
   state.index_in_epoch = position.index_in_epoch;
-  metrics.elapsed_ms = seconds_since(step_start) * 1e3;
+  metrics.elapsed_ms = milliseconds_since(step_start);
   fill_step_metrics(metrics, outcome, state, run.world->size());
   return metrics;
 }
