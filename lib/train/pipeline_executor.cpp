@@ -4,10 +4,8 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "parallel/ep_dispatcher.hpp"
-#include "parallel/group_statistics.hpp"
 #include "parallel/pipeline_stage.hpp"
-#include "parallel/tensor_parallel_group.hpp"
+#include "parallel/rank_seams.hpp"
 #include "train/bin_builder.hpp"
 #include "train/device_bin.hpp"
 #include "train/elapsed.hpp"
@@ -29,32 +27,16 @@ struct PipelineExecutor::Slot {
        core::Device device)
       : index(state_index),
         state(model_state),
-        exchange(parallel::make_cp_exchange({options.cp_comm_type, options.hierarchical_inner_size,
-                                             options.counters, options.subgroups})),
-        experts(parallel_state.expert_parallel(), architecture.num_experts,
-                architecture.num_hidden_layers, options.counters,
-                parallel_state.layout().expert_tensor_parallel_size > 1
-                    ? &parallel_state.expert_tensor_parallel()
-                    : nullptr),
-        tensor_parallel(parallel_state.tensor_parallel(), options.counters),
-        statistics(options.counters),
+        seams(parallel_state, architecture, options),
         buffers("pipeline.transfers", std::size_t{1} << 20, device) {
     if (device == core::Device::cuda)
       device_bin_arena =
           std::make_unique<core::Arena>("pipeline.device_bin", std::size_t{1} << 20, device);
   }
 
-  model::BinSeams seams() {
-    return {exchange.attention.get(), &experts, &statistics, exchange.linear_attention.get(),
-            &tensor_parallel};
-  }
-
   std::size_t index;
   model::MicrobatchState& state;
-  parallel::CpExchangeSeams exchange;
-  parallel::EpExpertDispatcher experts;
-  parallel::TensorParallelGroup tensor_parallel;
-  parallel::GroupStatisticsReducer statistics;
+  parallel::RankSeams seams;
   BinBuilder builder;
   core::Arena buffers;  // the transfers of this microbatch, on the model's device
   std::unique_ptr<core::Arena> device_bin_arena;
@@ -99,8 +81,7 @@ PipelineExecutor::Slot& PipelineExecutor::acquire(std::int64_t microbatch, std::
                                    : &host_bin;
   slot.rows = model_.stage_rows(*slot.bin);
   slot.rank_in_group_zero = source.params->rank_in_group == 0;
-  slot.exchange.set_group(source.group);
-  slot.statistics.set_group(source.group);
+  slot.seams.set_group(source.group);
   slot.input = slot.output = slot.input_grad = slot.output_grad = core::Tensor{};
   return slot;
 }
@@ -132,7 +113,7 @@ void PipelineExecutor::run_pass(const packing::PipelineAction& pass,
     if (!chunk.loss) slot.output = slot.buffers.allocate({slot.rows, hidden}, dtype);
     // The options a forward hands on to its backward: the last microbatch's carry the hook.
     const bool last = pass.microbatch + 1 == static_cast<std::int64_t>(microbatches.size());
-    const model::BinResult outcome = model_.forward_chunk(slot.state, *slot.bin, slot.seams(),
+    const model::BinResult outcome = model_.forward_chunk(slot.state, *slot.bin, slot.seams.seams(),
                                                           last ? last_bin_options_ : bin_options_,
                                                           chunk, slot.input, slot.output);
     result.loss_sum += outcome.loss_sum;

@@ -39,13 +39,9 @@ namespace dyncp::train {
 
 class PipelineExecutor {
  public:
-  struct Options {
-    config::CpCommType cp_comm_type = config::CpCommType::all_gather;
-    int hierarchical_inner_size = 0;
-    parallel::SeamCounters* counters = nullptr;
-    // a2a+p2p's subcommunicators, shared with the step's own exchange.
-    std::shared_ptr<parallel::HierarchicalGroups> subgroups;
-  };
+  // Each microbatch's CP exchange (a2a+p2p: the subcommunicators of the step's own exchange,
+  // shared); every seam counts into its counters.
+  using Options = parallel::CpExchangeOptions;
   // `model` holds this rank's stage (parallel::stage_model_part of `split`).
   PipelineExecutor(model::Qwen3MoeModel& model, dist::ParallelState& parallel_state,
                    const config::PipelineSplit& split, Options options);

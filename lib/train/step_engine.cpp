@@ -33,23 +33,17 @@ StepEngine::StepEngine(model::Qwen3MoeModel& model, dist::ParallelState& paralle
       source_(source),
       options_(options),
       cost_model_(packing::model_cost_from_architecture(model.architecture()), options.cost_model),
-      exchange_(parallel::make_cp_exchange(
-          {options.cp_comm_type, options.hierarchical_inner_size, &counters_})),
-      experts_(parallel_state.expert_parallel(), model.architecture().num_experts,
-               model.architecture().num_hidden_layers, &counters_,
-               parallel_state.layout().expert_tensor_parallel_size > 1
-                   ? &parallel_state.expert_tensor_parallel()
-                   : nullptr),
-      tensor_parallel_(parallel_state.tensor_parallel(), &counters_),
-      statistics_(&counters_),
+      seams_(parallel_state, model.architecture(),
+             {options.cp_comm_type, options.hierarchical_inner_size, &counters_}),
       partition_(parallel::partition_parameters(model.parameters())) {
   const model::ExpertRange& held = model.parameters().expert_range();
-  if (held.first != experts_.first_local_expert() || held.count != experts_.num_local_experts()) {
+  if (held.first != seams_.experts.first_local_expert() ||
+      held.count != seams_.experts.num_local_experts()) {
     core::throw_runtime_error(
         "the model holds experts [" + std::to_string(held.first) + ", " +
         std::to_string(held.first + held.count) + ") but this EP rank owns [" +
-        std::to_string(experts_.first_local_expert()) + ", " +
-        std::to_string(experts_.first_local_expert() + experts_.num_local_experts()) +
+        std::to_string(seams_.experts.first_local_expert()) + ", " +
+        std::to_string(seams_.experts.first_local_expert() + seams_.experts.num_local_experts()) +
         "): build it with ModelOptions::experts = parallel::local_expert_range(...)");
   }
   const model::TensorParallelShape& tp = model.parameters().tensor_parallel();
@@ -111,7 +105,7 @@ StepEngine::StepEngine(model::Qwen3MoeModel& model, dist::ParallelState& paralle
     pipeline_ = std::make_unique<PipelineExecutor>(
         model, parallel_state, options.pipeline,
         PipelineExecutor::Options{options.cp_comm_type, options.hierarchical_inner_size, &counters_,
-                                  exchange_.subgroups});
+                                  seams_.exchange.subgroups});
   }
   if (model.parameters().device() == core::Device::cuda) {
     device_bin_arena_ =
@@ -171,7 +165,7 @@ void StepEngine::complete_parameter_gather() {
 
 dist::CommCounters StepEngine::communication_counters() const {
   dist::CommCounters counters = parallel_state_.total_counters();
-  counters += exchange_.subgroup_counters();
+  counters += seams_.exchange.subgroup_counters();
   if (overlapped_reduce_) counters += overlapped_reduce_->counters();
   if (const parallel::OverlappedParameterGather* gather = overlapped_parameter_gather())
     counters += gather->counters();
@@ -206,8 +200,7 @@ void StepEngine::run_microbatches(std::int64_t microbatches, const model::BinOpt
         upload_bin(bin_builder_.build(p, microbatch_samples_[static_cast<std::size_t>(m)]));
     outcome.time.data_ms += milliseconds_since(build_start);
     dist::Comm* group = runtime_group(p.group_size);
-    exchange_.set_group(group);
-    statistics_.set_group(group);
+    seams_.set_group(group);
     model::BinOptions bin_options = options;
     // The last microbatch's backward finishes each layer's gradient: its buckets start then.
     if (overlap && m + 1 == microbatches) {
@@ -215,11 +208,7 @@ void StepEngine::run_microbatches(std::int64_t microbatches, const model::BinOpt
         overlapped_reduce_->layer_done(layer);
       };
     }
-    const model::BinResult result =
-        model_.run_bin(bin,
-                       {exchange_.attention.get(), &experts_, &statistics_,
-                        exchange_.linear_attention.get(), &tensor_parallel_},
-                       bin_options);
+    const model::BinResult result = model_.run_bin(bin, seams_.seams(), bin_options);
     local_sums[0] += result.loss_sum;
     if (p.rank_in_group == 0) local_sums[1] += result.aux_loss;
   }

@@ -30,13 +30,11 @@
 #include "packing/schedule.hpp"
 #include "parallel/comm_timing.hpp"
 #include "parallel/cp_exchange.hpp"
-#include "parallel/ep_dispatcher.hpp"
 #include "parallel/gradient_sync.hpp"
-#include "parallel/group_statistics.hpp"
 #include "parallel/overlapped_gradient_reduce.hpp"
 #include "parallel/parameter_partition.hpp"
+#include "parallel/rank_seams.hpp"
 #include "parallel/sharded_state_sync.hpp"
-#include "parallel/tensor_parallel_group.hpp"
 #include "train/bin_builder.hpp"
 #include "train/pipeline_executor.hpp"
 #include "train/step_metrics.hpp"
@@ -131,7 +129,7 @@ class StepEngine {
   // subgroups' and the overlapped reductions' and gather's own.
   dist::CommCounters communication_counters() const;
   const parallel::SeamCounters& seam_counters() const { return counters_; }
-  const parallel::CpExchangeSeams& cp_exchange() const { return exchange_; }
+  const parallel::CpExchangeSeams& cp_exchange() const { return seams_.exchange; }
   const packing::Schedule& last_schedule() const { return schedule_; }
 
  private:
@@ -145,11 +143,7 @@ class StepEngine {
   StepEngineOptions options_;
   packing::CostModel cost_model_;
   parallel::SeamCounters counters_;
-  // The CP exchange's attention and Gated DeltaNet (hybrid) seams on the runtime group.
-  parallel::CpExchangeSeams exchange_;
-  parallel::EpExpertDispatcher experts_;
-  parallel::TensorParallelGroup tensor_parallel_;
-  parallel::GroupStatisticsReducer statistics_;
+  parallel::RankSeams seams_;  // the model's seams, the CP exchange on the runtime group
   parallel::ParameterPartition partition_;
   std::optional<parallel::GradientSync> gradient_sync_;             // replicated optimizer state
   std::unique_ptr<parallel::ShardedStateSync> sharded_state_sync_;  // distributed optimizer
